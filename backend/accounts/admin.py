@@ -1,0 +1,22 @@
+from django.contrib import admin
+
+from backend.accounts.models import AllowedIp, ApiToken, SshKey
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "prefix", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "digest"]
+    search_fields = ["user__username", "name"]
+
+
+@admin.register(SshKey)
+class SshKeyAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "key_type", "bits", "fingerprint", "created_at"]
+    search_fields = ["user__username", "fingerprint"]
+
+
+@admin.register(AllowedIp)
+class AllowedIpAdmin(admin.ModelAdmin):
+    list_display = ["user", "network", "expires_at", "created_at"]
+    search_fields = ["user__username", "network"]

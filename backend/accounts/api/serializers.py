@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from rest_framework import serializers
+
+from backend.accounts.models import AllowedIp, ApiToken, SshKey
+
+User = get_user_model()
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at"]
+
+    def validate_name(self, name: str) -> str:
+        user = self.context["request"].user
+        if ApiToken.objects.filter(user=user, name=name).exists():
+            raise serializers.ValidationError(f"You already have a token named {name!r}.")
+        return name
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    """A token just created: the only time its secret is shown."""
+
+    token = serializers.CharField(read_only=True)
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class SshKeySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SshKey
+        fields = ["id", "name", "public_key", "key_type", "bits", "fingerprint", "created_at"]
+        read_only_fields = ["id", "key_type", "bits", "fingerprint", "created_at"]
+        extra_kwargs = {"name": {"required": False}}
+
+
+class AllowedIpSerializer(serializers.ModelSerializer):
+    address = serializers.CharField(write_only=True, max_length=60)
+    expires_at = serializers.DateTimeField(required=False)
+    expired = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = AllowedIp
+        fields = ["id", "address", "network", "description", "created_at", "expires_at", "expired"]
+        read_only_fields = ["id", "network", "created_at", "expired"]
+
+
+class UserSerializer(serializers.ModelSerializer):
+    password = serializers.CharField(write_only=True, required=False, min_length=8)
+
+    class Meta:
+        model = User
+        fields = ["username", "email", "password", "is_active", "is_staff", "date_joined"]
+        read_only_fields = ["is_active", "date_joined"]
+        extra_kwargs = {"email": {"required": False}, "is_staff": {"required": False}}
+
+    def validate_password(self, password: str) -> str:
+        validate_password(password)
+        return password
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    is_cluster_admin = serializers.BooleanField(source="is_staff")
+    vcs = serializers.SerializerMethodField()
+
+    def get_vcs(self, user: object) -> list[dict[str, str]]:
+        return [
+            {"name": name, "role": role}
+            for name, role in user.memberships.values_list("vc__name", "role")  # type: ignore[attr-defined]
+        ]

@@ -1,0 +1,129 @@
+"""A user's own credentials (/me/...) and, for cluster admins, the users (/users/)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action, api_view
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from backend.accounts import actions
+from backend.accounts.api.serializers import (
+    AllowedIpSerializer,
+    ApiTokenSerializer,
+    MeSerializer,
+    NewApiTokenSerializer,
+    SshKeySerializer,
+    UserSerializer,
+)
+from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.core.scoping import TenantScopedViewSet
+
+User = get_user_model()
+
+
+class OwnCredentialViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet,
+):
+    """Credentials a user lists, adds and deletes for themselves alone."""
+
+    filterset_class = None
+    pagination_class = None
+
+
+class ApiTokenViewSet(OwnCredentialViewSet):
+    queryset = ApiToken.objects.all()
+    serializer_class = ApiTokenSerializer
+
+    @extend_schema(responses={201: NewApiTokenSerializer})
+    def create(self, request: Request) -> Response:
+        """Create a token. The answer is the only time its secret is shown."""
+        body = ApiTokenSerializer(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        token, plaintext = actions.create_api_token(request.user, body.validated_data["name"])
+        token.token = plaintext
+        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        actions.revoke_api_token(instance)
+
+
+class SshKeyViewSet(OwnCredentialViewSet):
+    """The user's global SSH public keys, installed in the jobs they start."""
+
+    queryset = SshKey.objects.all()
+    serializer_class = SshKeySerializer
+
+    def perform_create(self, serializer: SshKeySerializer) -> None:
+        data = serializer.validated_data
+        try:
+            serializer.instance = actions.add_ssh_key(
+                self.request.user, data["public_key"], data.get("name", "")
+            )
+        except ValueError as error:
+            raise serializers.ValidationError({"public_key": [str(error)]}) from error
+
+
+class AllowedIpViewSet(OwnCredentialViewSet):
+    """Networks the user may reach their jobs' endpoints from, each until it expires."""
+
+    queryset = AllowedIp.objects.all()
+    serializer_class = AllowedIpSerializer
+
+    def perform_create(self, serializer: AllowedIpSerializer) -> None:
+        data = serializer.validated_data
+        try:
+            serializer.instance = actions.add_allowed_ip(
+                self.request.user,
+                data["address"],
+                description=data.get("description", ""),
+                expires_at=data.get("expires_at"),
+            )
+        except ValueError as error:
+            field_name = "address" if "expir" not in str(error) else "expires_at"
+            raise serializers.ValidationError({field_name: [str(error)]}) from error
+
+
+class UserViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, GenericViewSet
+):
+    """Users, managed by cluster admins."""
+
+    queryset = User.objects.order_by("username")
+    serializer_class = UserSerializer
+    permission_classes = [IsAdminUser]
+    lookup_field = "username"
+    lookup_value_regex = r"[\w.@+-]+"
+    filterset_fields = ["is_active", "is_staff"]
+
+    def perform_create(self, serializer: UserSerializer) -> None:
+        data = serializer.validated_data
+        serializer.instance = actions.create_user(
+            data["username"],
+            data.get("email", ""),
+            data.get("password"),
+            data.get("is_staff", False),
+        )
+
+    @extend_schema(request=None, responses=UserSerializer)
+    @action(detail=True, methods=["post"])
+    def deactivate(self, request: Request, username: str) -> Response:
+        """Lock the user out and revoke their tokens; their jobs stay on record."""
+        user = self.get_object()
+        actions.deactivate_user(user)
+        return Response(UserSerializer(user).data)
+
+
+@extend_schema(responses=MeSerializer)
+@api_view(["GET"])
+def me_view(request: Request) -> Response:
+    """Who I am, whether I am a cluster admin, and my VCs with my role in each."""
+    return Response(MeSerializer(request.user).data)

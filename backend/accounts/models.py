@@ -1,0 +1,98 @@
+"""Who people are and how they reach their jobs: API tokens, SSH public keys, allowed IPs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import models
+from django.utils import timezone
+
+
+class OwnedQuerySet(models.QuerySet):
+    """Objects that belong to one user, who alone sees them (cluster admins see all)."""
+
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> OwnedQuerySet:
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(user=user)
+
+
+class ApiToken(models.Model):
+    """A named, revocable token for scripts; only its SHA-256 digest is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="token_name_unique_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} / {self.name}"
+
+
+class SshKey(models.Model):
+    """A user's "global public key", installed in every job they start."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    key_type = models.CharField(max_length=40)
+    bits = models.PositiveIntegerField()
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=60)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="ssh_key_unique_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.fingerprint}"
+
+
+class AllowedIpQuerySet(OwnedQuerySet):
+    def in_force(self, at: object = None) -> AllowedIpQuerySet:
+        return self.filter(expires_at__gt=at or timezone.now())
+
+
+class AllowedIp(models.Model):
+    """An address or network from which a user may reach their jobs, until it expires."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="allowed_ips"
+    )
+    network = models.CharField(max_length=50, help_text="Normalised CIDR, e.g. 10.1.2.3/32.")
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    objects = AllowedIpQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "network"], name="allowed_ip_unique_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.network}"
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= timezone.now()

@@ -1,0 +1,108 @@
+"""The cluster over REST: GPU types, nodes, and a summary with a fragmentation histogram."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action, api_view
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from backend.clusters import actions
+from backend.clusters.api.serializers import (
+    GpuTypeSerializer,
+    NodeSerializer,
+    NodeUpdateSerializer,
+)
+from backend.clusters.capacity import cluster_summary, node_capacities
+from backend.clusters.models import GpuType, Node
+from backend.core.scoping import TenantScopedViewSet
+
+
+class ClusterAdminWrites:
+    """Anyone signed in reads; only cluster admins write."""
+
+    def check_permissions(self, request: Request) -> None:
+        super().check_permissions(request)  # type: ignore[misc]
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not request.user.is_staff:
+            raise PermissionDenied("Only cluster admins can change the cluster.")
+
+
+class GpuTypeViewSet(
+    ClusterAdminWrites,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    TenantScopedViewSet,
+):
+    """GPU types (SKUs) and their t-shirt sizes: CPU cores and memory per GPU."""
+
+    queryset = GpuType.objects.all()
+    serializer_class = GpuTypeSerializer
+    lookup_field = "name"
+    pagination_class = None
+    filterset_class = None
+
+    def perform_create(self, serializer: GpuTypeSerializer) -> None:
+        serializer.instance = actions.create_gpu_type(**serializer.validated_data)
+
+
+class NodeViewSet(
+    ClusterAdminWrites,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    TenantScopedViewSet,
+):
+    """Worker nodes: registered, labelled and cordoned by cluster admins."""
+
+    queryset = Node.objects.all()
+    serializer_class = NodeSerializer
+    lookup_field = "name"
+    filterset_fields = ["gpu_type__name", "schedulable", "repair_state"]
+    ordering = ["name"]
+
+    def refine_queryset(self, queryset):
+        return queryset.select_related("gpu_type")
+
+    def get_serializer_class(self):
+        if self.action in ("update", "partial_update"):
+            return NodeUpdateSerializer
+        return NodeSerializer
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        if self.request.method == "GET":
+            context["free_gpus"] = {c.node.name: c.free_gpus for c in node_capacities()}
+        return context
+
+    def perform_create(self, serializer: NodeSerializer) -> None:
+        serializer.instance = actions.register_node(**serializer.validated_data)
+
+    def perform_update(self, serializer: NodeSerializer) -> None:
+        serializer.instance = actions.update_node(serializer.instance, serializer.validated_data)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, name: str) -> Response:
+        """Stop placing new work on the node; running jobs stay."""
+        node = actions.cordon_node(self.get_object())
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, name: str) -> Response:
+        """Let the node take new work again."""
+        node = actions.uncordon_node(self.get_object())
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def cluster_summary_view(request: Request) -> Response:
+    """Per GPU type: nodes, GPUs/CPUs/memory total, used and free, and how many schedulable
+    nodes have k free GPUs (the fragmentation histogram)."""
+    return Response({"gpu_types": cluster_summary()}, status=status.HTTP_200_OK)

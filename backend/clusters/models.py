@@ -1,0 +1,79 @@
+"""What the cluster is made of: GPU types (SKUs) with their t-shirt sizes, and nodes."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from backend.core.scoping import ClusterWideQuerySet
+
+CPU_ONLY_GPU_TYPE = "cpu"
+
+
+class GpuType(models.Model):
+    """A GPU SKU such as ``A100``; ``cpu`` names CPU-only nodes.
+
+    The t-shirt size (CPU cores and memory per GPU) sizes a worker whose submission leaves
+    CPU or memory out, so that GPUs are never starved of host resources.
+    """
+
+    name = models.SlugField(max_length=40, unique=True)
+    cpus_per_gpu = models.DecimalField(
+        max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]
+    )
+    memory_per_gpu = models.PositiveIntegerField(help_text="MiB of host memory per GPU.")
+
+    objects = ClusterWideQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_cpu_only(self) -> bool:
+        return self.name == CPU_ONLY_GPU_TYPE
+
+
+class RepairState(models.TextChoices):
+    IN_SERVICE = "in_service"
+    OUT_OF_POOL = "out_of_pool"
+    READY_FOR_REPAIR = "ready_for_repair"
+    IN_REPAIR = "in_repair"
+    AFTER_REPAIR = "after_repair"
+
+
+class NodeQuerySet(ClusterWideQuerySet):
+    """Every signed-in user may see the cluster's nodes; only cluster admins change them."""
+
+    def schedulable(self) -> NodeQuerySet:
+        return self.filter(schedulable=True, repair_state=RepairState.IN_SERVICE)
+
+
+class Node(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="nodes")
+    gpus = models.PositiveIntegerField()
+    cpus = models.DecimalField(
+        max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]
+    )
+    memory = models.PositiveIntegerField(help_text="MiB.")
+    labels = models.JSONField(default=dict, blank=True)
+    schedulable = models.BooleanField(default=True, help_text="False when cordoned.")
+    repair_state = models.CharField(
+        max_length=20, choices=RepairState.choices, default=RepairState.IN_SERVICE
+    )
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

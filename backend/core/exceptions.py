@@ -1,0 +1,38 @@
+"""Errors answer ``{"field": ["message"]}`` or ``{"detail": "message"}``, never a bare 500."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ActionRefused(Exception):
+    """An action that the current state of an object does not allow (answers 409)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF's handler, plus Django validation errors as 400 and refused actions as 409."""
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
+        exc = ValidationError(detail)
+    if isinstance(exc, ActionRefused):
+        return Response({"detail": exc.message}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, IntegrityError):
+        logger.warning("integrity error answered as 409: %s", exc)
+        return Response(
+            {"detail": "This conflicts with existing data; reload and try again."},
+            status=status.HTTP_409_CONFLICT,
+        )
+    return exception_handler(exc, context)

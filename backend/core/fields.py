@@ -1,0 +1,30 @@
+"""Serializer fields shared by the API."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from backend.core.quantities import memory_to_mib
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "64Gi"}],
+        "description": "MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB.",
+    }
+)
+class MemoryField(serializers.Field):
+    """Memory as ``"64Gi"`` or an integer of MiB; always answered as an integer of MiB."""
+
+    def to_internal_value(self, data: object) -> int:
+        try:
+            mib = memory_to_mib(data)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from error
+        if mib < 1:
+            raise serializers.ValidationError("Give at least 1 MiB.")
+        return mib
+
+    def to_representation(self, value: int) -> int:
+        return value

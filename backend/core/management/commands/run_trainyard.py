@@ -1,0 +1,97 @@
+"""``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
+
+Migrates, seeds the demo cluster, starts an embedded Redis when REDIS_URL is unset, then the
+web server (gunicorn), a Celery worker and Celery beat, and stops them all on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
+from backend.core.management.commands.seed_demo import DEMO_USERS
+
+
+class Command(BaseCommand):
+    help = "Run web, Celery worker and beat together, with embedded defaults."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("TRAINYARD_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("TRAINYARD_PORT", 8000)))
+        parser.add_argument("--no-demo", action="store_true", help="Do not seed demo data.")
+
+    def handle(self, *args: object, **options: object) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        if not options["no_demo"]:
+            call_command("seed_demo")
+        child_env = dict(os.environ)
+        redis = None
+        if not settings.REDIS_URL:
+            redis = start_embedded_redis()
+            child_env["REDIS_URL"] = embedded_redis_url(redis)
+            self.stdout.write(f"Embedded Redis on {redis.socket_file}")
+        python = sys.executable
+        bind = f"{options['host']}:{options['port']}"
+        commands = {
+            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind, "--workers", "2",
+                    "--threads", "4", "--access-logfile", "-"],
+            "worker": [python, "-m", "celery", "-A", "backend", "worker", "--loglevel", "INFO",
+                       "--concurrency", "2"],
+            "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
+                     "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+        }  # fmt: skip
+        children = {
+            name: subprocess.Popen(command, env=child_env, cwd=settings.BASE_DIR)
+            for name, command in commands.items()
+        }
+        self._print_banner(bind, demo=not options["no_demo"])
+        stopping = False
+
+        def stop(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            while not stopping:
+                exited = {n: c.returncode for n, c in children.items() if c.poll() is not None}
+                if exited:
+                    self.stderr.write(f"Stopping: {exited} exited.")
+                    break
+                time.sleep(0.5)
+        finally:
+            for child in children.values():
+                if child.poll() is None:
+                    child.terminate()
+            for child in children.values():
+                try:
+                    child.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            del redis
+
+    def _print_banner(self, bind: str, demo: bool) -> None:
+        host, port = bind.rsplit(":", 1)
+        url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{port}/"
+        lines = ["", f"Trainyard is running at {url}", f"  API docs:  {url}api/docs/"]
+        if demo:
+            lines.append("  Demo logins (user / password):")
+            for username, password, is_admin, roles in DEMO_USERS:
+                what = (
+                    "cluster admin"
+                    if is_admin
+                    else ", ".join(f"{role} of {vc}" for vc, role in roles.items())
+                )
+                lines.append(f"    {username:<6} / {password:<11}  {what}")
+        lines.append("Press Ctrl-C to stop.")
+        self.stdout.write("\n".join(lines))

@@ -1,0 +1,94 @@
+"""``manage.py seed_demo``: a small demo cluster with users, VCs, quotas and nodes."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from backend.clusters.models import GpuType, Node
+from backend.vcs.actions import QuotaSpec, set_membership, set_vc_quotas
+from backend.vcs.models import Role, VirtualCluster
+
+GIB = 1024
+
+GPU_TYPES = [
+    # name, CPU cores per GPU, MiB of memory per GPU
+    ("A100", Decimal(12), 120 * GIB),
+    ("V100", Decimal(8), 60 * GIB),
+    ("cpu", Decimal(2), 8 * GIB),
+]
+NODES = [
+    # prefix, count, GPU type, GPUs, CPUs, memory (MiB)
+    ("a100", 4, "A100", 8, Decimal(96), 1000 * GIB),
+    ("v100", 4, "V100", 4, Decimal(32), 250 * GIB),
+    ("cpu", 2, "cpu", 0, Decimal(64), 256 * GIB),
+]
+VCS = [
+    # name, description, quotas {GPU type: GPUs (CPU-only: cores)}
+    ("vision", "Computer vision research", {"A100": 16, "V100": 8}),
+    ("nlp", "Language models", {"A100": 16, "V100": 8}),
+    ("platform", "Data pipelines on CPU nodes", {"cpu": 0}),
+]
+# username, password, cluster admin, {VC: role}
+DEMO_USERS = [
+    ("admin", "admin-demo", True, {}),
+    ("alice", "alice-demo", False, {"vision": Role.ADMIN, "platform": Role.MEMBER}),
+    ("bob", "bob-demo", False, {"vision": Role.MEMBER}),
+    ("carol", "carol-demo", False, {"nlp": Role.ADMIN, "platform": Role.ADMIN}),
+]
+
+
+class Command(BaseCommand):
+    help = "Create a demo cluster (idempotent): GPU types, nodes, VCs with quotas, users."
+
+    @transaction.atomic
+    def handle(self, *args: object, **options: object) -> None:
+        gpu_types = {}
+        for name, cpus, memory in GPU_TYPES:
+            gpu_types[name], _ = GpuType.objects.get_or_create(
+                name=name, defaults={"cpus_per_gpu": cpus, "memory_per_gpu": memory}
+            )
+        for prefix, count, type_name, gpus, cpus, memory in NODES:
+            for index in range(1, count + 1):
+                Node.objects.get_or_create(
+                    name=f"{prefix}-{index:02d}",
+                    defaults={
+                        "gpu_type": gpu_types[type_name],
+                        "gpus": gpus,
+                        "cpus": cpus,
+                        "memory": memory,
+                        "labels": {"declared": "true", "rack": f"r{(index + 1) // 2}"},
+                    },
+                )
+        vcs = {}
+        for name, description, quotas in VCS:
+            vcs[name], created = VirtualCluster.objects.get_or_create(
+                name=name, defaults={"description": description}
+            )
+            if created:
+                specs = [
+                    QuotaSpec(gpu_types[t], gpus)
+                    if t != "cpu"
+                    else QuotaSpec(gpu_types[t], 0, Decimal(64), 256 * GIB)
+                    for t, gpus in quotas.items()
+                ]
+                set_vc_quotas(vcs[name], specs)
+        user_model = get_user_model()
+        for username, password, is_admin, roles in DEMO_USERS:
+            user, created = user_model.objects.get_or_create(
+                username=username,
+                defaults={
+                    "email": f"{username}@example.com",
+                    "is_staff": is_admin,
+                    "is_superuser": is_admin,
+                },
+            )
+            if created:
+                user.set_password(password)
+                user.save()
+            for vc_name, role in roles.items():
+                set_membership(vcs[vc_name], user, role)
+        self.stdout.write("Demo cluster ready.")

@@ -1,0 +1,9 @@
+"""Page-number pagination that answers ``{"count", "next", "previous", "results"}``."""
+
+from rest_framework.pagination import PageNumberPagination
+
+
+class StandardPagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500

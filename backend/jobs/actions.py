@@ -1,0 +1,217 @@
+"""Every change to a job: submission and status transitions, each atomic and recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.contrib.auth.models import AbstractUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from backend.clusters.models import GpuType
+from backend.core.exceptions import ActionRefused
+from backend.jobs.models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Job,
+    JobEvent,
+    JobStatus,
+    new_job_id,
+)
+from backend.jobs.submission import Request, needs_approval
+from backend.vcs.models import Membership, Role, VirtualCluster
+
+SYSTEM_ACTOR = "trainyard"
+
+
+@dataclass
+class JobSpec:
+    """A validated submission with every default filled in."""
+
+    vc: VirtualCluster
+    gpu_type: GpuType
+    name: str
+    type: str
+    command: str
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: Decimal
+    memory_per_worker: int
+    max_retries: int
+    max_wall_time: int
+    image: str = ""
+    working_dir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    data_path: str = ""
+    output_path: str = ""
+    preemptible: bool = False
+    priority: int = 0
+
+    def as_request(self) -> Request:
+        return Request(
+            vc=self.vc,
+            gpu_type=self.gpu_type,
+            type=self.type,
+            workers=self.workers,
+            gpus_per_worker=self.gpus_per_worker,
+            cpus_per_worker=self.cpus_per_worker,
+            memory_per_worker=self.memory_per_worker,
+            preemptible=self.preemptible,
+            max_wall_time=self.max_wall_time,
+        )
+
+
+def record_event(
+    job: Job, from_status: str, actor: AbstractUser | None, reason: str, actor_name: str = ""
+) -> JobEvent:
+    return JobEvent.objects.create(
+        job=job,
+        from_status=from_status,
+        to_status=job.status,
+        actor=actor,
+        actor_name=actor_name or (actor.get_username() if actor else SYSTEM_ACTOR),
+        reason=reason,
+    )
+
+
+def find_idempotent_submission(owner: AbstractUser, key: str) -> Job | None:
+    return Job.objects.filter(owner=owner, idempotency_key=key).first()
+
+
+def submit_job(
+    owner: AbstractUser, spec: JobSpec, idempotency_key: str | None = None
+) -> tuple[Job, bool]:
+    """Store a job, queued or waiting for approval; return it and whether it is new.
+
+    With an idempotency key, a repeated submission returns the job the first one created.
+    The job is committed when this returns.
+    """
+    if idempotency_key:
+        existing = find_idempotent_submission(owner, idempotency_key)
+        if existing:
+            return existing, False
+    try:
+        with transaction.atomic():
+            job = _create_job(owner, spec, idempotency_key)
+    except IntegrityError:
+        if idempotency_key:
+            existing = find_idempotent_submission(owner, idempotency_key)
+            if existing:  # a concurrent retry of the same submission won the race
+                return existing, False
+        raise
+    return job, True
+
+
+def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None) -> Job:
+    # Lock the submitter's membership so that two concurrent submissions cannot both slip
+    # under the per-user GPU limit.
+    membership = Membership.objects.select_for_update().filter(vc=spec.vc, user=owner).first()
+    is_vc_admin = owner.is_staff or (membership is not None and membership.role == Role.ADMIN)
+    approval_reason = "" if is_vc_admin else needs_approval(spec.as_request(), owner.pk)
+    now = timezone.now()
+    job = Job.objects.create(
+        job_id=new_job_id(),
+        owner=owner,
+        vc=spec.vc,
+        name=spec.name,
+        type=spec.type,
+        image=spec.image,
+        command=spec.command,
+        working_dir=spec.working_dir,
+        env=spec.env,
+        workers=spec.workers,
+        gpus_per_worker=spec.gpus_per_worker,
+        cpus_per_worker=spec.cpus_per_worker,
+        memory_per_worker=spec.memory_per_worker,
+        gpu_type=spec.gpu_type,
+        preemptible=spec.preemptible,
+        priority=spec.priority,
+        max_retries=spec.max_retries,
+        max_wall_time=spec.max_wall_time,
+        data_path=spec.data_path,
+        output_path=spec.output_path,
+        status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
+        status_message=approval_reason,
+        idempotency_key=idempotency_key or None,
+        submitted_at=now,
+        queued_at=now,
+    )
+    record_event(job, "", owner, approval_reason or "submitted")
+    return job
+
+
+def _locked(job: Job) -> Job:
+    return Job.objects.select_for_update().get(pk=job.pk)
+
+
+def _transition(
+    job: Job, to_status: str, actor: AbstractUser | None, reason: str, **fields: object
+) -> Job:
+    from_status = job.status
+    job.status = to_status
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.save()
+    record_event(job, from_status, actor, reason)
+    return job
+
+
+@transaction.atomic
+def kill_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+    """Kill a job: at once if it holds nothing, else via `killing` while the backend stops it."""
+    job = _locked(job)
+    reason = reason or "killed by user"
+    if job.status in TERMINAL_STATUSES:
+        raise ActionRefused(f"Job {job.job_id} is already {job.status}.")
+    if job.status == JobStatus.KILLING:
+        return job
+    if job.status in ACTIVE_STATUSES:
+        return _transition(job, JobStatus.KILLING, actor, reason, status_message=reason)
+    return _transition(
+        job, JobStatus.KILLED, actor, reason, status_message=reason, finished_at=timezone.now()
+    )
+
+
+@transaction.atomic
+def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+    """Pause a job: it gives back its resources but stays, to be resumed later."""
+    job = _locked(job)
+    reason = reason or "paused by user"
+    if job.status in (JobStatus.PAUSED, JobStatus.PAUSING):
+        return job
+    if job.status in (JobStatus.SCHEDULING, JobStatus.RUNNING):
+        return _transition(job, JobStatus.PAUSING, actor, reason, status_message=reason)
+    if job.status in (JobStatus.QUEUED, JobStatus.UNAPPROVED):
+        return _transition(job, JobStatus.PAUSED, actor, reason, status_message=reason)
+    raise ActionRefused(f"Job {job.job_id} is {job.status} and cannot be paused.")
+
+
+@transaction.atomic
+def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+    """Put a paused job back in its queue, at its original place."""
+    job = _locked(job)
+    if job.status in (JobStatus.QUEUED, JobStatus.UNAPPROVED):
+        return job
+    if job.status != JobStatus.PAUSED:
+        raise ActionRefused(f"Job {job.job_id} is {job.status}; only a paused job can resume.")
+    return _transition(job, JobStatus.QUEUED, actor, reason or "resumed by user", status_message="")
+
+
+@transaction.atomic
+def approve_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+    """A VC admin lets a job past the per-user GPU limit."""
+    job = _locked(job)
+    if job.status != JobStatus.UNAPPROVED:
+        raise ActionRefused(f"Job {job.job_id} is {job.status}; it needs no approval.")
+    return _transition(
+        job, JobStatus.QUEUED, actor, reason or "approved by VC admin", status_message=""
+    )
+
+
+@transaction.atomic
+def set_job_priority(job: Job, priority: int, actor: AbstractUser) -> Job:
+    job = _locked(job)
+    job.priority = priority
+    job.save(update_fields=["priority", "updated_at"])
+    return job

@@ -1,0 +1,14 @@
+import django_filters
+
+from backend.jobs.models import Job, JobStatus, JobType
+
+
+class JobFilter(django_filters.FilterSet):
+    vc = django_filters.CharFilter(field_name="vc__name")
+    owner = django_filters.CharFilter(field_name="owner__username")
+    status = django_filters.MultipleChoiceFilter(choices=JobStatus.choices)
+    type = django_filters.MultipleChoiceFilter(choices=JobType.choices)
+
+    class Meta:
+        model = Job
+        fields = ["vc", "owner", "status", "type"]

@@ -1,0 +1,221 @@
+"""Job submission and job views for the REST API."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
+from backend.core.fields import MemoryField
+from backend.jobs.actions import JobSpec
+from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
+from backend.jobs.submission import (
+    check_command,
+    check_env,
+    check_image,
+    check_path,
+    check_request,
+    visible_vc_for_submission,
+)
+from backend.vcs.models import Quota
+from backend.vcs.permissions import is_vc_admin
+
+MAX_WORKERS = 1024
+MIN_WALL_TIME = 60
+MAX_PRIORITY = 100
+MEMBER_MAX_PRIORITY = 0
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """What a script or the dashboard sends to start a job."""
+
+    vc = serializers.CharField(max_length=60)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=False)
+    type = serializers.ChoiceField(choices=JobType.choices, default=JobType.BATCH)
+    command = serializers.CharField(trim_whitespace=False)
+    image = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    gpu_type = serializers.CharField(max_length=40, required=False)
+    workers = serializers.IntegerField(min_value=1, max_value=MAX_WORKERS, default=1)
+    gpus_per_worker = serializers.IntegerField(min_value=0, max_value=64, required=False)
+    cpus_per_worker = serializers.DecimalField(
+        max_digits=8, decimal_places=3, min_value=Decimal("0.001"), required=False
+    )
+    memory_per_worker = MemoryField(required=False)
+    env = serializers.JSONField(required=False, default=dict)
+    working_dir = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    data_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    output_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    preemptible = serializers.BooleanField(default=False)
+    priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
+    max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
+
+    def validate_vc(self, name: str):
+        vc = visible_vc_for_submission(self.context["request"].user, name)
+        if vc is None:
+            raise serializers.ValidationError(f"No virtual cluster named {name!r} of yours.")
+        return vc
+
+    def validate_command(self, command: str) -> str:
+        errors = check_command(command)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return command.strip()
+
+    def validate_env(self, env: object) -> dict:
+        errors = check_env(env)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return env  # type: ignore[return-value]
+
+    def validate_image(self, image: str) -> str:
+        errors = check_image(image.strip())
+        if errors:
+            raise serializers.ValidationError(errors)
+        return image.strip()
+
+    def _check_path(self, path: str) -> str:
+        errors = check_path(path)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return path
+
+    validate_working_dir = _check_path
+    validate_data_path = _check_path
+    validate_output_path = _check_path
+
+    def _gpu_type(self, attrs: dict) -> GpuType:
+        vc = attrs["vc"]
+        name = attrs.get("gpu_type")
+        if name is None:
+            names = list(Quota.objects.filter(vc=vc).values_list("gpu_type__name", flat=True))
+            if len(names) != 1:
+                known = ", ".join(names) or "none"
+                raise serializers.ValidationError(
+                    {"gpu_type": [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]}
+                )
+            name = names[0]
+        gpu_type = GpuType.objects.filter(name=name).first()
+        if gpu_type is None:
+            known = ", ".join(GpuType.objects.values_list("name", flat=True)) or "none"
+            raise serializers.ValidationError(
+                {"gpu_type": [f"Unknown GPU type {name!r}; known types: {known}."]}
+            )
+        return gpu_type
+
+    def validate(self, attrs: dict) -> dict:
+        user = self.context["request"].user
+        vc = attrs["vc"]
+        gpu_type = self._gpu_type(attrs)
+        gpus = attrs.get("gpus_per_worker")
+        if gpu_type.is_cpu_only:
+            if gpus:
+                raise serializers.ValidationError(
+                    {"gpus_per_worker": ["CPU-only nodes have no GPUs; ask for 0."]}
+                )
+            gpus = 0
+        elif gpus is None:
+            gpus = 1
+        elif gpus == 0:
+            raise serializers.ValidationError(
+                {
+                    "gpus_per_worker": [
+                        f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
+                    ]
+                }
+            )
+        units = max(gpus, 1)  # CPU-only workers get one t-shirt size
+        cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
+        memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
+        priority = attrs["priority"]
+        if priority > MEMBER_MAX_PRIORITY and not is_vc_admin(user, vc.id):
+            raise serializers.ValidationError(
+                {"priority": [f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."]}
+            )
+        spec = JobSpec(
+            vc=vc,
+            gpu_type=gpu_type,
+            name=attrs.get("name") or _default_name(attrs["command"]),
+            type=attrs["type"],
+            command=attrs["command"],
+            image=attrs["image"],
+            workers=attrs["workers"],
+            gpus_per_worker=gpus,
+            cpus_per_worker=cpus,
+            memory_per_worker=memory,
+            env=attrs["env"],
+            working_dir=attrs.get("working_dir", ""),
+            data_path=attrs.get("data_path", ""),
+            output_path=attrs.get("output_path", ""),
+            preemptible=attrs["preemptible"],
+            priority=priority,
+            max_retries=attrs.get("max_retries", vc.default_max_retries),
+            max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
+        )
+        errors = check_request(spec.as_request())
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {"spec": spec}
+
+
+def _default_name(command: str) -> str:
+    first_word = command.split()[0] if command.split() else "job"
+    return first_word.rsplit("/", 1)[-1][:200]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as the API answers it; `id` is the short readable job id."""
+
+    id = serializers.CharField(source="job_id", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    vc = serializers.CharField(source="vc.name", read_only=True)
+    gpu_type = serializers.CharField(source="gpu_type.name", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "owner", "vc", "type", "status", "status_message",
+            "insight_message", "repair_message", "image", "command", "working_dir", "env",
+            "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
+            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
+            "data_path", "output_path", "placement", "exit_code", "failure_class",
+            "failure_rule", "submitted_at", "started_at", "finished_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class JobPrioritySerializer(serializers.Serializer):
+    priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY)
+
+
+class JobActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+BATCH_ACTIONS = ("kill", "pause", "resume", "approve")
+
+
+class JobBatchSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=BATCH_ACTIONS)
+    ids = serializers.ListField(
+        child=serializers.CharField(max_length=16), min_length=1, max_length=500
+    )
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = JobEvent
+        fields = ["from_status", "to_status", "actor", "reason", "created_at"]
+
+
+class JobAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobAttempt
+        fields = [
+            "number", "started_at", "ended_at", "nodes", "exit_code", "failure_class",
+            "failure_rule", "message",
+        ]  # fmt: skip

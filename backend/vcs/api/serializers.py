@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from backend.clusters.models import GpuType
+from backend.core.fields import MemoryField
+from backend.vcs.models import Membership, Quota, Role, SchedulingPolicy, VirtualCluster
+
+MAX_VC_WALL_TIME = 365 * 24 * 3600
+
+
+class VirtualClusterSerializer(serializers.ModelSerializer):
+    my_role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = VirtualCluster
+        fields = [
+            "name", "description", "notification", "policy", "max_wall_time",
+            "max_interactive_gpus", "default_max_retries", "user_gpu_limit", "created_at",
+            "my_role",
+        ]  # fmt: skip
+        read_only_fields = ["created_at", "my_role"]
+
+    def get_my_role(self, vc: VirtualCluster) -> str | None:
+        roles: dict[int, str] = self.context.get("roles", {})
+        user = self.context["request"].user
+        return roles.get(vc.id) or ("admin" if user.is_staff else None)
+
+
+class VirtualClusterCreateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = VirtualCluster
+        fields = [
+            "name", "description", "notification", "policy", "max_wall_time",
+            "max_interactive_gpus", "default_max_retries", "user_gpu_limit",
+        ]  # fmt: skip
+
+
+class VirtualClusterSettingsSerializer(serializers.Serializer):
+    """The settings a VC admin may change (all optional, as in a PATCH)."""
+
+    description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    notification = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    policy = serializers.ChoiceField(choices=SchedulingPolicy.choices, required=False)
+    max_wall_time = serializers.IntegerField(
+        min_value=60, max_value=MAX_VC_WALL_TIME, required=False
+    )
+    max_interactive_gpus = serializers.IntegerField(min_value=0, max_value=100000, required=False)
+    default_max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    user_gpu_limit = serializers.IntegerField(
+        min_value=0, max_value=100000, required=False, allow_null=True
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = set(self.initial_data) - set(self.fields)
+        if unknown:
+            raise serializers.ValidationError(
+                {name: ["Not a VC setting."] for name in sorted(unknown)}
+            )
+        return attrs
+
+
+class QuotaSerializer(serializers.Serializer):
+    gpu_type = serializers.CharField(max_length=40)
+    gpus = serializers.IntegerField(min_value=0, max_value=1_000_000)
+    cpus = serializers.DecimalField(
+        max_digits=10, decimal_places=3, min_value=Decimal(0), required=False
+    )
+    memory = MemoryField(required=False)
+
+    def validate_gpu_type(self, name: str) -> GpuType:
+        gpu_type = GpuType.objects.filter(name=name).first()
+        if gpu_type is None:
+            raise serializers.ValidationError(f"Unknown GPU type {name!r}.")
+        return gpu_type
+
+
+class QuotaListSerializer(serializers.ListSerializer):
+    child = QuotaSerializer()
+
+    def validate(self, quotas: list[dict]) -> list[dict]:
+        names = [quota["gpu_type"].name for quota in quotas]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise serializers.ValidationError(
+                f"Each GPU type may appear once; repeated: {', '.join(duplicates)}."
+            )
+        return quotas
+
+
+class QuotaOutSerializer(serializers.ModelSerializer):
+    gpu_type = serializers.CharField(source="gpu_type.name")
+
+    class Meta:
+        model = Quota
+        fields = ["gpu_type", "gpus", "cpus", "memory"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username")
+    email = serializers.EmailField(source="user.email", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "email", "role", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MembershipChangeSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+    def validate_username(self, username: str):
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise serializers.ValidationError(f"No active user named {username!r}.")
+        return user

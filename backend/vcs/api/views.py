@@ -1,0 +1,139 @@
+"""Virtual clusters over REST: mine, detail with resources, settings, quotas, members."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.generics import get_object_or_404
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from backend.core.scoping import TenantScopedViewSet
+from backend.vcs import actions
+from backend.vcs.api.serializers import (
+    MembershipChangeSerializer,
+    MembershipSerializer,
+    QuotaListSerializer,
+    QuotaOutSerializer,
+    VirtualClusterCreateSerializer,
+    VirtualClusterSerializer,
+    VirtualClusterSettingsSerializer,
+)
+from backend.vcs.models import Membership, VirtualCluster
+from backend.vcs.permissions import is_vc_admin
+from backend.vcs.resources import vc_resources
+
+
+def _require_cluster_admin(user: object, what: str) -> None:
+    if not getattr(user, "is_staff", False):
+        raise PermissionDenied(f"Only cluster admins can {what}.")
+
+
+class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
+    queryset = VirtualCluster.objects.all()
+    serializer_class = VirtualClusterSerializer
+    lookup_field = "name"
+    filterset_class = None
+    ordering = ["name"]
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        user = self.request.user
+        if user.is_authenticated:
+            context["roles"] = dict(
+                Membership.objects.filter(user=user).values_list("vc_id", "role")
+            )
+        return context
+
+    def _require_admin(self, vc: VirtualCluster, what: str) -> None:
+        if not is_vc_admin(self.request.user, vc.id):
+            raise PermissionDenied(f"Only an admin of VC {vc.name} can {what}.")
+
+    @extend_schema(
+        request=VirtualClusterCreateSerializer, responses={201: VirtualClusterSerializer}
+    )
+    def create(self, request: Request) -> Response:
+        """Create a VC (cluster admins)."""
+        _require_cluster_admin(request.user, "create virtual clusters")
+        body = VirtualClusterCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        vc = actions.create_vc(**body.validated_data)
+        return Response(
+            self.get_serializer(vc).data | {"resources": vc_resources(vc)},
+            status=status.HTTP_201_CREATED,
+        )
+
+    def retrieve(self, request: Request, name: str) -> Response:
+        """A VC's settings and, per GPU type, its quota, use, queued demand and free share."""
+        vc = self.get_object()
+        return Response(self.get_serializer(vc).data | {"resources": vc_resources(vc)})
+
+    @extend_schema(request=VirtualClusterSettingsSerializer, responses=VirtualClusterSerializer)
+    def partial_update(self, request: Request, name: str) -> Response:
+        """Change the VC's settings (VC admins)."""
+        vc = self.get_object()
+        self._require_admin(vc, "change its settings")
+        body = VirtualClusterSettingsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        vc = actions.update_vc_settings(vc, dict(body.validated_data))
+        return Response(self.get_serializer(vc).data | {"resources": vc_resources(vc)})
+
+    @extend_schema(
+        methods=["PUT"], request=QuotaListSerializer, responses=QuotaOutSerializer(many=True)
+    )
+    @extend_schema(methods=["GET"], responses=QuotaOutSerializer(many=True))
+    @action(detail=True, methods=["get", "put"], pagination_class=None)
+    def quotas(self, request: Request, name: str) -> Response:
+        """The VC's quotas per GPU type; PUT replaces them all (cluster admins)."""
+        vc = self.get_object()
+        if request.method == "PUT":
+            _require_cluster_admin(request.user, "set quotas")
+            if not isinstance(request.data, list):
+                raise ValidationError(
+                    {"detail": 'Send a list such as [{"gpu_type": "A100", "gpus": 8}].'}
+                )
+            body = QuotaListSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            actions.set_vc_quotas(vc, [_spec(item) for item in body.validated_data])
+        quotas = vc.quotas.select_related("gpu_type")
+        return Response(QuotaOutSerializer(quotas, many=True).data)
+
+    @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
+    @extend_schema(
+        methods=["POST"], request=MembershipChangeSerializer, responses=MembershipSerializer
+    )
+    @action(detail=True, methods=["get", "post"], pagination_class=None)
+    def members(self, request: Request, name: str) -> Response:
+        """The VC's members and roles; POST adds one or changes their role (VC admins)."""
+        vc = self.get_object()
+        if request.method == "POST":
+            self._require_admin(vc, "change members")
+            body = MembershipChangeSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            membership = actions.set_membership(
+                vc, body.validated_data["username"], body.validated_data["role"]
+            )
+            return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+        memberships = vc.memberships.select_related("user")
+        return Response(MembershipSerializer(memberships, many=True).data)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(
+        detail=True,
+        methods=["delete"],
+        url_path=r"members/(?P<username>[\w.@+-]+)",
+        pagination_class=None,
+    )
+    def remove_member(self, request: Request, name: str, username: str) -> Response:
+        """Remove a member from the VC (VC admins). Their jobs stay."""
+        vc = self.get_object()
+        self._require_admin(vc, "change members")
+        membership = get_object_or_404(Membership, vc=vc, user__username=username)
+        actions.remove_membership(vc, membership.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _spec(item: dict) -> actions.QuotaSpec:
+    return actions.QuotaSpec(item["gpu_type"], item["gpus"], item.get("cpus"), item.get("memory"))

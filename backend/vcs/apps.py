@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class VcsConfig(AppConfig):
+    name = "backend.vcs"
+    label = "vcs"

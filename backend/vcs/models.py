@@ -1,0 +1,112 @@
+"""Tenants: virtual clusters, their quotas per GPU type, and who belongs to them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from backend.clusters.models import GpuType
+
+
+class SchedulingPolicy(models.TextChoices):
+    FIFO = "FIFO", "First in, first out"
+    RUNNABLE_FIRST = "RF", "Runnable first"
+
+
+class Role(models.TextChoices):
+    MEMBER = "member"
+    ADMIN = "admin"
+
+
+class VirtualClusterQuerySet(models.QuerySet):
+    def visible_to(self, user: object) -> VirtualClusterQuerySet:
+        """Members see their VCs; cluster admins see all."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:  # type: ignore[attr-defined]
+            return self
+        return self.filter(memberships__user=user)
+
+    def administered_by(self, user: object) -> VirtualClusterQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:  # type: ignore[attr-defined]
+            return self
+        return self.filter(memberships__user=user, memberships__role=Role.ADMIN)
+
+
+class VirtualCluster(models.Model):
+    name = models.SlugField(max_length=60, unique=True)
+    description = models.TextField(blank=True)
+    notification = models.TextField(blank=True, help_text="Shown as a banner to members.")
+    policy = models.CharField(
+        max_length=4, choices=SchedulingPolicy.choices, default=SchedulingPolicy.FIFO
+    )
+    max_wall_time = models.PositiveIntegerField(
+        default=7 * 24 * 3600, help_text="Longest a job may run, in seconds."
+    )
+    max_interactive_gpus = models.PositiveIntegerField(
+        default=8, help_text="GPUs the VC's interactive jobs may hold at once."
+    )
+    default_max_retries = models.PositiveSmallIntegerField(default=3)
+    user_gpu_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs one member's non-preemptible jobs may hold before a VC admin approves.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = VirtualClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "virtual cluster"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """What a VC is guaranteed of one GPU type; beyond it, work borrows and is preemptible."""
+
+    vc = models.ForeignKey(VirtualCluster, on_delete=models.CASCADE, related_name="quotas")
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="quotas")
+    gpus = models.PositiveIntegerField(default=0)
+    cpus = models.DecimalField(
+        max_digits=10,
+        decimal_places=3,
+        default=Decimal(0),
+        validators=[MinValueValidator(Decimal(0))],
+    )
+    memory = models.PositiveBigIntegerField(default=0, help_text="MiB.")
+
+    class Meta:
+        ordering = ["vc__name", "gpu_type__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["vc", "gpu_type"], name="quota_unique_per_gpu_type")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.vc} {self.gpu_type}: {self.gpus} GPUs"
+
+
+class Membership(models.Model):
+    vc = models.ForeignKey(VirtualCluster, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["vc__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["vc", "user"], name="membership_unique_per_vc")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.vc} ({self.role})"

@@ -1,0 +1,75 @@
+"""Shared fixtures: a small cluster with two tenants, and API clients for every role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from backend.clusters.models import GpuType, Node
+from backend.vcs.models import Role, VirtualCluster
+from tests.factories import (
+    GpuTypeFactory,
+    MembershipFactory,
+    NodeFactory,
+    QuotaFactory,
+    UserFactory,
+    VirtualClusterFactory,
+)
+
+GIB = 1024
+
+
+@dataclass
+class World:
+    """Two tenants on one cluster of four 8-GPU A100 nodes and two CPU-only nodes.
+
+    VC ``vision`` (quota 16 A100) has ``member`` and ``vc_admin``; VC ``nlp`` (quota 8 A100)
+    has ``outsider``, who is a member elsewhere; ``staff`` is a cluster admin.
+    """
+
+    a100: GpuType
+    cpu: GpuType
+    nodes: list[Node]
+    vision: VirtualCluster
+    nlp: VirtualCluster
+    member: object
+    vc_admin: object
+    outsider: object
+    staff: object
+
+    def client(self, user: object | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+
+@pytest.fixture
+def world(db) -> World:
+    a100 = GpuTypeFactory(name="A100", cpus_per_gpu=8, memory_per_gpu=64 * GIB)
+    cpu = GpuTypeFactory(name="cpu", cpus_per_gpu=2, memory_per_gpu=4 * GIB)
+    nodes = [NodeFactory(name=f"a100-{i}", gpu_type=a100) for i in range(1, 5)]
+    nodes += [
+        NodeFactory(name=f"cpu-{i}", gpu_type=cpu, gpus=0, cpus=32, memory=128 * GIB)
+        for i in range(1, 3)
+    ]
+    vision = VirtualClusterFactory(name="vision")
+    nlp = VirtualClusterFactory(name="nlp")
+    QuotaFactory(vc=vision, gpu_type=a100, gpus=16)
+    QuotaFactory(vc=vision, gpu_type=cpu, gpus=0, cpus=32, memory=128 * GIB)
+    QuotaFactory(vc=nlp, gpu_type=a100, gpus=8)
+    member = UserFactory(username="mia")
+    vc_admin = UserFactory(username="vera")
+    outsider = UserFactory(username="otto")
+    staff = UserFactory(username="root", is_staff=True, is_superuser=True)
+    MembershipFactory(vc=vision, user=member, role=Role.MEMBER)
+    MembershipFactory(vc=vision, user=vc_admin, role=Role.ADMIN)
+    MembershipFactory(vc=nlp, user=outsider, role=Role.MEMBER)
+    return World(a100, cpu, nodes, vision, nlp, member, vc_admin, outsider, staff)
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 from django.conf import settings
 from django.core.management import call_command
@@ -18,6 +19,14 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 class Command(BaseCommand):
@@ -33,7 +42,7 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         if not options["no_demo"]:
             call_command("seed_demo")
-        child_env = dict(os.environ)
+        child_env = dict(os.environ, PYTHONUNBUFFERED="1")
         redis = None
         if not settings.REDIS_URL:
             redis = start_embedded_redis()
@@ -53,8 +62,8 @@ class Command(BaseCommand):
             name: subprocess.Popen(command, env=child_env, cwd=settings.BASE_DIR)
             for name, command in commands.items()
         }
-        self._print_banner(bind, demo=not options["no_demo"])
         stopping = False
+        banner_shown = False
 
         def stop(signum: int, frame: object) -> None:
             nonlocal stopping
@@ -68,6 +77,9 @@ class Command(BaseCommand):
                 if exited:
                     self.stderr.write(f"Stopping: {exited} exited.")
                     break
+                if not banner_shown and _answers(f"http://{bind}/healthz"):
+                    self._print_banner(bind, demo=not options["no_demo"])
+                    banner_shown = True
                 time.sleep(0.5)
         finally:
             for child in children.values():
@@ -95,3 +107,4 @@ class Command(BaseCommand):
                 lines.append(f"    {username:<6} / {password:<11}  {what}")
         lines.append("Press Ctrl-C to stop.")
         self.stdout.write("\n".join(lines))
+        self.stdout.flush()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Debian packages Trainyard needs to build and test: the MySQL client headers that the
+# mysqlclient driver compiles against, and pkg-config to find them.
+# Installs only what is missing; needs root (or sudo) the first time.
+set -euo pipefail
+
+packages=(default-libmysqlclient-dev pkg-config)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null; then
+  echo "Install the MySQL client headers and pkg-config (${missing[*]}) with your package manager." >&2
+  exit 1
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "Installing ${missing[*]} ..."
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,84 @@
+"""Real servers for integration tests: gunicorn on the test database, and friends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+import requests
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL naming the database this test session created."""
+    settings = connection.settings_dict
+    if "sqlite" in settings["ENGINE"]:
+        return f"sqlite:///{settings['NAME']}"
+    credentials = quote(settings["USER"] or "")
+    if settings["PASSWORD"]:
+        credentials += ":" + quote(settings["PASSWORD"])
+    return (
+        f"mysql://{credentials}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 3306}"
+        f"/{settings['NAME']}"
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def is_healthy(base_url: str) -> bool:
+    try:
+        return requests.get(f"{base_url}/healthz", timeout=1).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def start_gunicorn(extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Serve the app on the test database with gunicorn; return the process and its URL."""
+    port = free_port()
+    env = os.environ | {"DATABASE_URL": test_database_url()} | (extra_env or {})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "backend.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,  # its own process group, so that the workers die with it
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: is_healthy(base_url), 30, "gunicorn to answer /healthz")
+    except AssertionError:
+        kill_process_group(process)
+        raise
+    return process, base_url
+
+
+def kill_process_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal a server and every process it started, then reap it."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)

@@ -73,3 +73,9 @@ def world(db) -> World:
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings) -> None:
+    """Factories give every user a password; the production hash costs a second each."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

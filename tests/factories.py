@@ -26,7 +26,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
-    def saved(user, create, extracted, **kwargs):  # noqa: N805 - factory_boy's signature
+    def saved(user, create, extracted, **kwargs):
         if create:
             user.save()
 

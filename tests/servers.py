@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -77,8 +78,6 @@ def start_gunicorn(extra_env: dict[str, str] | None = None) -> tuple[subprocess.
 
 def kill_process_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Signal a server and every process it started, then reap it."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=30)

@@ -104,11 +104,7 @@ def submit_job(
 
 
 def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None) -> Job:
-    # Lock the submitter's membership so that two concurrent submissions cannot both slip
-    # under the per-user GPU limit.
-    membership = Membership.objects.select_for_update().filter(vc=spec.vc, user=owner).first()
-    is_vc_admin = owner.is_staff or (membership is not None and membership.role == Role.ADMIN)
-    approval_reason = "" if is_vc_admin else needs_approval(spec.as_request(), owner.pk)
+    approval_reason = _approval_reason(owner, spec.as_request())
     now = timezone.now()
     job = Job.objects.create(
         job_id=new_job_id(),
@@ -139,6 +135,29 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
     )
     record_event(job, "", owner, approval_reason or "submitted")
     return job
+
+
+def _approval_reason(owner: AbstractUser, request: Request) -> str:
+    """Why a job must wait for a VC admin (the per-user GPU limit), or '' when it need not."""
+    # Lock the owner's membership so that two concurrent submissions (or resumes) cannot
+    # both slip under the per-user GPU limit.
+    membership = Membership.objects.select_for_update().filter(vc=request.vc, user=owner).first()
+    is_vc_admin = owner.is_staff or (membership is not None and membership.role == Role.ADMIN)
+    return "" if is_vc_admin else needs_approval(request, owner.pk)
+
+
+def _request_of(job: Job) -> Request:
+    return Request(
+        vc=job.vc,
+        gpu_type=job.gpu_type,
+        type=job.type,
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        cpus_per_worker=job.cpus_per_worker,
+        memory_per_worker=job.memory_per_worker,
+        preemptible=job.preemptible,
+        max_wall_time=job.max_wall_time,
+    )
 
 
 def _locked(job: Job) -> Job:
@@ -189,13 +208,26 @@ def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
 
 @transaction.atomic
 def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
-    """Put a paused job back in its queue, at its original place."""
+    """Put a paused job back in its queue, at its original place.
+
+    Unless a VC admin approved it before, it waits for approval again when it would take its
+    owner past the VC's per-user GPU limit.
+    """
     job = _locked(job)
     if job.status in (JobStatus.QUEUED, JobStatus.UNAPPROVED):
         return job
     if job.status != JobStatus.PAUSED:
         raise ActionRefused(f"Job {job.job_id} is {job.status}; only a paused job can resume.")
-    return _transition(job, JobStatus.QUEUED, actor, reason or "resumed by user", status_message="")
+    reason = reason or "resumed by user"
+    # A paused job holds nothing, so resuming it must pass the per-user GPU limit again,
+    # unless a VC admin already approved it.
+    approved = job.events.filter(
+        from_status=JobStatus.UNAPPROVED, to_status=JobStatus.QUEUED
+    ).exists()
+    approval_reason = "" if approved else _approval_reason(job.owner, _request_of(job))
+    if approval_reason:
+        return _transition(job, JobStatus.UNAPPROVED, actor, reason, status_message=approval_reason)
+    return _transition(job, JobStatus.QUEUED, actor, reason, status_message="")
 
 
 @transaction.atomic

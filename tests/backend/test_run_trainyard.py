@@ -80,5 +80,5 @@ def test_run_starts_the_whole_system_with_demo_logins_and_stops_cleanly(trainyar
     children = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
-    gone, alive = psutil.wait_procs(children, timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=30)
     assert alive == [], f"left running: {[p.cmdline() for p in alive]}"

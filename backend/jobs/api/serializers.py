@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField
+from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.actions import JobSpec
 from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
 from backend.jobs.submission import (
@@ -164,8 +165,11 @@ def _default_name(command: str) -> str:
     return first_word.rsplit("/", 1)[-1][:200]
 
 
-class JobSerializer(serializers.ModelSerializer):
-    """A job as the API answers it; `id` is the short readable job id."""
+class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
+    """A job as the API answers it; `id` is the short readable job id.
+
+    Compiled (see backend.core.representation): a page of jobs is most of a list's cost.
+    """
 
     id = serializers.CharField(source="job_id", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)

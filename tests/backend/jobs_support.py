@@ -1,0 +1,27 @@
+"""Helpers shared by the jobs API tests: the endpoint, a submission, a job in a given state."""
+
+from __future__ import annotations
+
+from backend.jobs.models import Job, JobStatus
+from tests.factories import JobFactory
+
+JOBS = "/api/v1/jobs/"
+OMIT = object()  # a field the submission leaves out
+
+
+def job_url(job: Job, action: str = "") -> str:
+    return f"{JOBS}{job.job_id}/" + (f"{action}/" if action else "")
+
+
+def submit(client, headers: dict[str, str] | None = None, **fields):
+    """POST a submission into VC vision on A100 unless the fields say otherwise."""
+    body = {"vc": "vision", "command": "python train.py", "gpu_type": "A100"} | fields
+    body = {name: value for name, value in body.items() if value is not OMIT}
+    return client.post(JOBS, body, format="json", headers=headers)
+
+
+def make_job(world, owner=None, status: str = JobStatus.QUEUED, **fields) -> Job:
+    """A job in VC vision owned by the member, unless told otherwise."""
+    fields.setdefault("vc", world.vision)
+    fields.setdefault("gpu_type", world.a100)
+    return JobFactory(owner=owner or world.member, status=status, **fields)

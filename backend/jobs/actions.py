@@ -49,17 +49,7 @@ class JobSpec:
     priority: int = 0
 
     def as_request(self) -> Request:
-        return Request(
-            vc=self.vc,
-            gpu_type=self.gpu_type,
-            type=self.type,
-            workers=self.workers,
-            gpus_per_worker=self.gpus_per_worker,
-            cpus_per_worker=self.cpus_per_worker,
-            memory_per_worker=self.memory_per_worker,
-            preemptible=self.preemptible,
-            max_wall_time=self.max_wall_time,
-        )
+        return Request.of(self)
 
 
 def record_event(
@@ -146,20 +136,6 @@ def _approval_reason(owner: AbstractUser, request: Request) -> str:
     return "" if is_vc_admin else needs_approval(request, owner.pk)
 
 
-def _request_of(job: Job) -> Request:
-    return Request(
-        vc=job.vc,
-        gpu_type=job.gpu_type,
-        type=job.type,
-        workers=job.workers,
-        gpus_per_worker=job.gpus_per_worker,
-        cpus_per_worker=job.cpus_per_worker,
-        memory_per_worker=job.memory_per_worker,
-        preemptible=job.preemptible,
-        max_wall_time=job.max_wall_time,
-    )
-
-
 def _locked(job: Job) -> Job:
     return Job.objects.select_for_update().get(pk=job.pk)
 
@@ -224,7 +200,7 @@ def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     approved = job.events.filter(
         from_status=JobStatus.UNAPPROVED, to_status=JobStatus.QUEUED
     ).exists()
-    approval_reason = "" if approved else _approval_reason(job.owner, _request_of(job))
+    approval_reason = "" if approved else _approval_reason(job.owner, Request.of(job))
     if approval_reason:
         return _transition(job, JobStatus.UNAPPROVED, actor, reason, status_message=approval_reason)
     return _transition(job, JobStatus.QUEUED, actor, reason, status_message="")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 
 from django.conf import settings
@@ -97,6 +97,11 @@ class Request:
     memory_per_worker: int
     preemptible: bool
     max_wall_time: int
+
+    @classmethod
+    def of(cls, source: object) -> Request:
+        """The request made by a job spec or a stored job (they share these field names)."""
+        return cls(**{field.name: getattr(source, field.name) for field in fields(cls)})
 
 
 def check_fits_largest_node(request: Request) -> FieldErrors:

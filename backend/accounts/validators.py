@@ -39,6 +39,9 @@ def parse_ssh_public_key(text: str) -> ParsedSshKey:
         raise ValueError("Paste a public key such as 'ssh-ed25519 AAAA... you@laptop'.")
     if "PRIVATE KEY" in line:
         raise ValueError("This is a private key. Paste the public key (the .pub file) instead.")
+    # Joined, several keys would pass as the first key with the rest as its comment.
+    if len([row for row in text.splitlines() if row.strip()]) > 1:
+        raise ValueError("Paste one public key, on one line; add further keys one at a time.")
     parts = line.split(" ", 2)
     if len(parts) < 2:
         raise ValueError("A public key has a type and a base64 body, e.g. 'ssh-ed25519 AAAA...'.")
@@ -76,6 +79,8 @@ def parse_ssh_public_key(text: str) -> ParsedSshKey:
 def parse_allowed_network(text: str) -> str:
     """Normalise an IPv4/IPv6 address or CIDR to a network string; raise ValueError if bad."""
     candidate = text.strip()
+    if "%" in candidate:  # an IPv6 zone (fe80::1%eth0) names a local interface, not a peer
+        raise ValueError(f"{candidate!r} has a zone index (%...); give the address without it.")
     try:
         network = ipaddress.ip_network(candidate, strict=True)
     except ValueError as error:

@@ -7,10 +7,16 @@ from rest_framework import serializers
 
 from backend.core.quantities import memory_to_mib
 
+# What a PositiveIntegerField holds on every database (2 PiB): more is a typo, not a machine.
+MAX_MIB = 2**31 - 1
+
 
 @extend_schema_field(
     {
-        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "64Gi"}],
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_MIB},
+            {"type": "string", "example": "64Gi"},
+        ],
         "description": "MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB.",
     }
 )
@@ -24,6 +30,8 @@ class MemoryField(serializers.Field):
             raise serializers.ValidationError(str(error)) from error
         if mib < 1:
             raise serializers.ValidationError("Give at least 1 MiB.")
+        if mib > MAX_MIB:
+            raise serializers.ValidationError(f"Give at most {MAX_MIB} MiB (2 PiB).")
         return mib
 
     def to_representation(self, value: int) -> int:

@@ -5,6 +5,7 @@ from django.contrib.auth.password_validation import validate_password
 from rest_framework import serializers
 
 from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.accounts.validators import parse_allowed_network
 
 User = get_user_model()
 
@@ -48,6 +49,12 @@ class AllowedIpSerializer(serializers.ModelSerializer):
         model = AllowedIp
         fields = ["id", "address", "network", "description", "created_at", "expires_at", "expired"]
         read_only_fields = ["id", "network", "created_at", "expired"]
+
+    def validate_address(self, address: str) -> str:
+        try:
+            return parse_allowed_network(address)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from error
 
 
 class UserSerializer(serializers.ModelSerializer):

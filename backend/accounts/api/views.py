@@ -88,8 +88,8 @@ class AllowedIpViewSet(OwnCredentialViewSet):
                 expires_at=data.get("expires_at"),
             )
         except ValueError as error:
-            field_name = "address" if "expir" not in str(error) else "expires_at"
-            raise serializers.ValidationError({field_name: [str(error)]}) from error
+            # The address was checked by the serializer; what is left is about the expiry.
+            raise serializers.ValidationError({"expires_at": [str(error)]}) from error
 
 
 class UserViewSet(

@@ -10,6 +10,7 @@ from backend.core.fields import MemoryField
 from backend.vcs.models import Membership, Quota, Role, SchedulingPolicy, VirtualCluster
 
 MAX_VC_WALL_TIME = 365 * 24 * 3600
+MAX_QUOTA_CPUS = Decimal("9999999.999")  # what Quota.cpus (10 digits, 3 decimals) holds
 
 
 class VirtualClusterSerializer(serializers.ModelSerializer):
@@ -37,6 +38,13 @@ class VirtualClusterCreateSerializer(serializers.ModelSerializer):
             "name", "description", "notification", "policy", "max_wall_time",
             "max_interactive_gpus", "default_max_retries", "user_gpu_limit",
         ]  # fmt: skip
+        # The same bounds as a later PATCH of the settings.
+        extra_kwargs = {
+            "max_wall_time": {"min_value": 60, "max_value": MAX_VC_WALL_TIME},
+            "max_interactive_gpus": {"max_value": 100000},
+            "default_max_retries": {"max_value": 20},
+            "user_gpu_limit": {"max_value": 100000},
+        }
 
 
 class VirtualClusterSettingsSerializer(serializers.Serializer):
@@ -76,6 +84,15 @@ class QuotaSerializer(serializers.Serializer):
         if gpu_type is None:
             raise serializers.ValidationError(f"Unknown GPU type {name!r}.")
         return gpu_type
+
+    def validate(self, attrs: dict) -> dict:
+        if "cpus" not in attrs:
+            implied = attrs["gpu_type"].cpus_per_gpu * attrs["gpus"]
+            if implied > MAX_QUOTA_CPUS:
+                raise serializers.ValidationError(
+                    {"gpus": [f"That implies {implied} CPUs, more than a quota holds."]}
+                )
+        return attrs
 
 
 class QuotaListSerializer(serializers.ListSerializer):

@@ -20,28 +20,28 @@ from backend.clusters.models import GpuType, Node
 from backend.core.scoping import TenantScopedViewSet
 
 
-class ClusterAdminWrites:
-    """Anyone signed in reads; only cluster admins write."""
-
-    def check_permissions(self, request: Request) -> None:
-        super().check_permissions(request)  # type: ignore[misc]
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not request.user.is_staff:
-            raise PermissionDenied("Only cluster admins can change the cluster.")
-
-
-class GpuTypeViewSet(
-    ClusterAdminWrites,
+class ClusterInventoryViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     TenantScopedViewSet,
 ):
+    """Part of the cluster's inventory: anyone signed in reads; only cluster admins write."""
+
+    lookup_field = "name"
+
+    def check_permissions(self, request: Request) -> None:
+        super().check_permissions(request)
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not request.user.is_staff:
+            raise PermissionDenied("Only cluster admins can change the cluster.")
+
+
+class GpuTypeViewSet(ClusterInventoryViewSet):
     """GPU types (SKUs) and their t-shirt sizes: CPU cores and memory per GPU."""
 
     queryset = GpuType.objects.all()
     serializer_class = GpuTypeSerializer
-    lookup_field = "name"
     pagination_class = None
     filterset_class = None
 
@@ -49,19 +49,11 @@ class GpuTypeViewSet(
         serializer.instance = actions.create_gpu_type(**serializer.validated_data)
 
 
-class NodeViewSet(
-    ClusterAdminWrites,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    mixins.UpdateModelMixin,
-    TenantScopedViewSet,
-):
+class NodeViewSet(ClusterInventoryViewSet):
     """Worker nodes: registered, labelled and cordoned by cluster admins."""
 
     queryset = Node.objects.all()
     serializer_class = NodeSerializer
-    lookup_field = "name"
     filterset_fields = ["gpu_type__name", "schedulable", "repair_state"]
     ordering = ["name"]
 

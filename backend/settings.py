@@ -84,7 +84,7 @@ TEMPLATES = [
 ]
 
 # --- Database: SQLite under var/ unless DATABASE_URL names a server -----------------------
-DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'trainyard.sqlite3'}")
+DATABASE_URL = env("DATABASE_URL", "") or f"sqlite:///{VAR_DIR / 'trainyard.sqlite3'}"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 _engine = DATABASES["default"]["ENGINE"]
 if "mysql" in _engine:

@@ -25,7 +25,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_database_url() -> str:
+def session_database_url() -> str:
     """A DATABASE_URL naming the database this test session created."""
     settings = connection.settings_dict
     if "sqlite" in settings["ENGINE"]:
@@ -52,17 +52,19 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 def is_healthy(base_url: str) -> bool:
     try:
         return requests.get(f"{base_url}/healthz", timeout=1).status_code == 200
-    except requests.ConnectionError:
+    except requests.RequestException:
         return False
 
 
-def start_gunicorn(extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_gunicorn(
+    extra_env: dict[str, str] | None = None, workers: int = 1, threads: int = 1
+) -> tuple[subprocess.Popen, str]:
     """Serve the app on the test database with gunicorn; return the process and its URL."""
     port = free_port()
-    env = os.environ | {"DATABASE_URL": test_database_url()} | (extra_env or {})
+    env = os.environ | {"DATABASE_URL": session_database_url()} | (extra_env or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "backend.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--log-level", "warning"],
+         "--workers", str(workers), "--threads", str(threads), "--log-level", "warning"],
         cwd=ROOT,
         env=env,
         start_new_session=True,  # its own process group, so that the workers die with it

@@ -130,6 +130,9 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["vc", "status", "priority", "queued_at"], name="job_queue_idx"),
             models.Index(fields=["owner", "submitted_at"], name="job_owner_idx"),
+            # A member's jobs in one VC, newest first (the job list's commonest question), and
+            # the count of what a VC admin sees of a VC, from the index alone.
+            models.Index(fields=["vc", "owner", "submitted_at"], name="job_vc_owner_idx"),
             models.Index(fields=["vc", "submitted_at"], name="job_vc_idx"),
             models.Index(fields=["status", "submitted_at"], name="job_status_idx"),
             models.Index(fields=["submitted_at"], name="job_submitted_idx"),

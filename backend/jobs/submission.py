@@ -107,6 +107,13 @@ class Request:
 def check_fits_largest_node(request: Request) -> FieldErrors:
     """Each worker must fit on at least one node of its GPU type."""
     nodes = Node.objects.filter(gpu_type=request.gpu_type)
+    fits = nodes.filter(
+        gpus__gte=request.gpus_per_worker,
+        cpus__gte=request.cpus_per_worker,
+        memory__gte=request.memory_per_worker,
+    )
+    if fits.exists():  # the usual answer, in one query; the steps below say what is missing
+        return {}
     if not nodes.exists():
         return {"gpu_type": [f"No {request.gpu_type.name} nodes are registered in the cluster."]}
     fits_gpus = nodes.filter(gpus__gte=request.gpus_per_worker)

@@ -1,0 +1,119 @@
+"""A fast path for model serializers that answer many rows: the same output, less machinery.
+
+DRF's generic ``Serializer.to_representation`` builds every field anew for each serializer,
+walks them through ``get_attribute`` (with its callable and mapping checks) and converts
+datetimes through ``enforce_timezone``; on a page of 50 jobs that is most of the request.
+``CompiledRepresentationMixin`` turns the serializer's fields, once per class, into a plan of
+plain attribute reads and converters that answer exactly what the generic path answers, and
+falls back to the generic path for anything it cannot prove the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist
+from django.db import models
+from django.utils import timezone
+from rest_framework import serializers
+from rest_framework.settings import api_settings
+
+Converter = Callable[[Any], Any]
+# field name, attribute path, converter; None when the serializer must use the generic path.
+Plan = tuple[tuple[str, tuple[str, ...], Converter], ...] | None
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _iso_datetime(field: serializers.DateTimeField) -> Converter:
+    """``DateTimeField.to_representation`` for aware datetimes in ISO 8601, without the rest."""
+    generic = field.to_representation
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            return generic(value)
+        text = value.astimezone(timezone.get_current_timezone()).isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+    return convert
+
+
+def _converter(field: serializers.Field) -> Converter:
+    """The cheapest callable that answers what ``field.to_representation`` answers."""
+    kind = type(field)
+    if kind is serializers.CharField:
+        return str
+    if kind is serializers.IntegerField:
+        return int
+    if kind is serializers.JSONField and not field.binary:
+        return _identity
+    if (
+        kind is serializers.DateTimeField
+        and settings.USE_TZ
+        and not hasattr(field, "format")
+        and not hasattr(field, "timezone")
+        and str(api_settings.DATETIME_FORMAT).lower() == "iso-8601"
+    ):
+        return _iso_datetime(field)
+    return field.to_representation
+
+
+def _is_model_field_path(model: type[models.Model], attrs: list[str]) -> bool:
+    """Whether ``attrs`` reads plain model fields (through foreign keys), never a method."""
+    for position, attr in enumerate(attrs):
+        try:
+            model_field = model._meta.get_field(attr)
+        except FieldDoesNotExist:
+            return False
+        if not model_field.concrete or model_field.many_to_many:
+            return False
+        if model_field.is_relation:
+            model = model_field.related_model
+        elif position != len(attrs) - 1:
+            return False
+    return True
+
+
+def compile_plan(serializer: serializers.ModelSerializer) -> Plan:
+    """Field by field, how to read and convert; None if any field needs the generic path."""
+    model = serializer.Meta.model
+    plan = []
+    for field in serializer._readable_fields:
+        attrs = list(field.source_attrs)
+        if field.source == "*" or not attrs or not _is_model_field_path(model, attrs):
+            return None
+        if type(field).get_attribute is not serializers.Field.get_attribute:
+            return None
+        plan.append((field.field_name, tuple(attrs), _converter(field)))
+    return tuple(plan)
+
+
+class CompiledRepresentationMixin:
+    """Mix into a ``ModelSerializer`` whose fields do not depend on its context."""
+
+    _compiled_plans: dict[type, Plan] = {}
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        cls = type(self)
+        try:
+            plan = CompiledRepresentationMixin._compiled_plans[cls]
+        except KeyError:
+            plan = CompiledRepresentationMixin._compiled_plans[cls] = compile_plan(self)
+        if plan is None or isinstance(instance, Mapping):
+            return super().to_representation(instance)  # type: ignore[misc]
+        representation: dict[str, Any] = {}
+        try:
+            for name, attrs, convert in plan:
+                value = instance
+                for attr in attrs:
+                    value = getattr(value, attr)
+                representation[name] = None if value is None else convert(value)
+        except (AttributeError, KeyError, ObjectDoesNotExist):
+            # A missing related object: the generic path knows what to answer.
+            return super().to_representation(instance)  # type: ignore[misc]
+        return representation

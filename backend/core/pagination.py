@@ -1,9 +1,40 @@
 """Page-number pagination that answers ``{"count", "next", "previous", "results"}``."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+
+
+class RowsPaginator(Paginator):
+    """Counts the queryset as given, then reads one page as ``values(*lookups)`` rows.
+
+    The count stays free of the joins the rows need, and the page builds no model instances.
+    """
+
+    def __init__(self, object_list: QuerySet, per_page: int, *, lookups: Sequence[str]) -> None:
+        super().__init__(object_list, per_page)
+        self.lookups = lookups
+
+    def page(self, number: int | str) -> Page:
+        page = super().page(number)
+        page.object_list = page.object_list.values(*self.lookups)
+        return page
 
 
 class StandardPagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def paginate_rows(
+        self, queryset: QuerySet, lookups: Sequence[str], request: Request, view: object = None
+    ) -> list[dict]:
+        """As ``paginate_queryset``, with the page read as rows of ``lookups``."""
+        self.django_paginator_class = partial(RowsPaginator, lookups=lookups)
+        return self.paginate_queryset(queryset, request, view)

@@ -11,7 +11,7 @@ falls back to the generic path for anything it cannot prove the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 
 from django.conf import settings
@@ -30,17 +30,32 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def _iso_datetime(field: serializers.DateTimeField) -> Converter:
-    """``DateTimeField.to_representation`` for aware datetimes in ISO 8601, without the rest."""
-    generic = field.to_representation
+class IsoDatetime:
+    """``DateTimeField.to_representation`` for aware datetimes in ISO 8601, without the rest.
 
-    def convert(value: Any) -> Any:
-        if not isinstance(value, datetime) or value.utcoffset() is None:
-            return generic(value)
-        text = value.astimezone(timezone.get_current_timezone()).isoformat()
-        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    Bound to the current time zone once per answer: looking it up is dearer than the rest.
+    """
 
-    return convert
+    def __init__(self, field: serializers.DateTimeField) -> None:
+        self.generic = field.to_representation
+
+    def bind(self, zone: tzinfo) -> Converter:
+        generic = self.generic
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, datetime) or value.utcoffset() is None:
+                return generic(value)
+            text = value.astimezone(zone).isoformat()
+            return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+        return convert
+
+
+def _bound(plan: tuple, zone: tzinfo) -> list[tuple[str, tuple[str, ...], Converter]]:
+    return [
+        (name, attrs, convert.bind(zone) if isinstance(convert, IsoDatetime) else convert)
+        for name, attrs, convert in plan
+    ]
 
 
 def _converter(field: serializers.Field) -> Converter:
@@ -59,7 +74,7 @@ def _converter(field: serializers.Field) -> Converter:
         and not hasattr(field, "timezone")
         and str(api_settings.DATETIME_FORMAT).lower() == "iso-8601"
     ):
-        return _iso_datetime(field)
+        return IsoDatetime(field)
     return field.to_representation
 
 
@@ -94,21 +109,53 @@ def compile_plan(serializer: serializers.ModelSerializer) -> Plan:
 
 
 class CompiledRepresentationMixin:
-    """Mix into a ``ModelSerializer`` whose fields do not depend on its context."""
+    """Mix into a ``ModelSerializer`` whose fields do not depend on its context.
+
+    Besides model instances it answers rows from ``QuerySet.values(*cls.row_lookups())``,
+    which spares a list page the building of model instances.
+    """
 
     _compiled_plans: dict[type, Plan] = {}
 
-    def to_representation(self, instance: Any) -> dict[str, Any]:
-        cls = type(self)
+    @classmethod
+    def _plan(cls, serializer: Any = None) -> Plan:
         try:
-            plan = CompiledRepresentationMixin._compiled_plans[cls]
+            return CompiledRepresentationMixin._compiled_plans[cls]
         except KeyError:
-            plan = CompiledRepresentationMixin._compiled_plans[cls] = compile_plan(self)
+            plan = compile_plan(serializer if serializer is not None else cls())
+            CompiledRepresentationMixin._compiled_plans[cls] = plan
+            return plan
+
+    @classmethod
+    def row_lookups(cls) -> list[str]:
+        """The ``values()`` lookups whose rows ``represent_rows`` answers."""
+        plan = cls._plan()
+        if plan is None:
+            raise TypeError(f"{cls.__name__} cannot be compiled to answer rows")
+        return ["__".join(attrs) for _, attrs, _ in plan]
+
+    @classmethod
+    def represent_rows(cls, rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Answer ``values()`` rows exactly as ``to_representation`` answers their objects."""
+        zone = timezone.get_current_timezone()
+        fields = [
+            (name, "__".join(attrs), convert) for name, attrs, convert in _bound(cls._plan(), zone)
+        ]
+        return [
+            {
+                name: None if (value := row[lookup]) is None else convert(value)
+                for name, lookup, convert in fields
+            }
+            for row in rows
+        ]
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        plan = type(self)._plan(self)
         if plan is None or isinstance(instance, Mapping):
             return super().to_representation(instance)  # type: ignore[misc]
         representation: dict[str, Any] = {}
         try:
-            for name, attrs, convert in plan:
+            for name, attrs, convert in _bound(plan, timezone.get_current_timezone()):
                 value = instance
                 for attr in attrs:
                     value = getattr(value, attr)

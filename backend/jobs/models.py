@@ -63,11 +63,8 @@ class JobQuerySet(models.QuerySet):
             return self.none()
         if user.is_staff:  # type: ignore[attr-defined]
             return self
-        # No ordering: Membership's default one joins two tables only to sort a few ids.
         administered = list(
-            Membership.objects.filter(user=user, role=Role.ADMIN)
-            .order_by()
-            .values_list("vc_id", flat=True)
+            Membership.objects.filter(user=user, role=Role.ADMIN).values_list("vc_id", flat=True)
         )
         if not administered:
             return self.filter(owner=user)

@@ -85,7 +85,6 @@ class Quota(models.Model):
     memory = models.PositiveBigIntegerField(default=0, help_text="MiB.")
 
     class Meta:
-        ordering = ["vc__name", "gpu_type__name"]
         constraints = [
             models.UniqueConstraint(fields=["vc", "gpu_type"], name="quota_unique_per_gpu_type")
         ]
@@ -103,7 +102,6 @@ class Membership(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        ordering = ["vc__name", "user__username"]
         constraints = [
             models.UniqueConstraint(fields=["vc", "user"], name="membership_unique_per_vc")
         ]

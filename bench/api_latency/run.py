@@ -37,6 +37,7 @@ GOAL_P95_MS = 100.0
 DEFAULT_WORKERS = 4
 DEFAULT_THREADS = 3
 DEFAULT_WORKER_CONNECTIONS = 4
+DEFAULT_WORKER_CLASS = "gthread"
 PERSONAS = 64
 SUBMITTED_NAME = "bench-submit"
 
@@ -62,6 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured, per scenario")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    parser.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS, choices=["gthread", "sync"])
     parser.add_argument(
         "--worker-connections", type=int, default=DEFAULT_WORKER_CONNECTIONS, metavar="N"
     )
@@ -228,22 +230,32 @@ class Gunicorn:
     """``python -m gunicorn backend.wsgi`` on a free loopback port, gthread workers."""
 
     def __init__(
-        self, workers: int, threads: int, var_dir: str, connections: int | None = None
+        self,
+        workers: int,
+        threads: int,
+        var_dir: str,
+        connections: int | None = None,
+        worker_class: str = "gthread",
     ) -> None:
         self.workers, self.threads, self.connections = workers, threads, connections
+        self.worker_class = worker_class
         self.port = free_port()
         self.log_path = Path(var_dir) / f"gunicorn-{workers}x{threads}.log"
         self.process: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
-        extra = ["--worker-connections", str(self.connections)] if self.connections else []
+        if self.worker_class == "sync":  # one request at a time per process, no keep-alive
+            extra = []
+        else:
+            extra = ["--threads", str(self.threads), "--keep-alive", "30"]
+            if self.connections:
+                extra += ["--worker-connections", str(self.connections)]
         return [
             sys.executable, "-m", "gunicorn", "backend.wsgi",
+            "--config", str(REPO_ROOT / "deploy" / "gunicorn.conf.py"),
             "--bind", f"127.0.0.1:{self.port}",
             "--workers", str(self.workers),
-            "--threads", str(self.threads),
-            "--worker-class", "gthread",
-            "--keep-alive", "30",
+            "--worker-class", self.worker_class,
             "--log-level", "warning",
             *extra,
         ]  # fmt: skip
@@ -324,7 +336,7 @@ def run_load(args, personas: list[Persona], config: tuple[int, ...], names: list
 
     makers = scenario_requests(personas)
     results = []
-    with Gunicorn(*config[:2], args.var_dir, *config[2:]) as server:
+    with Gunicorn(*config[:2], args.var_dir, *config[2:], worker_class=args.worker_class) as server:
         for name in names:
             make_request, expected = makers[name]
             before, idle_before = _cpu_snapshot(server.process.pid), _idle_seconds()

@@ -26,6 +26,13 @@ def test_submission_is_stored_with_t_shirt_defaults(world):
     assert [e.to_status for e in job.events.all()] == [JobStatus.QUEUED]
 
 
+def test_submit_answers_the_job_as_stored(world):
+    client = world.client(world.member)
+    answer = submit(client, cpus_per_worker="2.5", env={"LR": "0.1"}).json()
+
+    assert client.get(f"{JOBS}{answer['id']}/").json() == answer
+
+
 def test_memory_quantity_is_answered_in_mib(world):
     response = submit(world.client(world.member), memory_per_worker="48Gi")
 

@@ -80,5 +80,5 @@ class MeSerializer(serializers.Serializer):
     def get_vcs(self, user: object) -> list[dict[str, str]]:
         return [
             {"name": name, "role": role}
-            for name, role in user.memberships.values_list("vc__name", "role")  # type: ignore[attr-defined]
+            for name, role in user.memberships.order_by("vc__name").values_list("vc__name", "role")  # type: ignore[attr-defined]
         ]

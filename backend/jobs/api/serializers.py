@@ -90,7 +90,11 @@ class JobSubmitSerializer(serializers.Serializer):
         vc = attrs["vc"]
         name = attrs.get("gpu_type")
         if name is None:
-            names = list(Quota.objects.filter(vc=vc).values_list("gpu_type__name", flat=True))
+            names = list(
+                Quota.objects.filter(vc=vc)
+                .order_by("gpu_type__name")
+                .values_list("gpu_type__name", flat=True)
+            )
             if len(names) != 1:
                 known = ", ".join(names) or "none"
                 raise serializers.ValidationError(

@@ -97,7 +97,7 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
             body = QuotaListSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             actions.set_vc_quotas(vc, [_spec(item) for item in body.validated_data])
-        quotas = vc.quotas.select_related("gpu_type")
+        quotas = vc.quotas.select_related("gpu_type").order_by("gpu_type__name")
         return Response(QuotaOutSerializer(quotas, many=True).data)
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
@@ -116,7 +116,7 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
                 vc, body.validated_data["username"], body.validated_data["role"]
             )
             return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
-        memberships = vc.memberships.select_related("user")
+        memberships = vc.memberships.select_related("user").order_by("user__username")
         return Response(MembershipSerializer(memberships, many=True).data)
 
     @extend_schema(request=None, responses={204: None})

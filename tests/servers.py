@@ -72,7 +72,7 @@ def start_gunicorn(
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: is_healthy(base_url), 30, "gunicorn to answer /healthz")
-    except AssertionError:
+    except BaseException:
         kill_process_group(process)
         raise
     return process, base_url

@@ -40,8 +40,11 @@ def revoke_api_token(token: ApiToken) -> None:
 
 def user_for_token(plaintext: str) -> AbstractUser | None:
     """The active user a token belongs to, noting when it was last used."""
-    token = ApiToken.objects.select_related("user").filter(digest=token_digest(plaintext)).first()
-    if token is None or not token.user.is_active:
+    try:
+        token = ApiToken.objects.select_related("user").get(digest=token_digest(plaintext))
+    except ApiToken.DoesNotExist:
+        return None
+    if not token.user.is_active:
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):

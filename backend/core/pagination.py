@@ -15,6 +15,7 @@ class RowsPaginator(Paginator):
     """Counts the queryset as given, then reads one page as ``values(*lookups)`` rows.
 
     The count stays free of the joins the rows need, and the page builds no model instances.
+    A first page that is not full is its own count, so it costs no COUNT query.
     """
 
     def __init__(self, object_list: QuerySet, per_page: int, *, lookups: Sequence[str]) -> None:
@@ -22,6 +23,11 @@ class RowsPaginator(Paginator):
         self.lookups = lookups
 
     def page(self, number: int | str) -> Page:
+        if str(number) == "1":
+            rows = list(self.object_list.values(*self.lookups)[: self.per_page + 1])
+            if len(rows) <= self.per_page:
+                self.__dict__["count"] = len(rows)  # the cached_property, known without a query
+            return self._get_page(rows[: self.per_page], 1, self)
         page = super().page(number)
         page.object_list = page.object_list.values(*self.lookups)
         return page

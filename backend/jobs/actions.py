@@ -129,6 +129,8 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
 
 def _approval_reason(owner: AbstractUser, request: Request) -> str:
     """Why a job must wait for a VC admin (the per-user GPU limit), or '' when it need not."""
+    if request.vc.user_gpu_limit is None or request.preemptible:
+        return ""
     # Lock the owner's membership so that two concurrent submissions (or resumes) cannot
     # both slip under the per-user GPU limit.
     membership = Membership.objects.select_for_update().filter(vc=request.vc, user=owner).first()

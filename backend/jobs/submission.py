@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, QuerySet
 
 from backend.clusters.models import GpuType, Node
 from backend.jobs.models import JobType
@@ -104,16 +104,19 @@ class Request:
         return cls(**{field.name: getattr(source, field.name) for field in fields(cls)})
 
 
-def check_fits_largest_node(request: Request) -> FieldErrors:
-    """Each worker must fit on at least one node of its GPU type."""
-    nodes = Node.objects.filter(gpu_type=request.gpu_type)
-    fits = nodes.filter(
+def fitting_nodes(request: Request) -> QuerySet:
+    """Nodes of the job's GPU type that one of its workers fits on."""
+    return Node.objects.filter(
+        gpu_type=request.gpu_type,
         gpus__gte=request.gpus_per_worker,
         cpus__gte=request.cpus_per_worker,
         memory__gte=request.memory_per_worker,
     )
-    if fits.exists():  # the usual answer, in one query; the steps below say what is missing
-        return {}
+
+
+def explain_no_fit(request: Request) -> FieldErrors:
+    """Why no node fits a worker, naming the resource that is short."""
+    nodes = Node.objects.filter(gpu_type=request.gpu_type)
     if not nodes.exists():
         return {"gpu_type": [f"No {request.gpu_type.name} nodes are registered in the cluster."]}
     fits_gpus = nodes.filter(gpus__gte=request.gpus_per_worker)
@@ -134,22 +137,17 @@ def check_fits_largest_node(request: Request) -> FieldErrors:
                 f"{request.cpus_per_worker} CPUs; the most is {largest.normalize()}."
             ]
         }
-    if not fits_cpus.filter(memory__gte=request.memory_per_worker).exists():
-        largest = max(fits_cpus.values_list("memory", flat=True))
-        return {
-            "memory_per_worker": [
-                f"No {request.gpu_type.name} node that fits the GPUs and CPUs has "
-                f"{request.memory_per_worker} MiB of memory; the most is {largest} MiB."
-            ]
-        }
-    return {}
+    largest = max(fits_cpus.values_list("memory", flat=True))
+    return {
+        "memory_per_worker": [
+            f"No {request.gpu_type.name} node that fits the GPUs and CPUs has "
+            f"{request.memory_per_worker} MiB of memory; the most is {largest} MiB."
+        ]
+    }
 
 
-def check_within_quota(request: Request) -> FieldErrors:
+def quota_errors(request: Request, quota: Quota | None) -> FieldErrors:
     """A non-preemptible job must fit in its VC's quota, which is all it can ever be given."""
-    if request.preemptible:
-        return {}
-    quota = Quota.objects.filter(vc=request.vc, gpu_type=request.gpu_type).first()
     name, vc_name = request.gpu_type.name, request.vc.name
     borrow = "Submit it as preemptible to borrow idle capacity."
     if quota is None:
@@ -192,10 +190,25 @@ def check_vc_limits(request: Request) -> FieldErrors:
 
 
 def check_request(request: Request) -> FieldErrors:
-    """All resource rules; the first error per field wins."""
-    errors: FieldErrors = {}
-    for check in (check_vc_limits, check_fits_largest_node, check_within_quota):
-        for field_name, messages in check(request).items():
+    """All resource rules (VC limits, then the largest node, then the quota); the first
+    error per field wins."""
+    fitting = fitting_nodes(request)
+    if request.preemptible:
+        quota, fits = None, fitting.exists()
+    else:
+        # The usual case in one query: the VC's quota, and whether any node fits a worker.
+        quota = (
+            Quota.objects.filter(vc=request.vc, gpu_type=request.gpu_type)
+            .annotate(worker_fits=Exists(fitting))
+            .first()
+        )
+        fits = quota.worker_fits if quota is not None else fitting.exists()
+    errors = check_vc_limits(request)
+    findings = [{} if fits else explain_no_fit(request)]
+    if not request.preemptible:
+        findings.append(quota_errors(request, quota))
+    for found in findings:
+        for field_name, messages in found.items():
             errors.setdefault(field_name, messages)
     return errors
 
@@ -219,5 +232,5 @@ def visible_vc_for_submission(user: object, name: str) -> VirtualCluster | None:
     """The VC by name if the user may submit into it (members; cluster admins anywhere)."""
     vcs = VirtualCluster.objects.filter(name=name)
     if not getattr(user, "is_staff", False):
-        vcs = vcs.filter(Q(memberships__user=user))
-    return vcs.first()
+        vcs = vcs.filter(memberships__user=user)
+    return vcs.order_by().first()

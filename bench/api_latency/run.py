@@ -1,11 +1,12 @@
 """API latency benchmark: job list, job detail and submit, 16 concurrent clients, gunicorn.
 
-    .venv/bin/python -m bench.api_latency.run [--refill] [--requests 2000] [--sweep 2x4,3x4]
+    .venv/bin/python -m bench.api_latency.run [--refill] [--seconds 15] [--sweep 4x1,6x1]
 
 Fills the MariaDB database ``trainyard_bench`` (created if missing) with 100,000 jobs over
-50 VCs and 500 users, unless it already holds them; serves the app with gunicorn on a free
-loopback port; drives each scenario with closed-loop keep-alive clients acting as different
-VC members; prints p50/p95/p99 and writes ``bench/results/api_latency.json``.
+50 VCs and 500 users, unless it already holds them; serves the app with gunicorn as
+deploy/gunicorn.conf.py does, on a free loopback port; drives each scenario with 16
+closed-loop clients (wrk, or the built-in Python client) acting as different VC members;
+prints p50/p95/p99 and writes ``bench/results/api_latency.json``.
 The goal is a p95 under 100 ms for each scenario.
 """
 
@@ -16,6 +17,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,11 +35,11 @@ DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/trainyard_bench"
 DEFAULT_VAR_DIR = "/tmp/bench-var"
 RESULTS_FILE = REPO_ROOT / "bench" / "results" / "api_latency.json"
 GOAL_P95_MS = 100.0
-# Chosen with --sweep on a 2-core machine (see RESULTS.md).
-DEFAULT_WORKERS = 4
-DEFAULT_THREADS = 3
-DEFAULT_WORKER_CONNECTIONS = 4
-DEFAULT_WORKER_CLASS = "gthread"
+# As deploy/gunicorn.conf.py serves the app: sync workers, two per core.
+DEFAULT_WORKERS = 2 * (os.cpu_count() or 1)
+DEFAULT_THREADS = 1
+DEFAULT_WORKER_CONNECTIONS = None
+DEFAULT_WORKER_CLASS = "sync"
 PERSONAS = 64
 SUBMITTED_NAME = "bench-submit"
 
@@ -63,6 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured, per scenario")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    parser.add_argument(
+        "--load-generator",
+        choices=["wrk", "python"],
+        default="wrk" if shutil.which("wrk") else "python",
+        help="wrk (Debian package) or the built-in Python client",
+    )
+    parser.add_argument("--seconds", type=int, default=15, help="measured, per scenario (wrk)")
+    parser.add_argument("--warmup-seconds", type=int, default=3, help="per scenario (wrk)")
     parser.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS, choices=["gthread", "sync"])
     parser.add_argument(
         "--worker-connections", type=int, default=DEFAULT_WORKER_CONNECTIONS, metavar="N"
@@ -333,6 +343,7 @@ def _idle_seconds() -> float:
 def run_load(args, personas: list[Persona], config: tuple[int, ...], names: list[str]):
     """Each scenario in turn against one server; with CPU ms per request by process group."""
     from bench.api_latency.load import run_scenario
+    from bench.api_latency.wrk_load import run_scenario_wrk
 
     makers = scenario_requests(personas)
     results = []
@@ -341,18 +352,32 @@ def run_load(args, personas: list[Persona], config: tuple[int, ...], names: list
             make_request, expected = makers[name]
             before, idle_before = _cpu_snapshot(server.process.pid), _idle_seconds()
             started = time.perf_counter()
-            result = run_scenario(
-                name,
-                server.port,
-                make_request,
-                expected,
-                clients=args.clients,
-                requests=args.requests,
-                warmup=args.warmup,
-            )
+            if args.load_generator == "wrk":
+                result = run_scenario_wrk(
+                    name,
+                    server.port,
+                    make_request,
+                    clients=args.clients,
+                    seconds=args.seconds,
+                    warmup_seconds=args.warmup_seconds,
+                )
+            else:
+                result = run_scenario(
+                    name,
+                    server.port,
+                    make_request,
+                    expected,
+                    clients=args.clients,
+                    requests=args.requests,
+                    warmup=args.warmup,
+                )
             wall = time.perf_counter() - started
             after, idle_after = _cpu_snapshot(server.process.pid), _idle_seconds()
-            sent = args.requests + args.warmup
+            sent = (
+                result.requests + args.warmup
+                if args.load_generator == "python"
+                else result.requests  # wrk's warm-up is not counted; it is short
+            )
             used = {group: after[group] - before[group] for group in after}
             busy = (os.cpu_count() or 1) * wall - (idle_after - idle_before)
             result.cpu_ms_per_request = {
@@ -457,21 +482,26 @@ def main(argv: list[str] | None = None) -> int:
         workers, threads = config[:2]
         connections = config[2] if len(config) > 2 and config[2] else None
         results = run_load(args, personas, (workers, threads, connections), names)
-        print_table(
-            f"gunicorn gthread, {workers} workers x {threads} threads"
-            + (f", {connections} connections per worker" if connections else "")
-            + f", {args.clients} clients, {args.requests} requests per scenario",
-            results,
-        )
+        if args.worker_class == "sync":
+            server = f"gunicorn sync, {workers} workers"
+        else:
+            server = f"gunicorn gthread, {workers} workers x {threads} threads" + (
+                f", {connections} connections per worker" if connections else ""
+            )
+        if args.load_generator == "wrk":
+            load = f"wrk, {args.clients} connections, {args.seconds} s per scenario"
+        else:
+            load = f"Python client, {args.clients} threads, {args.requests} requests per scenario"
+        print_table(f"{server}; load: {load}", results)
         runs.append(
             {
                 "gunicorn": {
-                    "worker_class": "gthread",
+                    "worker_class": args.worker_class,
                     "workers": workers,
                     "threads": threads,
-                    "worker_connections": connections or 1000,
-                    "keep_alive_s": 30,
+                    "worker_connections": connections,
                 },
+                "load_generator": args.load_generator,
                 "scenarios": [result.summary() for result in results],
             }
         )
@@ -490,8 +520,9 @@ def main(argv: list[str] | None = None) -> int:
         "database": _without_password(database_url),
         "dataset": dataset,
         "clients": args.clients,
-        "requests_per_scenario": args.requests,
-        "warmup_per_scenario": args.warmup,
+        "load_generator": args.load_generator,
+        "requests_per_scenario": args.requests if args.load_generator == "python" else None,
+        "seconds_per_scenario": args.seconds if args.load_generator == "wrk" else None,
         "goal_p95_ms": GOAL_P95_MS,
         "goal_met": goal_met if final is not None else None,
         "runs": runs,

@@ -125,3 +125,23 @@ def test_page_past_the_end_is_not_found(world):
     response = world.client(world.member).get(JOBS, {"page": 5})
 
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("jobs", [0, 1, 2, 3, 5])
+def test_count_and_pages_hold_around_a_full_first_page(world, jobs):
+    for _ in range(jobs):
+        make_job(world, owner=world.member)
+    client = world.client(world.member)
+
+    first = client.get(JOBS, {"page_size": 2}).json()
+    seen = listed_ids(client.get(JOBS, {"page_size": 2}))
+    next_url = first["next"]
+    while next_url:
+        page = client.get(next_url).json()
+        assert page["count"] == jobs
+        seen += [job["id"] for job in page["results"]]
+        next_url = page["next"]
+
+    assert first["count"] == jobs
+    assert (first["next"] is not None) == (jobs > 2)
+    assert len(seen) == len(set(seen)) == jobs

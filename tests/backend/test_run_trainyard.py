@@ -31,9 +31,24 @@ def trainyard(tmp_path):
             cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
     yield process, output, env, f"http://localhost:{port}"
+    stop_everything_started_under(process, tmp_path)
+
+
+def stop_everything_started_under(process: subprocess.Popen, var_dir) -> None:
+    """After a failed test, leave nothing running: the launcher, its children, and the
+    embedded Redis (which daemonizes, so it is found by its var directory)."""
     if process.poll() is None:
-        process.kill()
-        process.wait()
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+            process.kill()
+            process.wait()
+    for leftover in psutil.process_iter(["cmdline"]):
+        if any(str(var_dir) in part for part in leftover.info["cmdline"] or []):
+            leftover.kill()
 
 
 def test_run_starts_the_whole_system_with_demo_logins_and_stops_cleanly(trainyard):

@@ -101,7 +101,7 @@ class JobSubmitSerializer(serializers.Serializer):
                     {"gpu_type": [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]}
                 )
             name = names[0]
-        gpu_type = GpuType.objects.filter(name=name).first()
+        gpu_type = GpuType.objects.filter(name=name).order_by().first()
         if gpu_type is None:
             known = ", ".join(GpuType.objects.values_list("name", flat=True)) or "none"
             raise serializers.ValidationError(

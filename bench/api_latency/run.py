@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -130,7 +131,6 @@ def create_database(database_url: str) -> None:
 
 def prepare_data(refill: bool) -> dict[str, object]:
     from django.core.management import call_command
-    from django.db import connection
 
     from bench.api_latency import dataset
 
@@ -140,13 +140,7 @@ def prepare_data(refill: bool) -> dict[str, object]:
         dataset.fill()
     else:
         print("Re-using the filled benchmark database (--refill to rebuild).", flush=True)
-    # Forget the jobs earlier runs submitted, so that every run sees the same data.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "DELETE e FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id WHERE j.name = %s",
-            [SUBMITTED_NAME],
-        )
-        cursor.execute("DELETE FROM jobs_job WHERE name = %s", [SUBMITTED_NAME])
+    forget_submitted_jobs()
     size = dataset.current_size()
     return {
         "jobs": size.jobs,
@@ -155,6 +149,28 @@ def prepare_data(refill: bool) -> dict[str, object]:
         "vcs": size.vcs,
         "nodes": size.nodes,
     }
+
+
+def forget_submitted_jobs() -> None:
+    """Delete the jobs earlier runs submitted, so that every run sees the same data, then
+    wait until InnoDB has purged them: its purge threads would otherwise compete with the
+    measured requests for the same two cores."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE e FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id WHERE j.name = %s",
+            [SUBMITTED_NAME],
+        )
+        cursor.execute("DELETE FROM jobs_job WHERE name = %s", [SUBMITTED_NAME])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            cursor.execute("SHOW ENGINE INNODB STATUS")
+            status = cursor.fetchone()[2]
+            match = re.search(r"History list length (\d+)", status)
+            if match is None or int(match.group(1)) < 100:
+                return
+            time.sleep(0.5)
 
 
 def make_personas(count: int, seed: int = 3) -> list[Persona]:
@@ -481,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     for config in configs:
         workers, threads = config[:2]
         connections = config[2] if len(config) > 2 and config[2] else None
+        forget_submitted_jobs()
         results = run_load(args, personas, (workers, threads, connections), names)
         if args.worker_class == "sync":
             server = f"gunicorn sync, {workers} workers"

@@ -145,3 +145,15 @@ def test_count_and_pages_hold_around_a_full_first_page(world, jobs):
     assert first["count"] == jobs
     assert (first["next"] is not None) == (jobs > 2)
     assert len(seen) == len(set(seen)) == jobs
+
+
+def test_list_shows_summaries_and_the_detail_shows_the_whole_job(world):
+    job = make_job(world, owner=world.member, env={"WANDB_API_KEY": "secret"}, command="train")
+    client = world.client(world.member)
+
+    [summary] = client.get(JOBS).json()["results"]
+    detail = client.get(f"{JOBS}{job.job_id}/").json()
+
+    assert {"command", "env", "placement", "insight_message"}.isdisjoint(summary)
+    assert (detail["command"], detail["env"]) == ("train", {"WANDB_API_KEY": "secret"})
+    assert summary == {name: detail[name] for name in summary}

@@ -193,6 +193,22 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class JobSummarySerializer(JobSerializer):
+    """A job as lists answer it: what a table of jobs shows. The command, environment,
+    paths, placement and messages are in the job's detail (as OpenPAI and DLTS lists do),
+    which also keeps a member's environment out of bulk listings."""
+
+    class Meta(JobSerializer.Meta):
+        fields = [
+            "id", "name", "owner", "vc", "type", "status", "status_message", "image",
+            "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
+            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
+            "exit_code", "failure_class", "submitted_at", "started_at", "finished_at",
+            "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
 class JobPrioritySerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY)
 

@@ -25,6 +25,7 @@ from backend.jobs.api.serializers import (
     JobPrioritySerializer,
     JobSerializer,
     JobSubmitSerializer,
+    JobSummarySerializer,
 )
 from backend.jobs.logs import job_log_files, stream_full_log
 from backend.jobs.models import Job
@@ -64,13 +65,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def refine_queryset(self, queryset):
         return queryset.select_related("owner", "vc", "gpu_type")
 
+    @extend_schema(responses=JobSummarySerializer(many=True))
     def list(self, request: Request) -> Response:
-        """Jobs I may see, newest first; filter by vc, status, owner and type."""
+        """Jobs I may see, newest first; filter by vc, status, owner and type. Each is a
+        summary; the job's detail has its command, environment, placement and messages."""
         # A page is read as rows of exactly the columns it shows, not as model instances
         # with their owner, VC and GPU type: building those was most of a list's cost.
         jobs = self.filter_queryset(self.get_queryset())
-        page = self.paginator.paginate_rows(jobs, JobSerializer.row_lookups(), request, self)
-        return self.get_paginated_response(JobSerializer.represent_rows(page))
+        page = self.paginator.paginate_rows(jobs, JobSummarySerializer.row_lookups(), request, self)
+        return self.get_paginated_response(JobSummarySerializer.represent_rows(page))
 
     def filter_queryset(self, queryset):
         # Without query parameters the filters change nothing but the order, which a single

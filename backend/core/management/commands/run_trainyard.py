@@ -51,8 +51,8 @@ class Command(BaseCommand):
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         commands = {
-            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind, "--workers", "2",
-                    "--threads", "4", "--access-logfile", "-"],
+            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind,
+                    "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],
             "worker": [python, "-m", "celery", "-A", "backend", "worker", "--loglevel", "INFO",
                        "--concurrency", "2"],
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",

@@ -41,6 +41,7 @@ schema: install
 	$(PY) manage.py api_reference --output docs/api.md
 
 bench: install
+	./deploy/install-system-packages.sh wrk
 	$(PY) -m bench.api_latency.run
 
 clean:

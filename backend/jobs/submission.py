@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Exists, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from backend.clusters.models import GpuType, Node
 from backend.jobs.models import JobType
@@ -189,14 +189,43 @@ def check_vc_limits(request: Request) -> FieldErrors:
     return errors
 
 
-def check_request(request: Request) -> FieldErrors:
+def quota_with_worker_fit(
+    vc: VirtualCluster,
+    gpu_type_name: str,
+    gpus: int,
+    cpus: Decimal | None,
+    memory: int | None,
+) -> Quota | None:
+    """The usual submission's lookups in one query: the VC's quota of the named GPU type,
+    with the type itself, annotated ``worker_fits``: whether a node of the type fits one
+    worker, whose CPU and memory, when left out, are the type's t-shirt size."""
+    units = max(gpus, 1)
+    fitting = Node.objects.filter(
+        gpu_type=OuterRef("gpu_type"),
+        gpus__gte=gpus,
+        cpus__gte=cpus if cpus is not None else OuterRef("gpu_type__cpus_per_gpu") * units,
+        memory__gte=(
+            memory if memory is not None else OuterRef("gpu_type__memory_per_gpu") * units
+        ),
+    )
+    return (
+        Quota.objects.select_related("gpu_type")
+        .filter(vc=vc, gpu_type__name=gpu_type_name)
+        .annotate(worker_fits=Exists(fitting))
+        .order_by()
+        .first()
+    )
+
+
+def check_request(request: Request, quota: Quota | None = None) -> FieldErrors:
     """All resource rules (VC limits, then the largest node, then the quota); the first
-    error per field wins."""
-    fitting = fitting_nodes(request)
-    if request.preemptible:
-        quota, fits = None, fitting.exists()
+    error per field wins. ``quota``, when given, comes from ``quota_with_worker_fit``."""
+    if quota is not None:
+        fits = quota.worker_fits
+    elif request.preemptible:
+        fits = fitting_nodes(request).exists()
     else:
-        # The usual case in one query: the VC's quota, and whether any node fits a worker.
+        fitting = fitting_nodes(request)
         quota = (
             Quota.objects.filter(vc=request.vc, gpu_type=request.gpu_type)
             .annotate(worker_fits=Exists(fitting))

@@ -17,6 +17,7 @@ from backend.jobs.submission import (
     check_image,
     check_path,
     check_request,
+    quota_with_worker_fit,
     visible_vc_for_submission,
 )
 from backend.vcs.models import Quota
@@ -86,7 +87,8 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_data_path = _check_path
     validate_output_path = _check_path
 
-    def _gpu_type(self, attrs: dict) -> GpuType:
+    def _gpu_type_name(self, attrs: dict) -> str:
+        """The named GPU type, or the VC's only one."""
         vc = attrs["vc"]
         name = attrs.get("gpu_type")
         if name is None:
@@ -101,6 +103,9 @@ class JobSubmitSerializer(serializers.Serializer):
                     {"gpu_type": [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]}
                 )
             name = names[0]
+        return name
+
+    def _gpu_type(self, name: str) -> GpuType:
         gpu_type = GpuType.objects.filter(name=name).order_by().first()
         if gpu_type is None:
             known = ", ".join(GpuType.objects.values_list("name", flat=True)) or "none"
@@ -112,9 +117,9 @@ class JobSubmitSerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         user = self.context["request"].user
         vc = attrs["vc"]
-        gpu_type = self._gpu_type(attrs)
+        gpu_type_name = self._gpu_type_name(attrs)
         gpus = attrs.get("gpus_per_worker")
-        if gpu_type.is_cpu_only:
+        if gpu_type_name == CPU_ONLY_GPU_TYPE:
             if gpus:
                 raise serializers.ValidationError(
                     {"gpus_per_worker": ["CPU-only nodes have no GPUs; ask for 0."]}
@@ -130,6 +135,16 @@ class JobSubmitSerializer(serializers.Serializer):
                     ]
                 }
             )
+        quota = None
+        if not attrs["preemptible"]:
+            quota = quota_with_worker_fit(
+                vc,
+                gpu_type_name,
+                gpus,
+                attrs.get("cpus_per_worker"),
+                attrs.get("memory_per_worker"),
+            )
+        gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name)
         units = max(gpus, 1)  # CPU-only workers get one t-shirt size
         cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
         memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
@@ -158,7 +173,7 @@ class JobSubmitSerializer(serializers.Serializer):
             max_retries=attrs.get("max_retries", vc.default_max_retries),
             max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
         )
-        errors = check_request(spec.as_request())
+        errors = check_request(spec.as_request(), quota)
         if errors:
             raise serializers.ValidationError(errors)
         return {"spec": spec}

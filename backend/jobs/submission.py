@@ -217,21 +217,11 @@ def quota_with_worker_fit(
     )
 
 
-def check_request(request: Request, quota: Quota | None = None) -> FieldErrors:
+def check_request(request: Request, quota: Quota | None) -> FieldErrors:
     """All resource rules (VC limits, then the largest node, then the quota); the first
-    error per field wins. ``quota``, when given, comes from ``quota_with_worker_fit``."""
-    if quota is not None:
-        fits = quota.worker_fits
-    elif request.preemptible:
-        fits = fitting_nodes(request).exists()
-    else:
-        fitting = fitting_nodes(request)
-        quota = (
-            Quota.objects.filter(vc=request.vc, gpu_type=request.gpu_type)
-            .annotate(worker_fits=Exists(fitting))
-            .first()
-        )
-        fits = quota.worker_fits if quota is not None else fitting.exists()
+    error per field wins. ``quota`` is what ``quota_with_worker_fit`` found: None for a
+    preemptible job, or when the VC has no quota of that GPU type."""
+    fits = quota.worker_fits if quota is not None else fitting_nodes(request).exists()
     errors = check_vc_limits(request)
     findings = [{} if fits else explain_no_fit(request)]
     if not request.preemptible:

@@ -22,29 +22,24 @@ HttpRequest = tuple[str, str, dict[str, str], bytes | None]
 
 @dataclass
 class ScenarioResult:
+    """One scenario's figures, whichever load generator measured them."""
+
     name: str
     requests: int
     errors: int
     seconds: float
-    latencies_ms: list[float] = field(repr=False)
-    error_samples: list[str] = field(default_factory=list)
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
     cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
-    # Median latency seen by each client: spread here means unfair sharing of the server.
-    client_p50_ms: list[float] = field(default_factory=list)
-    # TCP connections opened: one per client when the server keeps every one alive.
-    connections: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    # What only one load generator knows (the Python client: fairness between clients).
+    details: dict[str, object] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
-
-    def percentile(self, fraction: float) -> float:
-        """Nearest-rank percentile of the latencies, in milliseconds."""
-        ordered = sorted(self.latencies_ms)
-        if not ordered:
-            return float("nan")
-        rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.5)))
-        return ordered[rank - 1]
 
     def summary(self) -> dict[str, object]:
         return {
@@ -53,15 +48,23 @@ class ScenarioResult:
             "errors": self.errors,
             "seconds": round(self.seconds, 3),
             "throughput_rps": round(self.throughput, 1),
-            "p50_ms": round(self.percentile(0.50), 2),
-            "p95_ms": round(self.percentile(0.95), 2),
-            "p99_ms": round(self.percentile(0.99), 2),
-            "max_ms": round(max(self.latencies_ms, default=float("nan")), 2),
+            "p50_ms": round(self.p50_ms, 2),
+            "p95_ms": round(self.p95_ms, 2),
+            "p99_ms": round(self.p99_ms, 2),
+            "max_ms": round(self.max_ms, 2),
             "cpu_ms_per_request": self.cpu_ms_per_request,
-            "connections_opened": self.connections,
-            "client_p50_ms": sorted(round(value, 1) for value in self.client_p50_ms),
             "error_samples": self.error_samples[:5],
+            **self.details,
         }
+
+
+def percentile(latencies_ms: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of the latencies, in milliseconds."""
+    ordered = sorted(latencies_ms)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.5)))
+    return ordered[rank - 1]
 
 
 def run_scenario(
@@ -145,10 +148,18 @@ def run_scenario(
         requests=len(latencies),
         errors=len(errors),
         seconds=seconds,
-        latencies_ms=latencies,
+        p50_ms=percentile(latencies, 0.50),
+        p95_ms=percentile(latencies, 0.95),
+        p99_ms=percentile(latencies, 0.99),
+        max_ms=max(latencies, default=float("nan")),
         error_samples=errors,
-        client_p50_ms=client_medians,
-        connections=opened[0],
+        details={
+            "load_generator": "python",
+            # Median latency seen by each client: spread here means unfair sharing.
+            "client_p50_ms": sorted(round(value, 1) for value in client_medians),
+            # TCP connections opened: one per client when the server keeps each alive.
+            "connections_opened": opened[0],
+        },
     )
 
 

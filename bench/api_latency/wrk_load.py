@@ -14,8 +14,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.api_latency.load import ScenarioResult
 
 HttpRequest = tuple[str, str, dict[str, str], bytes | None]
 PREPARED_REQUESTS = 4000
@@ -76,39 +77,6 @@ def _lua_requests(requests: list[HttpRequest]) -> str:
     return "return {\n" + ",\n".join(entries) + "\n}\n"
 
 
-@dataclass
-class WrkResult:
-    name: str
-    requests: int
-    errors: int
-    seconds: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
-    error_samples: list[str] = field(default_factory=list)  # wrk counts errors, keeps none
-
-    @property
-    def throughput(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
-
-    def summary(self) -> dict[str, object]:
-        return {
-            "scenario": self.name,
-            "requests": self.requests,
-            "errors": self.errors,
-            "seconds": round(self.seconds, 3),
-            "throughput_rps": round(self.throughput, 1),
-            "p50_ms": round(self.p50_ms, 2),
-            "p95_ms": round(self.p95_ms, 2),
-            "p99_ms": round(self.p99_ms, 2),
-            "max_ms": round(self.max_ms, 2),
-            "cpu_ms_per_request": self.cpu_ms_per_request,
-            "load_generator": "wrk",
-        }
-
-
 def _run_wrk(port: int, script: Path, requests_file: Path, clients: int, seconds: int) -> dict:
     command = [
         "wrk", "--threads", "2", "--connections", str(clients), "--duration", f"{seconds}s",
@@ -127,7 +95,7 @@ def run_scenario_wrk(
     seconds: int,
     warmup_seconds: int,
     seed: int = 7,
-) -> WrkResult:
+) -> ScenarioResult:
     """Warm up, then measure ``seconds`` of closed-loop load from ``clients`` connections."""
     rng = random.Random(seed)
     prepared = [make_request(rng) for _ in range(PREPARED_REQUESTS)]
@@ -139,7 +107,7 @@ def run_scenario_wrk(
         if warmup_seconds:
             _run_wrk(port, script, requests_file, clients, warmup_seconds)
         figures = _run_wrk(port, script, requests_file, clients, seconds)
-    return WrkResult(
+    return ScenarioResult(
         name=name,
         requests=figures["requests"],
         errors=figures["status_errors"] + figures["socket_errors"],
@@ -148,4 +116,5 @@ def run_scenario_wrk(
         p95_ms=figures["p95_us"] / 1000,
         p99_ms=figures["p99_us"] / 1000,
         max_ms=figures["max_us"] / 1000,
+        details={"load_generator": "wrk"},
     )

@@ -195,5 +195,9 @@ TRAINYARD_ALLOWED_IP_DAYS = env_int("TRAINYARD_ALLOWED_IP_DAYS", 30)
 # The broadest networks a user may allow (a /0 would open their jobs to the world).
 TRAINYARD_ALLOWED_IP_MIN_PREFIX_V4 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V4", 16)
 TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6", 48)
+# How long a web process may reuse an API token's lookup (seconds; 0 = look up every request).
+# A revoked token, or a deactivated user, is refused by other processes within this time, as
+# Kubernetes' token-review cache does; the process that revokes refuses it at once.
+TRAINYARD_TOKEN_CACHE_SECONDS = env_int("TRAINYARD_TOKEN_CACHE_SECONDS", 10)
 # Wall-time limit for VCs that set none (seconds).
 TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)

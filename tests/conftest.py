@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
+from backend.accounts.actions import token_cache
 from backend.clusters.models import GpuType, Node
 from backend.vcs.models import Role, VirtualCluster
 from tests.factories import (
@@ -79,3 +80,9 @@ def anonymous() -> APIClient:
 def fast_password_hashing(settings) -> None:
     """Factories give every user a password; the production hash costs a second each."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_token_cache() -> None:
+    """Each test starts with no token lookups remembered from another test."""
+    token_cache.clear()

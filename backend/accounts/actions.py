@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import secrets
+import threading
+import time
+from collections import OrderedDict
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -35,13 +39,69 @@ def create_api_token(user: AbstractUser, name: str) -> tuple[ApiToken, str]:
 
 
 def revoke_api_token(token: ApiToken) -> None:
-    token.delete()
+    token.delete()  # also forgets it in this process's token cache (AccountsConfig.ready)
+
+
+class TokenCache:
+    """Recent token lookups of this process, each kept ``ttl`` seconds (at most ``size``).
+
+    A token is checked on every API request; reusing a lookup for a few seconds saves a
+    query on each, at the price that a token revoked in another process still works there
+    until its entry expires (``TRAINYARD_TOKEN_CACHE_SECONDS``).
+    """
+
+    def __init__(self, size: int = 4096, clock=time.monotonic) -> None:
+        self.size = size
+        self.clock = clock
+        self._entries: OrderedDict[str, tuple[float, AbstractUser]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str) -> AbstractUser | None:
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            if entry[0] <= self.clock():
+                del self._entries[digest]
+                return None
+            return entry[1]
+
+    def put(self, digest: str, user: AbstractUser, ttl: float) -> None:
+        with self._lock:
+            self._entries[digest] = (self.clock() + ttl, user)
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def forget(self, digest: str) -> None:
+        with self._lock:
+            self._entries.pop(digest, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+token_cache = TokenCache()
 
 
 def user_for_token(plaintext: str) -> AbstractUser | None:
     """The active user a token belongs to, noting when it was last used."""
+    digest = token_digest(plaintext)
+    ttl = settings.TRAINYARD_TOKEN_CACHE_SECONDS
+    if ttl > 0:
+        cached = token_cache.get(digest)
+        if cached is not None:
+            return copy.copy(cached)
+    user = _lookup_token_user(digest)
+    if user is not None and ttl > 0:
+        token_cache.put(digest, copy.copy(user), ttl)
+    return user
+
+
+def _lookup_token_user(digest: str) -> AbstractUser | None:
     try:
-        token = ApiToken.objects.select_related("user").get(digest=token_digest(plaintext))
+        token = ApiToken.objects.select_related("user").get(digest=digest)
     except ApiToken.DoesNotExist:
         return None
     if not token.user.is_active:

@@ -7,9 +7,12 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from backend.accounts.actions import TokenCache, token_cache
 from backend.accounts.models import ApiToken
 from tests.factories import UserFactory
 
@@ -77,6 +80,7 @@ def test_a_bad_authorization_header_is_refused(world, header):
 def test_a_deleted_token_stops_working(world):
     plaintext = create_token(world)
     token_id = ApiToken.objects.get(user=world.member).id
+    assert token_client(plaintext).get(ME).status_code == 200  # its lookup is now cached
 
     deleted = world.client(world.member).delete(f"{TOKENS}{token_id}/")
 
@@ -86,10 +90,80 @@ def test_a_deleted_token_stops_working(world):
 
 def test_a_deactivated_users_token_fails(world):
     plaintext = create_token(world)
+    assert token_client(plaintext).get(ME).status_code == 200  # its lookup is now cached
     world.member.is_active = False
     world.member.save()
 
     assert token_client(plaintext).get(ME).status_code == 401
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(token_cache, "clock", fake)
+    token_cache.clear()
+    return fake
+
+
+def token_lookups(client: APIClient) -> int:
+    """Asks for ME; how many queries read the token table."""
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(ME).status_code == 200
+    return sum("accounts_apitoken" in query["sql"] for query in captured.captured_queries)
+
+
+def test_a_token_is_looked_up_once_per_cache_period(world, clock, settings):
+    settings.TRAINYARD_TOKEN_CACHE_SECONDS = 10
+    client = token_client(create_token(world))
+    assert client.get(ME).status_code == 200  # the first use also notes it as used
+
+    cached = token_lookups(client)
+    clock.now += 11
+    expired = token_lookups(client)
+
+    assert (cached, expired) == (0, 1)
+
+
+def test_a_token_revoked_by_another_process_is_refused_once_the_cache_period_ends(
+    world, clock, settings
+):
+    settings.TRAINYARD_TOKEN_CACHE_SECONDS = 10
+    plaintext = create_token(world)
+    client = token_client(plaintext)
+    assert client.get(ME).status_code == 200
+    # Another web process deletes it: no signal reaches this one.
+    ApiToken.objects.filter(user=world.member)._raw_delete(ApiToken.objects.db)
+
+    clock.now += 9
+    assert client.get(ME).status_code == 200
+    clock.now += 2
+    assert client.get(ME).status_code == 401
+
+
+def test_without_a_cache_period_every_request_looks_the_token_up(world, clock, settings):
+    settings.TRAINYARD_TOKEN_CACHE_SECONDS = 0
+    client = token_client(create_token(world))
+    assert client.get(ME).status_code == 200
+
+    assert (token_lookups(client), token_lookups(client)) == (1, 1)
+
+
+def test_the_cache_holds_a_bounded_number_of_tokens(world):
+    cache = TokenCache(size=2)
+    for digest in ("a", "b", "c"):
+        cache.put(digest, world.member, ttl=60)
+
+    assert cache.get("a") is None
+    assert cache.get("b") == world.member
+    assert cache.get("c") == world.member
 
 
 def test_a_token_name_is_unique_per_user(world):

@@ -118,6 +118,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("TRAINYARD_CELERY_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The queue Trainyard's tasks go to (separate installations, or test runs, sharing a Redis).
+CELERY_TASK_DEFAULT_QUEUE = env("TRAINYARD_CELERY_QUEUE", "trainyard")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -186,8 +188,35 @@ LOGGING = {
 }
 
 # --- Trainyard ------------------------------------------------------------------------------
-# Which cluster backend runs jobs: "local" (processes on this host) or "kubernetes".
-TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "local")
+# Which cluster backend runs jobs. "memory" places jobs and keeps them in a table, and a
+# test (or an operator, through the admin) decides when they end; the "local" (processes
+# on this host) and "kubernetes" backends come with the cluster backends issue.
+TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "memory")
+# The memory backend's table, shared by the web, worker and beat processes.
+TRAINYARD_MEMORY_BACKEND_STATE = Path(
+    env("TRAINYARD_MEMORY_BACKEND_STATE", str(VAR_DIR / "memory-backend.json"))
+)
+# Keys in Redis start with this, so that installations (or test runs) can share a server.
+TRAINYARD_REDIS_PREFIX = env("TRAINYARD_REDIS_PREFIX", "trainyard")
+# Run the job manager when jobs are submitted, end or change (it also runs every few
+# seconds from beat). Off only in tests that drive it by hand.
+TRAINYARD_TRIGGER_JOB_MANAGER = env_bool("TRAINYARD_TRIGGER_JOB_MANAGER", True)
+# How often beat runs the job manager, refreshes start estimates and purges old jobs.
+TRAINYARD_JOB_MANAGER_INTERVAL = env_int("TRAINYARD_JOB_MANAGER_INTERVAL", 3)
+TRAINYARD_ESTIMATE_INTERVAL = env_int("TRAINYARD_ESTIMATE_INTERVAL", 60)
+# Seconds between SIGTERM and the kill when a job is stopped (kill, pause, preemption,
+# wall time).
+TRAINYARD_STOP_GRACE_SECONDS = env_int("TRAINYARD_STOP_GRACE_SECONDS", 30)
+# A job handed to the backend that has not shown up there after this long is requeued.
+TRAINYARD_DEPLOY_TIMEOUT_SECONDS = env_int("TRAINYARD_DEPLOY_TIMEOUT_SECONDS", 120)
+# Retried infrastructure failures wait base * 2^retries seconds, capped.
+TRAINYARD_RETRY_BACKOFF_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_SECONDS", 30)
+TRAINYARD_RETRY_BACKOFF_MAX_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_MAX_SECONDS", 1800)
+# Runnable first lets smaller jobs pass a waiting one for this long, then it blocks.
+TRAINYARD_RF_STARVATION_SECONDS = env_int("TRAINYARD_RF_STARVATION_SECONDS", 3600)
+# Finished jobs older than this are purged (with events and attempts), a batch at a time.
+TRAINYARD_JOB_RETENTION_DAYS = env_int("TRAINYARD_JOB_RETENTION_DAYS", 90)
+TRAINYARD_PURGE_BATCH_SIZE = env_int("TRAINYARD_PURGE_BATCH_SIZE", 500)
 # Per-job log files written by the backends and served by the API.
 TRAINYARD_LOG_DIR = Path(env("TRAINYARD_LOG_DIR", str(VAR_DIR / "logs")))
 # How long an allowed IP stays in force when the user gives no expiry.
@@ -201,3 +230,21 @@ TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6
 TRAINYARD_TOKEN_CACHE_SECONDS = env_int("TRAINYARD_TOKEN_CACHE_SECONDS", 10)
 # Wall-time limit for VCs that set none (seconds).
 TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)
+
+# Beat: the job manager every few seconds (it also runs on every submit and end).
+CELERY_BEAT_SCHEDULE = {
+    "job-manager": {
+        "task": "backend.jobs.tasks.run_job_manager",
+        "schedule": float(TRAINYARD_JOB_MANAGER_INTERVAL),
+        "options": {"expires": 10},
+    },
+    "start-estimates": {
+        "task": "backend.jobs.tasks.refresh_start_estimates",
+        "schedule": float(TRAINYARD_ESTIMATE_INTERVAL),
+        "options": {"expires": 60},
+    },
+    "purge-finished-jobs": {
+        "task": "backend.jobs.tasks.purge_finished_jobs",
+        "schedule": 3600.0,
+    },
+}

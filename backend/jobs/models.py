@@ -56,6 +56,15 @@ class FailureClass(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+class StopOutcome(models.TextChoices):
+    """What a job becomes once the backend has stopped it (killing / pausing jobs)."""
+
+    KILLED = "killed"
+    PAUSED = "paused"
+    REQUEUE = "requeue"  # preempted, or moved off a failing node: back to the queue's head
+    TIMEOUT = "timeout"
+
+
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user: object) -> JobQuerySet:
         """Owners see their jobs, VC admins every job of their VCs, cluster admins all."""
@@ -107,7 +116,18 @@ class Job(models.Model):
     placement = models.JSONField(
         default=list, blank=True, help_text="One entry per worker: node and resources."
     )
+    borrowing = models.BooleanField(
+        default=False, help_text="Started beyond its VC's quota on idle GPUs: preemptible."
+    )
+    stop_outcome = models.CharField(
+        max_length=10, choices=StopOutcome.choices, blank=True, help_text="Set while stopping."
+    )
+    attempt = models.PositiveSmallIntegerField(default=0, help_text="Runs started so far.")
     retries_used = models.PositiveSmallIntegerField(default=0)
+    not_before = models.DateTimeField(
+        null=True, blank=True, help_text="A retried job waits out its backoff until then."
+    )
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)
@@ -159,6 +179,11 @@ class Job(models.Model):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def wall_time_limit(self) -> int:
+        """Seconds it may run: its own limit, capped by its VC's."""
+        return min(self.max_wall_time, self.vc.max_wall_time)
+
 
 class JobAttempt(models.Model):
     """One run of a job: where it ran, how it ended."""
@@ -202,3 +227,15 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_status or 'new'} -> {self.to_status} by {self.actor_name}"
+
+
+class SchedulerFence(models.Model):
+    """The highest fencing token that has applied decisions: a scheduler whose lease
+    expired (and whose token is therefore older) can no longer change anything."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    token = models.BigIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.token}"

@@ -203,7 +203,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
             "data_path", "output_path", "placement", "exit_code", "failure_class",
-            "failure_rule", "submitted_at", "started_at", "finished_at", "updated_at",
+            "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
+            "submitted_at", "started_at", "finished_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -218,8 +219,8 @@ class JobSummarySerializer(JobSerializer):
             "id", "name", "owner", "vc", "type", "status", "status_message", "image",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "exit_code", "failure_class", "submitted_at", "started_at", "finished_at",
-            "updated_at",
+            "exit_code", "failure_class", "borrowing", "estimated_start_at", "submitted_at",
+            "started_at", "finished_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -1,0 +1,354 @@
+"""A job's life after scheduling: deployment, what the backend reports, stops, retries.
+
+``reconcile`` is the loop that heals drift between the database and the backend: jobs
+that ended are recorded (and retried per the rules), jobs past their wall time are
+stopped, jobs being stopped are finished once the backend has let go, jobs the backend
+lost are requeued, and what the backend runs without the database knowing is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from backend.jobs.actions import record_event
+from backend.jobs.logs import job_log_dir
+from backend.jobs.models import (
+    ACTIVE_STATUSES,
+    FailureClass,
+    Job,
+    JobAttempt,
+    JobStatus,
+    StopOutcome,
+)
+from backend.jobs.scheduling import placement_from_json
+from jobmanager.backends import ClusterBackend, DeployError, JobLaunch, JobReport, WorkerSpec
+from jobmanager.retries import (
+    Classification,
+    classify,
+    read_log_tail,
+    retry_decision,
+    system_requeue,
+)
+
+logger = logging.getLogger(__name__)
+
+STOPPED_STATUS = {
+    StopOutcome.KILLED: JobStatus.KILLED,
+    StopOutcome.PAUSED: JobStatus.PAUSED,
+    StopOutcome.REQUEUE: JobStatus.QUEUED,
+    StopOutcome.TIMEOUT: JobStatus.TIMEOUT,
+}
+
+
+def launch_for(job: Job) -> JobLaunch:
+    workers = tuple(
+        WorkerSpec(rank, worker.node, worker.gpus, worker.millicpus, worker.memory)
+        for rank, worker in enumerate(placement_from_json(job.placement))
+    )
+    return JobLaunch(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        name=job.name,
+        owner=job.owner.get_username(),
+        vc=job.vc.name,
+        command=job.command,
+        workers=workers,
+        image=job.image,
+        working_dir=job.working_dir,
+        env=dict(job.env),
+        data_path=job.data_path,
+        output_path=job.output_path,
+        job_type=job.type,
+    )
+
+
+# --- deployment ---------------------------------------------------------------------------
+
+
+def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
+    """Hand a placed job to the backend; idempotent. Returns what happened, in a word."""
+    job = Job.objects.select_related("owner", "vc").filter(pk=job_pk).first()
+    if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
+        return "skipped"
+    try:
+        backend.deploy(launch_for(job))
+    except DeployError as error:
+        backend.remove(job.job_id)
+        _requeue_after_failed_deploy(job_pk, attempt, str(error))
+        return "requeued"
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_pk).first()
+        if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
+            return "superseded"  # killed or paused meanwhile; reconcile stops it
+        _mark_running(job)
+    return "running"
+
+
+def _mark_running(job: Job) -> None:
+    now = timezone.now()
+    job.status = JobStatus.RUNNING
+    job.started_at = now
+    job.status_message = ""
+    job.save()
+    nodes = sorted({worker["node"] for worker in job.placement})
+    JobAttempt.objects.update_or_create(
+        job=job, number=job.attempt, defaults={"started_at": now, "nodes": nodes}
+    )
+    record_event(job, JobStatus.SCHEDULING, None, f"running on {', '.join(nodes)}")
+
+
+def _requeue_after_failed_deploy(job_pk: int, attempt: int, error: str) -> None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_pk).first()
+        if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
+            return
+        reason = f"deployment failed and was undone ({error}); back in the queue"
+        _back_to_queue(job, reason)
+        record_event(job, JobStatus.SCHEDULING, None, reason)
+
+
+def _back_to_queue(job: Job, reason: str, not_before=None) -> None:
+    """Requeue keeping ``queued_at``: the job returns to its place at the head."""
+    job.status = JobStatus.QUEUED
+    job.placement = []
+    job.borrowing = False
+    job.stop_outcome = ""
+    job.status_message = reason
+    job.not_before = not_before
+    job.save()
+
+
+# --- reconcile ----------------------------------------------------------------------------
+
+
+@dataclass
+class Reconciled:
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    redeployed: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any((self.finished, self.failed, self.retried, self.stopped, self.lost))
+
+
+def reconcile(backend: ClusterBackend) -> Reconciled:
+    """Bring the database and the backend into agreement (see the module docstring)."""
+    result = Reconciled()
+    reports = backend.reports()
+    now = timezone.now()
+    grace = settings.TRAINYARD_STOP_GRACE_SECONDS
+    jobs = Job.objects.filter(status__in=ACTIVE_STATUSES).select_related("vc", "owner")
+    known: set[str] = set()
+    for job in jobs:
+        known.add(job.job_id)
+        report = reports.get(job.job_id)
+        if report is not None and report.attempt != job.attempt:
+            backend.stop(job.job_id, grace)  # an earlier attempt still around
+            backend.remove(job.job_id)
+            report = None
+        if job.status in (JobStatus.KILLING, JobStatus.PAUSING):
+            if report is not None and not report.ended:
+                report = _stop(backend, job.job_id)
+            if report is None or report.ended:
+                _finish_stop(backend, job, report)
+                result.stopped.append(job.job_id)
+        elif report is None:
+            if job.status == JobStatus.RUNNING:
+                _requeue_lost(job)
+                result.lost.append(job.job_id)
+            elif job.updated_at < now - timedelta(
+                seconds=settings.TRAINYARD_DEPLOY_TIMEOUT_SECONDS
+            ):
+                result.redeployed.append((job.pk, job.attempt))  # the deploy task was lost
+        elif report.ended:
+            _record_end(backend, job, report, result)
+        elif report.failed_worker is not None:
+            backend.stop(job.job_id, grace)  # one worker failed: the gang cannot go on
+        else:
+            if job.status == JobStatus.SCHEDULING:
+                with transaction.atomic():
+                    locked = Job.objects.select_for_update().get(pk=job.pk)
+                    if locked.status == JobStatus.SCHEDULING and locked.attempt == job.attempt:
+                        _mark_running(locked)
+            elif _past_wall_time(job, now) and _stop_for_wall_time(job):
+                result.timed_out.append(job.job_id)
+                report = _stop(backend, job.job_id)
+                if report is None or report.ended:
+                    _finish_stop(backend, Job.objects.get(pk=job.pk), report)
+    for job_id in set(reports) - known:
+        report = _stop(backend, job_id)
+        if report is None or report.ended:
+            backend.remove(job_id)
+        result.orphans.append(job_id)
+    return result
+
+
+def _stop(backend: ClusterBackend, job_id: str) -> JobReport | None:
+    """Ask the backend to stop a job; what it reports right after (a backend that stops
+    at once shows the workers gone, so the job is finished in the same pass)."""
+    backend.stop(job_id, settings.TRAINYARD_STOP_GRACE_SECONDS)
+    return backend.reports().get(job_id)
+
+
+def _past_wall_time(job: Job, now) -> bool:
+    return job.started_at is not None and now >= job.started_at + timedelta(
+        seconds=job.wall_time_limit
+    )
+
+
+def _locked_if_unchanged(job: Job) -> Job | None:
+    locked = Job.objects.select_for_update().select_related("vc").filter(pk=job.pk).first()
+    if locked is None or locked.status != job.status or locked.attempt != job.attempt:
+        return None
+    return locked
+
+
+def _stop_for_wall_time(job: Job) -> bool:
+    with transaction.atomic():
+        locked = _locked_if_unchanged(job)
+        if locked is None:
+            return False
+        reason = f"ran past its wall-time limit of {locked.wall_time_limit} s"
+        locked.status = JobStatus.KILLING
+        locked.stop_outcome = StopOutcome.TIMEOUT
+        locked.status_message = reason
+        locked.save()
+        record_event(locked, JobStatus.RUNNING, None, reason)
+    return True
+
+
+def _close_attempt(
+    job: Job, exit_code: int | None, failure: Classification | None, message: str
+) -> None:
+    JobAttempt.objects.update_or_create(
+        job=job,
+        number=job.attempt,
+        defaults={
+            "ended_at": timezone.now(),
+            "exit_code": exit_code,
+            "failure_class": failure.failure_class if failure else "",
+            "failure_rule": failure.rule if failure else "",
+            "message": message,
+            "nodes": sorted({worker["node"] for worker in job.placement}),
+        },
+    )
+
+
+def _finish_stop(backend: ClusterBackend, job: Job, report: JobReport | None) -> None:
+    """The backend has let go of a job being killed, paused, preempted or timed out."""
+    with transaction.atomic():
+        locked = _locked_if_unchanged(job)
+        if locked is None:
+            return
+        outcome = locked.stop_outcome or (
+            StopOutcome.PAUSED if locked.status == JobStatus.PAUSING else StopOutcome.KILLED
+        )
+        to_status = STOPPED_STATUS[StopOutcome(outcome)]
+        failed = report.failed_worker if report else None
+        exit_code = failed.exit_code if failed else None
+        reason = locked.status_message or f"stopped ({outcome})"
+        preempted = outcome == StopOutcome.REQUEUE
+        _close_attempt(
+            locked,
+            exit_code,
+            Classification(FailureClass.PREEMPTION, "preempted", reason) if preempted else None,
+            reason,
+        )
+        from_status = locked.status
+        if to_status == JobStatus.QUEUED:
+            _back_to_queue(locked, reason)
+        else:
+            locked.status = to_status
+            locked.stop_outcome = ""
+            locked.placement = []
+            locked.borrowing = False
+            locked.exit_code = exit_code
+            if to_status != JobStatus.PAUSED:
+                locked.finished_at = timezone.now()
+            locked.save()
+        record_event(locked, from_status, None, reason)
+    backend.remove(job.job_id)
+
+
+def _requeue_lost(job: Job) -> None:
+    """The backend no longer knows a running job (its node died): requeue, no retry spent."""
+    with transaction.atomic():
+        locked = _locked_if_unchanged(job)
+        if locked is None:
+            return
+        decision = system_requeue("the cluster backend lost the job (node lost)")
+        _close_attempt(
+            locked,
+            None,
+            Classification(FailureClass.INFRASTRUCTURE, "node-lost", decision.reason),
+            decision.reason,
+        )
+        locked.failure_class = FailureClass.INFRASTRUCTURE
+        locked.failure_rule = "node-lost"
+        _back_to_queue(locked, decision.reason)
+        record_event(locked, JobStatus.RUNNING, None, decision.reason)
+
+
+def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:
+    """An attempt ended by itself: finished, or failed and maybe retried."""
+    failed = report.failed_worker
+    classification = None
+    if failed is not None:
+        log = read_log_tail(job_log_dir(job.job_id) / f"worker-{failed.rank}.log")
+        classification = classify(failed.exit_code, log)
+    with transaction.atomic():
+        locked = _locked_if_unchanged(job)
+        if locked is None:
+            return
+        from_status = locked.status
+        now = timezone.now()
+        if classification is None:
+            _close_attempt(locked, 0, None, "finished")
+            locked.status = JobStatus.FINISHED
+            locked.exit_code = 0
+            locked.finished_at = now
+            locked.status_message = "finished"
+            locked.placement = []
+            locked.save()
+            record_event(locked, from_status, None, "all workers exited 0")
+            result.finished.append(locked.job_id)
+        else:
+            _close_attempt(locked, failed.exit_code, classification, classification.message)
+            decision = retry_decision(
+                classification,
+                retries_used=locked.retries_used,
+                max_retries=locked.max_retries,
+                base_backoff_seconds=settings.TRAINYARD_RETRY_BACKOFF_SECONDS,
+                max_backoff_seconds=settings.TRAINYARD_RETRY_BACKOFF_MAX_SECONDS,
+            )
+            locked.exit_code = failed.exit_code
+            locked.failure_class = classification.failure_class
+            locked.failure_rule = classification.rule
+            locked.insight_message = classification.message
+            if decision.retry:
+                if decision.spends_retry:
+                    locked.retries_used += 1
+                not_before = now + timedelta(seconds=decision.backoff_seconds)
+                _back_to_queue(locked, decision.reason, not_before=not_before)
+                result.retried.append(locked.job_id)
+            else:
+                locked.status = JobStatus.FAILED
+                locked.finished_at = now
+                locked.status_message = decision.reason
+                locked.placement = []
+                locked.save()
+                result.failed.append(locked.job_id)
+            record_event(locked, from_status, None, decision.reason)
+    backend.remove(job.job_id)

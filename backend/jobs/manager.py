@@ -1,0 +1,145 @@
+"""The job manager's run: reconcile with the backend, schedule, apply, hand out deployments.
+
+Shaped like AWX's task manager, made purer: a thin shell takes a non-blocking lease,
+loads a snapshot, calls the pure core, applies its decisions in one transaction and then
+enqueues deployments. Runs from beat every few seconds and on every submit, end and node
+change; requests that arrive while it runs collapse into one more round.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from backend.core.redis import redis_client, redis_key
+from backend.jobs.lease import LeaseLost, acquire_lease
+from backend.jobs.lifecycle import reconcile
+from backend.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from backend.jobs.scheduling import load_snapshot, schedule_pass
+from jobmanager.backends import ClusterBackend
+from jobmanager.core.timeline import estimate_start_times
+
+logger = logging.getLogger(__name__)
+
+LEASE_NAME = "jobmanager"
+LEASE_TTL_MS = 60_000
+MAX_ROUNDS = 5
+
+
+@dataclass
+class RunSummary:
+    rounds: int = 0
+    started: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    waiting: int = 0
+    lease_taken_by_another: bool = False
+    preempted_last_round: bool = False
+
+
+def _rerun_key() -> str:
+    return redis_key(LEASE_NAME, "rerun")
+
+
+def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
+    """Run (a few rounds) unless another job manager is running; then leave it a request
+    to go round once more. ``enqueue_deployment(job_pk, attempt)`` is called for each
+    placed job after the decisions are committed.
+
+    The request is left before trying the lease, and the holder looks for requests after
+    each round and again after letting the lease go, so that no request is ever lost.
+    """
+    summary = RunSummary()
+    client = redis_client()
+    client.set(_rerun_key(), 1, ex=60)
+    for _ in range(MAX_ROUNDS):
+        lease = acquire_lease(LEASE_NAME, LEASE_TTL_MS)
+        if lease is None:
+            summary.lease_taken_by_another = summary.rounds == 0
+            return summary
+        try:
+            for _ in range(MAX_ROUNDS):
+                requested = client.delete(_rerun_key())
+                if not requested and not summary.preempted_last_round:
+                    break
+                _one_round(backend, lease, enqueue_deployment, summary)
+                if not lease.renew():
+                    break
+        except LeaseLost:
+            logger.warning("Job manager lease lost; a newer run applies decisions now.")
+            return summary
+        finally:
+            lease.release()
+        if not client.exists(_rerun_key()):
+            break
+    return summary
+
+
+def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
+    summary.rounds += 1
+    reconciled = reconcile(backend)
+    for name in ("finished", "failed", "retried", "stopped", "lost", "orphans"):
+        getattr(summary, name).extend(getattr(reconciled, name))
+    decisions, applied = schedule_pass(lease)
+    grace = settings.TRAINYARD_STOP_GRACE_SECONDS
+    for job_id in applied.preempted:
+        backend.stop(job_id, grace)
+    for job_pk, attempt in [*applied.deployments, *reconciled.redeployed]:
+        enqueue_deployment(job_pk, attempt)
+    summary.started.extend(start.job_id for start in decisions.starts)
+    summary.preempted.extend(applied.preempted)
+    summary.preempted_last_round = bool(applied.preempted)
+    summary.waiting = len(decisions.waits)
+
+
+def refresh_start_estimates() -> int:
+    """Estimate when each waiting job starts (running jobs end at their wall-time limits);
+    returns how many estimates changed."""
+    snapshot = load_snapshot()
+    starts = estimate_start_times(
+        snapshot, default_run_time=settings.TRAINYARD_DEFAULT_MAX_WALL_TIME
+    )
+    changed = 0
+    epoch = timezone.now() - timedelta(seconds=timezone.now().timestamp())
+    current = Job.objects.filter(status=JobStatus.QUEUED).values_list(
+        "job_id", "estimated_start_at"
+    )
+    for job_id, estimate in current:
+        start = starts.get(job_id)
+        new = epoch + timedelta(seconds=start) if start is not None else None
+        if new is not None:
+            new = new.replace(microsecond=0)
+        if new != estimate:
+            Job.objects.filter(job_id=job_id, status=JobStatus.QUEUED).update(
+                estimated_start_at=new
+            )
+            changed += 1
+    return changed
+
+
+def purge_finished_jobs(older_than_days: int, batch_size: int) -> int:
+    """Delete jobs that ended more than ``older_than_days`` ago, ``batch_size`` per short
+    transaction, so that the database is never locked for long. Returns how many."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    purged = 0
+    while True:
+        batch = list(
+            Job.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff)
+            .order_by("finished_at")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        if not batch:
+            return purged
+        with transaction.atomic():
+            Job.objects.filter(pk__in=batch).delete()
+        purged += len(batch)

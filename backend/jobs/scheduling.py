@@ -1,0 +1,243 @@
+"""The database side of a scheduling pass: load a snapshot, apply the core's decisions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from backend.clusters.models import Node, RepairState
+from backend.jobs.lease import Lease
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, JobType, StopOutcome
+from backend.vcs.models import Quota, VirtualCluster
+from jobmanager.core import (
+    Decisions,
+    NodeState,
+    QueuedJob,
+    Resources,
+    RunningJob,
+    Snapshot,
+    VcState,
+    WorkerPlacement,
+    schedule,
+)
+from jobmanager.core.snapshot import JobShape, Policy
+
+RELEASING_STATUSES = (JobStatus.PAUSING, JobStatus.KILLING)
+
+
+def millicpus(cpus: Decimal | float | int) -> int:
+    return int(Decimal(str(cpus)) * 1000)
+
+
+def epoch(moment: datetime | None) -> float:
+    return moment.timestamp() if moment is not None else 0.0
+
+
+def load_snapshot(now: datetime | None = None) -> Snapshot:
+    """Nodes, VCs with quotas, jobs holding resources and jobs ready to start."""
+    now = now or timezone.now()
+    nodes = tuple(
+        NodeState(
+            name=row["name"],
+            gpu_type=row["gpu_type__name"],
+            capacity=Resources(row["gpus"], millicpus(row["cpus"]), row["memory"]),
+            labels=tuple(sorted((str(k), str(v)) for k, v in (row["labels"] or {}).items())),
+            schedulable=row["schedulable"] and row["repair_state"] == RepairState.IN_SERVICE,
+        )
+        for row in Node.objects.order_by().values(
+            "name", "gpu_type__name", "gpus", "cpus", "memory", "labels", "schedulable",
+            "repair_state",
+        )
+    )  # fmt: skip
+    quotas: dict[int, dict[str, Resources]] = defaultdict(dict)
+    for row in Quota.objects.order_by().values("vc_id", "gpu_type__name", "gpus", "cpus", "memory"):
+        quotas[row["vc_id"]][row["gpu_type__name"]] = Resources(
+            row["gpus"], millicpus(row["cpus"]), row["memory"]
+        )
+    vcs = tuple(
+        VcState(
+            name=row["name"],
+            quota=quotas[row["id"]],
+            policy=Policy(row["policy"]),
+            max_interactive_gpus=row["max_interactive_gpus"],
+        )
+        for row in VirtualCluster.objects.order_by().values(
+            "id", "name", "policy", "max_interactive_gpus"
+        )
+    )
+    columns = (
+        "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
+        "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
+        "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
+        "max_wall_time",
+    )  # fmt: skip
+    running = tuple(
+        _running_job(row)
+        for row in Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*columns)
+    )
+    ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
+        Q(not_before__isnull=True) | Q(not_before__lte=now)
+    )
+    queued = tuple(_queued_job(row) for row in ready.order_by().values(*columns))
+    return Snapshot(
+        now=now.timestamp(),
+        nodes=nodes,
+        vcs=vcs,
+        running=running,
+        queued=queued,
+        starvation_seconds=float(settings.TRAINYARD_RF_STARVATION_SECONDS),
+    )
+
+
+def _shape(row: dict) -> JobShape:
+    return JobShape(
+        gpu_type=row["gpu_type__name"],
+        workers=row["workers"],
+        per_worker=Resources(
+            row["gpus_per_worker"], millicpus(row["cpus_per_worker"]), row["memory_per_worker"]
+        ),
+    )
+
+
+def _wall_time(row: dict) -> int:
+    return min(row["max_wall_time"], row["vc__max_wall_time"])
+
+
+def _running_job(row: dict) -> RunningJob:
+    started = row["started_at"] or row["updated_at"]
+    return RunningJob(
+        id=row["job_id"],
+        vc=row["vc__name"],
+        shape=_shape(row),
+        placement=placement_from_json(row["placement"]),
+        started_at=epoch(started),
+        priority=row["priority"],
+        preemptible=row["preemptible"],
+        borrowing=row["borrowing"],
+        interactive=row["type"] == JobType.INTERACTIVE,
+        releasing=row["status"] in RELEASING_STATUSES,
+        deadline=epoch(started) + _wall_time(row),
+    )
+
+
+def _queued_job(row: dict) -> QueuedJob:
+    return QueuedJob(
+        id=row["job_id"],
+        vc=row["vc__name"],
+        shape=_shape(row),
+        queued_at=epoch(row["queued_at"]),
+        priority=row["priority"],
+        preemptible=row["preemptible"],
+        interactive=row["type"] == JobType.INTERACTIVE,
+        max_wall_time=float(_wall_time(row)),
+    )
+
+
+def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, ...]:
+    return tuple(
+        WorkerPlacement(
+            node=worker["node"],
+            gpus=tuple(worker.get("gpus") or ()),
+            millicpus=millicpus(worker.get("cpus", 0)),
+            memory=int(worker.get("memory", 0)),
+        )
+        for worker in placement or []
+    )
+
+
+def placement_to_json(placement: tuple[WorkerPlacement, ...]) -> list[dict]:
+    return [
+        {
+            "rank": rank,
+            "node": worker.node,
+            "gpus": list(worker.gpus),
+            "cpus": worker.millicpus / 1000,
+            "memory": worker.memory,
+        }
+        for rank, worker in enumerate(placement)
+    ]
+
+
+@dataclass
+class Applied:
+    """What a pass changed: jobs to deploy (pk, attempt) and jobs to stop."""
+
+    deployments: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    insights_changed: int = 0
+
+
+def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
+    """Snapshot, decide and apply in one transaction that begins by recording this lease's
+    fencing token: the row lock that takes serialises passes, and a job manager whose lease
+    was taken over (an older token) raises LeaseLost before it reads anything."""
+    with transaction.atomic():
+        lease.fence()
+        decisions = schedule(load_snapshot())
+        return decisions, apply_decisions(decisions)
+
+
+def apply_decisions(decisions: Decisions) -> Applied:
+    """Apply one pass's decisions (inside the pass's transaction). A job that changed
+    meanwhile (killed, paused) is left alone."""
+    from backend.jobs.actions import record_event  # actions imports this module's helpers
+
+    applied = Applied()
+    now = timezone.now()
+    for start in decisions.starts:
+        job = Job.objects.select_for_update().filter(job_id=start.job_id).first()
+        if job is None or job.status != JobStatus.QUEUED:
+            continue
+        job.status = JobStatus.SCHEDULING
+        job.placement = placement_to_json(start.placement)
+        job.borrowing = start.borrowing
+        job.attempt += 1
+        job.not_before = None
+        job.estimated_start_at = None
+        nodes = ", ".join(sorted({worker.node for worker in start.placement}))
+        borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
+        job.status_message = f"placed on {nodes}{borrowed}"
+        job.insight_message = ""
+        job.save()
+        record_event(job, JobStatus.QUEUED, None, job.status_message)
+        applied.deployments.append((job.pk, job.attempt))
+    for preemption in decisions.preemptions:
+        job = Job.objects.select_for_update().filter(job_id=preemption.job_id).first()
+        if job is None or job.status not in (JobStatus.SCHEDULING, JobStatus.RUNNING):
+            continue
+        from_status = job.status
+        job.status = JobStatus.PAUSING
+        job.stop_outcome = StopOutcome.REQUEUE
+        job.status_message = preemption.reason
+        job.save()
+        record_event(job, from_status, None, preemption.reason)
+        applied.preempted.append(job.job_id)
+    applied.insights_changed = _record_insights(decisions, now)
+    return applied
+
+
+def _record_insights(decisions: Decisions, now: datetime) -> int:
+    """Each waiting job's reason, written only where it changed (a pass over thousands of
+    waiting jobs must not rewrite them all)."""
+    reasons = {wait.job_id: f"Waiting: {wait.reason}." for wait in decisions.waits}
+    ids = list(reasons)
+    current: list[tuple[str, str]] = []
+    for chunk in range(0, len(ids), 1000):
+        current += Job.objects.filter(
+            job_id__in=ids[chunk : chunk + 1000], status=JobStatus.QUEUED
+        ).values_list("job_id", "insight_message")
+    changed = 0
+    for job_id, message in current:
+        if message != reasons[job_id]:
+            Job.objects.filter(job_id=job_id, status=JobStatus.QUEUED).update(
+                insight_message=reasons[job_id], updated_at=now
+            )
+            changed += 1
+    return changed

@@ -1,0 +1,64 @@
+"""Background work of the job manager, run by Celery workers and beat."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from backend.core.redis import redis_client, redis_key
+from backend.jobs import lifecycle, manager
+from backend.jobs.backends import get_backend
+
+logger = logging.getLogger(__name__)
+
+
+def _requested_key() -> str:
+    return redis_key(manager.LEASE_NAME, "requested")
+
+
+def request_job_manager_run() -> None:
+    """Ask for a job manager run soon; requests made before it starts collapse into one.
+    Never fails the caller: beat runs the job manager every few seconds anyway."""
+    if not settings.TRAINYARD_TRIGGER_JOB_MANAGER:
+        return
+    try:
+        if redis_client().set(_requested_key(), 1, nx=True, ex=30):
+            run_job_manager.apply_async()
+    except Exception:  # Redis or the broker being down must not fail a submission
+        logger.warning("Could not ask for a job manager run; beat will run it.", exc_info=True)
+
+
+@shared_task(ignore_result=True)
+def run_job_manager() -> dict:
+    redis_client().delete(_requested_key())
+    summary = manager.run_job_manager(get_backend(), deploy_job.delay)
+    if summary.started or summary.preempted or summary.finished or summary.failed:
+        logger.info(
+            "Job manager: %d started, %d preempted, %d finished, %d failed, %d waiting",
+            len(summary.started), len(summary.preempted), len(summary.finished),
+            len(summary.failed), summary.waiting,
+        )  # fmt: skip
+    return {"rounds": summary.rounds, "started": summary.started}
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def deploy_job(job_pk: int, attempt: int) -> str:
+    """Hand one placed attempt to the backend (idempotent: a repeat changes nothing)."""
+    outcome = lifecycle.deploy(get_backend(), job_pk, attempt)
+    if outcome == "requeued":
+        request_job_manager_run()
+    return outcome
+
+
+@shared_task(ignore_result=True)
+def refresh_start_estimates() -> int:
+    return manager.refresh_start_estimates()
+
+
+@shared_task(ignore_result=True)
+def purge_finished_jobs() -> int:
+    return manager.purge_finished_jobs(
+        settings.TRAINYARD_JOB_RETENTION_DAYS, settings.TRAINYARD_PURGE_BATCH_SIZE
+    )

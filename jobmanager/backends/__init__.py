@@ -1,0 +1,23 @@
+"""Cluster backends: where jobs run. Chosen by configuration (``TRAINYARD_BACKEND``)."""
+
+from jobmanager.backends.base import (
+    BackendNode,
+    ClusterBackend,
+    DeployError,
+    JobLaunch,
+    JobReport,
+    WorkerReport,
+    WorkerSpec,
+    WorkerState,
+)
+
+__all__ = [
+    "BackendNode",
+    "ClusterBackend",
+    "DeployError",
+    "JobLaunch",
+    "JobReport",
+    "WorkerReport",
+    "WorkerSpec",
+    "WorkerState",
+]

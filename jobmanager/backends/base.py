@@ -1,0 +1,121 @@
+"""The one small interface between the job manager and wherever jobs run.
+
+A backend deploys a placed job (all of its workers, or nothing), reports the state and
+exit code of every worker it knows, stops jobs, and lists its nodes. Every call is
+idempotent: the job manager may repeat any of them after a crash.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class WorkerState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+    millicpus: int
+    memory: int  # MiB
+
+
+@dataclass(frozen=True, slots=True)
+class JobLaunch:
+    """Everything a backend needs to run one attempt of a job."""
+
+    job_id: str
+    attempt: int
+    name: str
+    owner: str
+    vc: str
+    command: str
+    workers: tuple[WorkerSpec, ...]
+    image: str = ""
+    working_dir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    data_path: str = ""
+    output_path: str = ""
+    job_type: str = "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    rank: int
+    state: WorkerState
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """What the backend knows of one deployed attempt."""
+
+    job_id: str
+    attempt: int
+    workers: tuple[WorkerReport, ...]
+
+    @property
+    def ended(self) -> bool:
+        return all(w.state in (WorkerState.SUCCEEDED, WorkerState.FAILED) for w in self.workers)
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.workers) and all(w.state == WorkerState.SUCCEEDED for w in self.workers)
+
+    @property
+    def failed_worker(self) -> WorkerReport | None:
+        """The first worker that failed: its exit code and log explain the attempt."""
+        return next((w for w in self.workers if w.state == WorkerState.FAILED), None)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendNode:
+    name: str
+    gpu_type: str
+    gpus: int
+    millicpus: int
+    memory: int
+    labels: dict[str, str] = field(default_factory=dict)
+    ready: bool = True
+    declared: bool = False  # GPUs declared by configuration, not discovered on hardware
+
+
+class DeployError(RuntimeError):
+    """The backend could not start every worker; whatever it had created is removed."""
+
+
+class ClusterBackend(abc.ABC):
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def deploy(self, launch: JobLaunch) -> None:
+        """Start every worker of the attempt, or none (raise DeployError after cleaning
+        up). Deploying an attempt that is already deployed changes nothing."""
+
+    @abc.abstractmethod
+    def stop(self, job_id: str, grace_seconds: float) -> None:
+        """Ask every worker of the job to stop (SIGTERM, then a kill after the grace
+        period). Returns at once; ``reports`` shows when they are gone."""
+
+    @abc.abstractmethod
+    def reports(self) -> dict[str, JobReport]:
+        """Every job the backend holds, by job id, including ended ones not yet removed."""
+
+    @abc.abstractmethod
+    def remove(self, job_id: str) -> None:
+        """Forget an ended (or stopped) job and free whatever it held."""
+
+    @abc.abstractmethod
+    def nodes(self) -> list[BackendNode]:
+        """The nodes jobs can run on, with capacity, readiness and labels."""
+
+    def cordon(self, node: str, cordoned: bool) -> None:  # noqa: B027 - optional
+        """Keep new work off a node (or let it back); backends without the notion ignore it."""

@@ -1,0 +1,372 @@
+"""The job manager in one process: submit, schedule, deploy, end, retry, stop, reconcile.
+
+A memory backend stands in for the cluster; the test decides when each job ends.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from backend.jobs import lifecycle, manager
+from backend.jobs.lease import LeaseLost, acquire_lease
+from backend.jobs.models import FailureClass, Job, JobStatus
+from backend.jobs.scheduling import load_snapshot, schedule_pass
+from jobmanager.backends.memory import MemoryBackend
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+SYNTAX_ERROR_LOG = """Traceback (most recent call last):
+  File "/work/train.py", line 3
+    print("epoch" 1)
+          ^^^^^^^^^
+SyntaxError: invalid syntax. Perhaps you forgot a comma?
+"""
+NCCL_TIMEOUT_LOG = (
+    "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=27, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800324 milliseconds "
+    "before timing out.\n"
+)
+
+
+class JobManager:
+    """Runs the job manager by hand, deploying at once, as a worker would."""
+
+    def __init__(self, backend: MemoryBackend) -> None:
+        self.backend = backend
+
+    def run(self) -> manager.RunSummary:
+        return manager.run_job_manager(self.backend, self._deploy)
+
+    def _deploy(self, job_pk: int, attempt: int) -> None:
+        lifecycle.deploy(self.backend, job_pk, attempt)
+
+
+@pytest.fixture
+def backend(tmp_path, settings) -> MemoryBackend:
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    return MemoryBackend(log_dir=settings.TRAINYARD_LOG_DIR)
+
+
+@pytest.fixture
+def jobs(backend, redis_namespace) -> JobManager:
+    return JobManager(backend)
+
+
+def submit(world, user=None, **spec) -> Job:
+    body = {"vc": "vision", "gpu_type": "A100", "command": "python train.py", "gpus_per_worker": 1}
+    body |= spec
+    response = world.client(user or world.member).post(JOBS, body, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(job_id=response.json()["id"])
+
+
+def refreshed(job: Job) -> Job:
+    job.refresh_from_db()
+    return job
+
+
+def statuses(*jobs: Job) -> list[str]:
+    return [refreshed(job).status for job in jobs]
+
+
+def test_a_submitted_job_is_placed_deployed_and_runs(world, jobs, backend):
+    job = submit(world, workers=2, gpus_per_worker=4)
+
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status == JobStatus.RUNNING
+    assert job.attempt == 1 and job.started_at is not None
+    deployed = backend.deployed()[job.job_id]
+    assert [len(worker["gpus"]) for worker in deployed["workers"]] == [4, 4]
+    # Packed: both workers share one 8-GPU node, keeping the other nodes whole.
+    assert len({worker["node"] for worker in job.placement}) == 1
+    assert list(job.attempts.values_list("number", flat=True)) == [1]
+    assert [e.to_status for e in job.events.all()] == ["queued", "scheduling", "running"]
+
+
+def test_a_job_that_exits_0_finishes_and_frees_its_gpus_for_the_next(world, jobs, backend):
+    first = submit(world, workers=2, gpus_per_worker=8)
+    second = submit(world, workers=2, gpus_per_worker=8)
+    third = submit(world, workers=1, gpus_per_worker=8)
+    jobs.run()
+    assert statuses(first, second, third) == ["running", "running", "queued"]
+    assert "largest free block is 0" in refreshed(third).insight_message
+
+    backend.finish(first.job_id, exit_code=0)
+    jobs.run()
+
+    assert statuses(first, second, third) == ["finished", "running", "running"]
+    assert refreshed(first).exit_code == 0
+    assert first.job_id not in backend.deployed()
+
+
+def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, backend):
+    job = submit(world, max_retries=3)
+    jobs.run()
+
+    backend.finish(job.job_id, exit_code=1, log=SYNTAX_ERROR_LOG)
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status == JobStatus.FAILED
+    assert job.failure_class == FailureClass.USER
+    assert job.failure_rule  # the rule that matched is shown
+    assert job.retries_used == 0
+    attempt = job.attempts.get()
+    assert (attempt.exit_code, attempt.failure_class) == (1, FailureClass.USER)
+
+
+def test_an_infrastructure_failure_is_retried_after_a_backoff_until_retries_run_out(
+    world, jobs, backend
+):
+    job = submit(world, max_retries=1)
+    jobs.run()
+
+    backend.finish(job.job_id, exit_code=1, log=NCCL_TIMEOUT_LOG)
+    jobs.run()
+    job = refreshed(job)
+    assert job.status == JobStatus.QUEUED
+    assert (job.failure_class, job.retries_used) == (FailureClass.INFRASTRUCTURE, 1)
+    assert job.not_before > timezone.now()  # waiting out its backoff
+    jobs.run()
+    assert refreshed(job).status == JobStatus.QUEUED
+
+    Job.objects.filter(pk=job.pk).update(not_before=timezone.now() - timedelta(seconds=1))
+    jobs.run()
+    assert refreshed(job).status == JobStatus.RUNNING
+    assert refreshed(job).attempt == 2
+
+    backend.finish(job.job_id, exit_code=1, log=NCCL_TIMEOUT_LOG)
+    jobs.run()
+    job = refreshed(job)
+    assert job.status == JobStatus.FAILED
+    assert list(job.attempts.values_list("failure_class", flat=True)) == [
+        FailureClass.INFRASTRUCTURE,
+        FailureClass.INFRASTRUCTURE,
+    ]
+
+
+def test_killing_a_running_job_stops_it_in_the_backend(world, jobs, backend):
+    job = submit(world)
+    jobs.run()
+
+    response = world.client(world.member).post(f"{JOBS}{job.job_id}/kill/", {}, format="json")
+    assert response.status_code == 200
+    assert refreshed(job).status == JobStatus.KILLING
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status == JobStatus.KILLED and job.finished_at is not None
+    assert job.job_id not in backend.deployed()
+
+
+def test_a_paused_job_gives_its_gpus_back_and_resumes_at_its_place(world, jobs, backend):
+    paused = submit(world, gpus_per_worker=8, workers=2)
+    jobs.run()
+    world.client(world.member).post(f"{JOBS}{paused.job_id}/pause/", {}, format="json")
+    jobs.run()
+    assert refreshed(paused).status == JobStatus.PAUSED
+    assert paused.job_id not in backend.deployed()
+
+    world.client(world.member).post(f"{JOBS}{paused.job_id}/resume/", {}, format="json")
+    jobs.run()
+
+    assert refreshed(paused).status == JobStatus.RUNNING
+    assert refreshed(paused).attempt == 2
+
+
+def test_a_job_past_its_wall_time_is_stopped_and_ends_as_timeout(world, jobs, backend):
+    job = submit(world, max_wall_time=600)
+    jobs.run()
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=601))
+
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status == JobStatus.TIMEOUT
+    assert "wall-time limit of 600 s" in job.status_message
+    assert job.job_id not in backend.deployed()
+
+
+def test_the_vc_cap_on_wall_time_applies_to_jobs_submitted_before_it_was_lowered(
+    world, jobs, backend
+):
+    job = submit(world, max_wall_time=3600)
+    jobs.run()
+    world.vision.max_wall_time = 60
+    world.vision.save()
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=61))
+
+    jobs.run()
+
+    assert refreshed(job).status == JobStatus.TIMEOUT
+
+
+def test_a_borrower_is_preempted_for_a_guaranteed_job_and_requeued_at_the_head(
+    world, jobs, backend
+):
+    # nlp (quota 8) borrows 16 more GPUs beyond its quota; vision (quota 16) then asks.
+    nlp_jobs = [submit(world, user=world.outsider, vc="nlp", gpus_per_worker=8) for _ in range(3)]
+    jobs.run()
+    assert statuses(*nlp_jobs) == ["running"] * 3
+    borrowers = [job for job in nlp_jobs if refreshed(job).borrowing]
+    assert len(borrowers) == 2
+    later = submit(world, user=world.outsider, vc="nlp", gpus_per_worker=8)  # behind them
+    queued_at = {job.pk: job.queued_at for job in borrowers}
+
+    guaranteed = submit(world, gpus_per_worker=8, workers=2)
+    summary = jobs.run()
+
+    assert refreshed(guaranteed).status == JobStatus.RUNNING
+    assert len(summary.preempted) == 1
+    victim = next(job for job in borrowers if job.job_id in summary.preempted)
+    victim = refreshed(victim)
+    assert victim.status == JobStatus.QUEUED
+    assert victim.queued_at == queued_at[victim.pk]  # its place at the head is kept
+    assert victim.retries_used == 0  # a preemption spends no retry
+    assert victim.attempts.get().failure_class == FailureClass.PREEMPTION
+    assert refreshed(later).status == JobStatus.QUEUED
+    queue = load_snapshot().queued
+    nlp_queue = sorted(
+        (job for job in queue if job.vc == "nlp"), key=lambda job: (-job.priority, job.queued_at)
+    )
+    assert nlp_queue[0].id == victim.job_id
+
+
+def test_a_job_the_backend_lost_is_requeued_without_spending_a_retry(world, jobs, backend):
+    job = submit(world)
+    jobs.run()
+
+    backend.lose(job.job_id)
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status == JobStatus.RUNNING  # requeued, then placed again at once
+    assert job.attempt == 2 and job.retries_used == 0
+    first = job.attempts.get(number=1)
+    assert first.failure_class == FailureClass.INFRASTRUCTURE and first.ended_at is not None
+
+
+def test_work_the_database_does_not_know_is_removed_from_the_backend(world, jobs, backend):
+    job = submit(world)
+    jobs.run()
+    Job.objects.filter(pk=job.pk).delete()
+
+    summary = jobs.run()
+
+    assert summary.orphans == [job.job_id]
+    assert job.job_id not in backend.deployed()
+
+
+def test_a_failed_deployment_is_undone_and_the_job_requeued(world, jobs, backend):
+    job = submit(world)
+    backend.fail_next_deploys(1)
+
+    jobs.run()
+    job = refreshed(job)
+    assert job.status == JobStatus.QUEUED
+    assert "deployment failed" in job.status_message
+    assert backend.deployed() == {}
+
+    jobs.run()
+    assert refreshed(job).status == JobStatus.RUNNING
+
+
+def test_deploying_the_same_attempt_twice_starts_it_once(world, jobs, backend):
+    job = submit(world)
+    lease = acquire_lease(manager.LEASE_NAME, 10_000)
+    _, applied = schedule_pass(lease)
+    lease.release()
+    (job_pk, attempt), *_ = applied.deployments
+
+    outcomes = [lifecycle.deploy(backend, job_pk, attempt) for _ in range(2)]
+
+    assert outcomes == ["running", "skipped"]
+    assert backend.deploy_calls() == [(job.job_id, 1)]
+
+
+def test_a_job_manager_whose_lease_was_taken_over_cannot_apply_anything(world, jobs, backend):
+    job = submit(world)
+    stale = acquire_lease(manager.LEASE_NAME, 10_000)
+    stale.release()  # say it stalled until its lease expired
+    newer = acquire_lease(manager.LEASE_NAME, 10_000)
+    schedule_pass(newer)
+    newer.release()
+    submit(world)
+
+    with pytest.raises(LeaseLost):
+        schedule_pass(stale)
+    assert refreshed(job).attempt == 1  # placed once, by the newer one
+    assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+
+def test_a_second_job_manager_does_not_wait_for_the_lease(world, jobs):
+    held = acquire_lease(manager.LEASE_NAME, 10_000)
+    submit(world)
+    try:
+        summary = jobs.run()
+    finally:
+        held.release()
+
+    assert summary.lease_taken_by_another and summary.rounds == 0
+
+
+def test_waiting_jobs_get_an_estimated_start_from_running_jobs_wall_times(world, jobs):
+    running = [submit(world, gpus_per_worker=8, max_wall_time=3600) for _ in range(4)]
+    jobs.run()
+    waiting = submit(world, gpus_per_worker=8, max_wall_time=3600)
+    jobs.run()
+
+    manager.refresh_start_estimates()
+
+    estimate = refreshed(waiting).estimated_start_at
+    first_end = min(refreshed(job).started_at for job in running) + timedelta(seconds=3600)
+    assert abs((estimate - first_end).total_seconds()) <= 1
+
+
+def test_old_finished_jobs_are_purged_in_batches_and_others_kept(world):
+    from tests.factories import JobFactory
+
+    long_ago = timezone.now() - timedelta(days=91)
+    old = [
+        JobFactory(
+            vc=world.vision, owner=world.member, status=JobStatus.FINISHED, finished_at=long_ago
+        )
+        for _ in range(5)
+    ]
+    recent = JobFactory(
+        vc=world.vision, owner=world.member, status=JobStatus.FAILED, finished_at=timezone.now()
+    )
+    running = JobFactory(vc=world.vision, owner=world.member, status=JobStatus.RUNNING)
+
+    purged = manager.purge_finished_jobs(older_than_days=90, batch_size=2)
+
+    assert purged == 5
+    assert not Job.objects.filter(pk__in=[job.pk for job in old]).exists()
+    assert set(Job.objects.values_list("pk", flat=True)) >= {recent.pk, running.pk}
+
+
+def test_a_submission_wakes_the_job_manager(
+    world, backend, redis_namespace, settings, django_capture_on_commit_callbacks
+):
+    from backend.celery import app
+
+    settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
+    settings.TRAINYARD_BACKEND = "memory"
+    settings.TRAINYARD_MEMORY_BACKEND_STATE = backend_state = (
+        settings.TRAINYARD_LOG_DIR.parent / "mem.json"
+    )
+    app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            job = submit(world)
+    finally:
+        app.conf.task_always_eager = False
+
+    assert refreshed(job).status == JobStatus.RUNNING
+    assert job.job_id in MemoryBackend(state_path=backend_state).deployed()

@@ -370,3 +370,32 @@ def test_a_submission_wakes_the_job_manager(
 
     assert refreshed(job).status == JobStatus.RUNNING
     assert job.job_id in MemoryBackend(state_path=backend_state).deployed()
+
+
+def test_a_bad_retry_rules_file_is_reported_when_a_process_starts(tmp_path, monkeypatch):
+    from backend.jobs.apps import check_retry_rules
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - name: broken\n    class: sometimes\n    patterns: ['x']\n")
+    monkeypatch.setenv("TRAINYARD_RETRY_RULES", str(rules))
+
+    errors = check_retry_rules()
+
+    assert [error.id for error in errors] == ["trainyard.E001"]
+    assert "broken" in errors[0].msg
+
+
+def test_cordoning_a_node_wakes_the_job_manager(
+    world, backend, redis_namespace, settings, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backend.jobs import tasks
+
+    settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
+    sent = []
+    monkeypatch.setattr(tasks.run_job_manager, "apply_async", lambda *a, **k: sent.append(1))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = world.client(world.staff).post("/api/v1/nodes/a100-1/cordon/")
+
+    assert response.status_code == 200, response.content
+    assert sent == [1]

@@ -107,7 +107,9 @@ def configure_django(database_url: str, var_dir: str) -> None:
     os.environ.setdefault("TRAINYARD_LOG_LEVEL", "WARNING")
     # A submission wakes the job manager through Redis, as in production (no worker runs
     # here, so the wake-ups collapse into one queued task every 30 s).
-    os.environ.setdefault("REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    os.environ.setdefault(
+        "REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     os.environ.setdefault("TRAINYARD_REDIS_PREFIX", "trainyard-bench")
     os.environ.setdefault("TRAINYARD_CELERY_QUEUE", "trainyard-bench")
     os.environ["DJANGO_SETTINGS_MODULE"] = "backend.settings"

@@ -46,6 +46,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     data_path: str = ""
     output_path: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
     preemptible: bool = False
     priority: int = 0
 
@@ -127,6 +128,7 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
         max_wall_time=spec.max_wall_time,
         data_path=spec.data_path,
         output_path=spec.output_path,
+        node_selector=spec.node_selector,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
         idempotency_key=idempotency_key or None,

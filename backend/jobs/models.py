@@ -106,6 +106,9 @@ class Job(models.Model):
     priority = models.IntegerField(default=0)
     max_retries = models.PositiveSmallIntegerField(default=3)
     max_wall_time = models.PositiveIntegerField(help_text="Seconds.")
+    node_selector = models.JSONField(
+        default=dict, blank=True, help_text="Labels the node of every worker must carry."
+    )
     data_path = models.CharField(max_length=1000, blank=True)
     output_path = models.CharField(max_length=1000, blank=True)
 

@@ -76,7 +76,7 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
         "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
         "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
         "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
-        "max_wall_time",
+        "max_wall_time", "node_selector",
     )  # fmt: skip
     running = tuple(
         _running_job(row)
@@ -103,6 +103,7 @@ def _shape(row: dict) -> JobShape:
         per_worker=Resources(
             row["gpus_per_worker"], millicpus(row["cpus_per_worker"]), row["memory_per_worker"]
         ),
+        node_selector=tuple(sorted((row["node_selector"] or {}).items())),
     )
 
 

@@ -247,6 +247,16 @@ def needs_approval(request: Request, user_id: int) -> str:
     )
 
 
+def nodes_with_labels(gpu_type: GpuType, selector: dict[str, str]) -> list[str]:
+    """Nodes of the GPU type carrying every label of the selector (read in Python: JSON
+    containment is not portable across MySQL and SQLite, and node counts are small)."""
+    return [
+        name
+        for name, labels in Node.objects.filter(gpu_type=gpu_type).values_list("name", "labels")
+        if all((labels or {}).get(key) == value for key, value in selector.items())
+    ]
+
+
 def visible_vc_for_submission(user: object, name: str) -> VirtualCluster | None:
     """The VC by name if the user may submit into it (members; cluster admins anywhere)."""
     vcs = VirtualCluster.objects.filter(name=name)

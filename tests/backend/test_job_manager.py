@@ -399,3 +399,34 @@ def test_cordoning_a_node_wakes_the_job_manager(
 
     assert response.status_code == 200, response.content
     assert sent == [1]
+
+
+def test_a_job_with_a_node_selector_runs_only_on_nodes_with_those_labels(world, jobs):
+    labelled = world.nodes[2]
+    labelled.labels = {"zone": "b", "nvlink": "yes"}
+    labelled.save()
+
+    job = submit(world, gpus_per_worker=2, node_selector={"zone": "b"})
+    jobs.run()
+
+    assert refreshed(job).status == JobStatus.RUNNING
+    assert {worker["node"] for worker in refreshed(job).placement} == {labelled.name}
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ({"zone": "z"}, "No A100 node has the labels zone=z."),
+        ({"bad key!": "x"}, "Not a label name: 'bad key!'"),
+        ({f"k{index}": "v" for index in range(11)}, "At most 10 labels."),
+    ],
+)
+def test_a_node_selector_no_node_can_satisfy_is_refused_on_its_field(world, selector, message):
+    response = world.client(world.member).post(
+        JOBS,
+        {"vc": "vision", "gpu_type": "A100", "command": "true", "node_selector": selector},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert message in response.json()["node_selector"][0]

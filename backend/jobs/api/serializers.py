@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from rest_framework import serializers
@@ -17,6 +18,7 @@ from backend.jobs.submission import (
     check_image,
     check_path,
     check_request,
+    nodes_with_labels,
     quota_with_worker_fit,
     visible_vc_for_submission,
 )
@@ -27,6 +29,11 @@ MAX_WORKERS = 1024
 MIN_WALL_TIME = 60
 MAX_PRIORITY = 100
 MEMBER_MAX_PRIORITY = 0
+MAX_LABELS = 10
+MAX_LABEL_VALUE = 63
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -48,6 +55,12 @@ class JobSubmitSerializer(serializers.Serializer):
     working_dir = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     data_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     output_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    node_selector = serializers.DictField(
+        child=serializers.CharField(max_length=MAX_LABEL_VALUE),
+        required=False,
+        default=dict,
+        help_text='Run only on nodes with all of these labels, e.g. {"zone": "b"}.',
+    )
     preemptible = serializers.BooleanField(default=False)
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
@@ -82,6 +95,17 @@ class JobSubmitSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return path
+
+    def validate_node_selector(self, selector: dict[str, str]) -> dict[str, str]:
+        if len(selector) > MAX_LABELS:
+            raise serializers.ValidationError(f"At most {MAX_LABELS} labels.")
+        bad = [key for key in selector if len(key) > 253 or not LABEL_KEY.match(key)]
+        if bad:
+            raise serializers.ValidationError(
+                f"Not a label name: {', '.join(map(repr, bad))} (letters, digits, '-', '_', "
+                "'.', optionally after a DNS prefix and '/')."
+            )
+        return selector
 
     validate_working_dir = _check_path
     validate_data_path = _check_path
@@ -153,6 +177,12 @@ class JobSubmitSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"priority": [f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."]}
             )
+        selector = attrs.get("node_selector") or {}
+        if selector and not nodes_with_labels(gpu_type, selector):
+            wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+            raise serializers.ValidationError(
+                {"node_selector": [f"No {gpu_type.name} node has the labels {wanted}."]}
+            )
         spec = JobSpec(
             vc=vc,
             gpu_type=gpu_type,
@@ -168,6 +198,7 @@ class JobSubmitSerializer(serializers.Serializer):
             working_dir=attrs.get("working_dir", ""),
             data_path=attrs.get("data_path", ""),
             output_path=attrs.get("output_path", ""),
+            node_selector=selector,
             preemptible=attrs["preemptible"],
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
@@ -202,7 +233,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "insight_message", "repair_message", "image", "command", "working_dir", "env",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "data_path", "output_path", "placement", "exit_code", "failure_class",
+            "data_path", "output_path", "node_selector", "placement", "exit_code",
+            "failure_class",
             "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
             "submitted_at", "started_at", "finished_at", "updated_at",
         ]  # fmt: skip

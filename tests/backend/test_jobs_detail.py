@@ -159,3 +159,67 @@ def test_vc_admin_downloads_a_members_log(world, log_dir):
     _, text = download(world.client(world.vc_admin), job)
 
     assert text == "hello\n"
+
+
+# --- Live tail -----------------------------------------------------------------------------
+
+
+def tail(client, job, **query) -> dict:
+    response = client.get(job_url(job, "log/tail"), query)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_following_a_log_answers_only_what_was_written_since(world, log_dir):
+    job = make_job(world, status=JobStatus.RUNNING)
+    write_logs(log_dir, job, {"worker-0.log": "epoch 1\n"})
+    client = world.client(world.member)
+
+    first = tail(client, job)
+    with open(log_dir / job.job_id / "worker-0.log", "a") as log:
+        log.write("epoch 2\n")
+    second = tail(client, job, offset=first["next_offset"])
+    third = tail(client, job, offset=second["next_offset"])
+
+    assert (first["text"], second["text"], third["text"]) == ("epoch 1\n", "epoch 2\n", "")
+    assert not third["complete"]  # the job is still running
+
+
+def test_the_tail_of_a_long_log_starts_at_a_line(world, log_dir):
+    job = make_job(world, status=JobStatus.FINISHED)
+    write_logs(log_dir, job, {"worker-0.log": "".join(f"line {n}\n" for n in range(1000))})
+
+    answer = tail(world.client(world.member), job, max_bytes=30)
+
+    assert answer["text"] == "line 997\nline 998\nline 999\n"
+    assert answer["complete"]
+
+
+def test_a_chunk_never_splits_a_character(world, log_dir):
+    job = make_job(world, status=JobStatus.RUNNING)
+    write_logs(log_dir, job, {"worker-0.log": "loss ≈ 0.5\n"})
+    client = world.client(world.member)
+
+    first = tail(client, job, offset=0, max_bytes=6)  # "loss " and the first byte of "≈"
+    rest = tail(client, job, offset=first["next_offset"])
+
+    assert first["text"] + rest["text"] == "loss ≈ 0.5\n"
+    assert "\ufffd" not in first["text"] + rest["text"]
+
+
+def test_tail_of_a_worker_the_job_does_not_have_is_a_field_error(world, log_dir):
+    job = make_job(world, status=JobStatus.RUNNING)
+
+    response = world.client(world.member).get(job_url(job, "log/tail"), {"worker": 5})
+
+    assert response.status_code == 400
+    assert "worker" in response.json()
+
+
+def test_another_tenant_cannot_follow_the_log(world, log_dir):
+    job = make_job(world, status=JobStatus.RUNNING)
+    write_logs(log_dir, job, {"worker-0.log": "secret\n"})
+
+    response = world.client(world.outsider).get(job_url(job, "log/tail"))
+
+    assert response.status_code == 404

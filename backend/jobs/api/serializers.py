@@ -291,3 +291,19 @@ class JobAttemptSerializer(serializers.ModelSerializer):
             "number", "started_at", "ended_at", "nodes", "exit_code", "failure_class",
             "failure_rule", "message",
         ]  # fmt: skip
+
+
+class LogTailQuerySerializer(serializers.Serializer):
+    worker = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, required=False)
+    max_bytes = serializers.IntegerField(min_value=1, max_value=1024 * 1024, default=64 * 1024)
+
+
+class LogTailSerializer(serializers.Serializer):
+    worker = serializers.IntegerField()
+    status = serializers.CharField()
+    text = serializers.CharField()
+    offset = serializers.IntegerField()
+    next_offset = serializers.IntegerField()
+    size = serializers.IntegerField()
+    complete = serializers.BooleanField()

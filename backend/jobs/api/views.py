@@ -26,8 +26,10 @@ from backend.jobs.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
     JobSummarySerializer,
+    LogTailQuerySerializer,
+    LogTailSerializer,
 )
-from backend.jobs.logs import job_log_files, stream_full_log
+from backend.jobs.logs import job_log_dir, job_log_files, read_log_chunk, stream_full_log
 from backend.jobs.models import Job
 from backend.vcs.permissions import is_vc_admin
 
@@ -215,3 +217,32 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         response = StreamingHttpResponse(stream_full_log(files), content_type="text/plain")
         response["Content-Disposition"] = f'attachment; filename="{job.job_id}.log"'
         return response
+
+    @extend_schema(parameters=[LogTailQuerySerializer], responses=LogTailSerializer)
+    @action(detail=True, methods=["get"], url_path="log/tail", filterset_class=None)
+    def log_tail(self, request: Request, id: str) -> Response:
+        """Follow one worker's log: without ``offset`` its last ``max_bytes``; then ask again
+        with the ``next_offset`` answered for what was written since. ``complete`` is true
+        once the job has ended and everything was read."""
+        job = self.get_object()
+        query = LogTailQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        worker = query.validated_data["worker"]
+        if worker >= job.workers:
+            raise ValidationError({"worker": [f"The job has workers 0 to {job.workers - 1}."]})
+        chunk = read_log_chunk(
+            job_log_dir(job.job_id) / f"worker-{worker}.log",
+            query.validated_data.get("offset"),
+            query.validated_data["max_bytes"],
+        )
+        return Response(
+            {
+                "worker": worker,
+                "status": job.status,
+                "text": chunk.text,
+                "offset": chunk.offset,
+                "next_offset": chunk.next_offset,
+                "size": chunk.size,
+                "complete": job.is_terminal and chunk.next_offset >= chunk.size,
+            }
+        )

@@ -188,10 +188,17 @@ LOGGING = {
 }
 
 # --- Trainyard ------------------------------------------------------------------------------
-# Which cluster backend runs jobs. "memory" places jobs and keeps them in a table, and a
-# test (or an operator, through the admin) decides when they end; the "local" (processes
-# on this host) and "kubernetes" backends come with the cluster backends issue.
-TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "memory")
+# Which cluster backend runs jobs: "local" (real processes on this host), "kubernetes", or
+# "memory" (jobs kept in a table; tests decide when they end).
+TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "local")
+# The local backend: where it keeps each job's state (so that a restart re-adopts running
+# jobs), the nodes it declares ("name:gpu_type:gpus[:cpus:memoryMiB],..."; empty: discover
+# GPUs with NVML), the cgroup v2 subtree for CPU and memory limits ("" for none), and how
+# long a command's leftover processes get between SIGTERM and SIGKILL.
+TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / "local-backend")))
+TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
+TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
+TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
 # The memory backend's table, shared by the web, worker and beat processes.
 TRAINYARD_MEMORY_BACKEND_STATE = Path(
     env("TRAINYARD_MEMORY_BACKEND_STATE", str(VAR_DIR / "memory-backend.json"))

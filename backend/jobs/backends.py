@@ -8,21 +8,50 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from jobmanager.backends import ClusterBackend
-from jobmanager.backends.memory import MemoryBackend
+
+BACKENDS = ("local", "kubernetes", "memory")
 
 
 @functools.cache
-def _backend(name: str, memory_state: str, log_dir: str) -> ClusterBackend:
+def _backend(name: str, *configuration: object) -> ClusterBackend:
+    if name == "local":
+        from jobmanager.backends.local import LocalBackend
+
+        state_dir, log_dir, nodes, cgroup_root, kill_after = configuration
+        try:
+            return LocalBackend(
+                state_dir,
+                log_dir,
+                nodes=nodes or None,
+                cgroup_root=cgroup_root or None,
+                kill_after_seconds=kill_after,
+            )
+        except ValueError as error:
+            raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES: {error}") from error
     if name == "memory":
-        return MemoryBackend(state_path=memory_state, log_dir=log_dir)
-    raise ImproperlyConfigured(
-        f"TRAINYARD_BACKEND={name!r} is not available; this version has: memory."
-    )
+        from jobmanager.backends.memory import MemoryBackend
+
+        state_path, log_dir = configuration
+        return MemoryBackend(state_path=state_path, log_dir=log_dir)
+    if name == "kubernetes":
+        from backend.jobs.kubernetes import kubernetes_backend
+
+        return kubernetes_backend()
+    raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")
 
 
 def get_backend() -> ClusterBackend:
-    return _backend(
-        settings.TRAINYARD_BACKEND,
-        str(settings.TRAINYARD_MEMORY_BACKEND_STATE),
-        str(settings.TRAINYARD_LOG_DIR),
-    )
+    name = settings.TRAINYARD_BACKEND
+    log_dir = str(settings.TRAINYARD_LOG_DIR)
+    if name == "local":
+        return _backend(
+            name,
+            str(settings.TRAINYARD_LOCAL_STATE_DIR),
+            log_dir,
+            settings.TRAINYARD_LOCAL_NODES,
+            settings.TRAINYARD_LOCAL_CGROUP_ROOT,
+            float(settings.TRAINYARD_LOCAL_KILL_AFTER_SECONDS),
+        )
+    if name == "memory":
+        return _backend(name, str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)
+    return _backend(name)

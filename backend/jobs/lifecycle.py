@@ -27,7 +27,15 @@ from backend.jobs.models import (
     StopOutcome,
 )
 from backend.jobs.scheduling import placement_from_json
-from jobmanager.backends import ClusterBackend, DeployError, JobLaunch, JobReport, WorkerSpec
+from jobmanager.backends import (
+    ClusterBackend,
+    DeployError,
+    JobLaunch,
+    JobReport,
+    WorkerReport,
+    WorkerSpec,
+)
+from jobmanager.backends.base import NODE_UNHEALTHY
 from jobmanager.retries import (
     Classification,
     classify,
@@ -301,9 +309,36 @@ def _requeue_lost(job: Job) -> None:
         record_event(locked, JobStatus.RUNNING, None, decision.reason)
 
 
+def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) -> None:
+    """A worker's node went bad: the attempt cannot go on; requeue without a retry."""
+    with transaction.atomic():
+        locked = _locked_if_unchanged(job)
+        if locked is None:
+            return
+        cause = failed.reason.removeprefix(NODE_UNHEALTHY).strip(" :") or "its node went bad"
+        decision = system_requeue(f"worker {failed.rank}: {cause}")
+        when = timezone.localtime().strftime("%H:%M")
+        _close_attempt(
+            locked,
+            failed.exit_code,
+            Classification(FailureClass.INFRASTRUCTURE, "node-unhealthy", decision.reason),
+            decision.reason,
+        )
+        locked.failure_class = FailureClass.INFRASTRUCTURE
+        locked.failure_rule = "node-unhealthy"
+        locked.repair_message = f"{cause} at {when}; requeued without spending a retry"
+        _back_to_queue(locked, decision.reason)
+        record_event(locked, JobStatus.RUNNING, None, decision.reason)
+        result.lost.append(locked.job_id)
+
+
 def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:
     """An attempt ended by itself: finished, or failed and maybe retried."""
     failed = report.failed_worker
+    if failed is not None and failed.reason.startswith(NODE_UNHEALTHY):
+        _requeue_off_bad_node(job, failed, result)
+        backend.remove(job.job_id)
+        return
     classification = None
     if failed is not None:
         log = read_log_tail(job_log_dir(job.job_id) / f"worker-{failed.rank}.log")

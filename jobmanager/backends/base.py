@@ -47,11 +47,17 @@ class JobLaunch:
     job_type: str = "batch"
 
 
+# A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed
+# health condition, taken out of service). The attempt cannot go on; requeue it at once.
+NODE_UNHEALTHY = "NodeUnhealthy"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
     rank: int
     state: WorkerState
     exit_code: int | None = None
+    reason: str = ""  # why a worker is pending or failed, when the backend can tell
 
 
 @dataclass(frozen=True, slots=True)

@@ -430,3 +430,27 @@ def test_a_node_selector_no_node_can_satisfy_is_refused_on_its_field(world, sele
 
     assert response.status_code == 400
     assert message in response.json()["node_selector"][0]
+
+
+def test_a_job_on_a_node_that_went_bad_is_requeued_at_once_without_spending_a_retry(
+    world, jobs, backend, monkeypatch
+):
+    from jobmanager.backends import JobReport, WorkerReport, WorkerState
+    from jobmanager.backends.base import NODE_UNHEALTHY
+
+    job = submit(world, max_retries=0)
+    jobs.run()
+    bad = JobReport(
+        job.job_id,
+        1,
+        (WorkerReport(0, WorkerState.FAILED, None, f"{NODE_UNHEALTHY}: node a100-1 NotReady"),),
+    )
+    real_reports = backend.reports
+    monkeypatch.setattr(backend, "reports", lambda: real_reports() | {job.job_id: bad})
+
+    jobs.run()
+
+    job = refreshed(job)
+    assert job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    assert job.retries_used == 0 and job.failure_rule == "node-unhealthy"
+    assert "node a100-1 NotReady" in job.repair_message

@@ -29,6 +29,19 @@ def _answers(url: str) -> bool:
         return False
 
 
+def declared_inventory() -> str:
+    """The registered nodes as a TRAINYARD_LOCAL_NODES inventory."""
+    from backend.clusters.models import Node
+    from backend.jobs.scheduling import millicpus
+
+    nodes = Node.objects.select_related("gpu_type").order_by("name")
+    return ",".join(
+        f"{node.name}:{node.gpu_type.name}:{node.gpus}:{millicpus(node.cpus) / 1000:g}:"
+        f"{node.memory}"
+        for node in nodes
+    )
+
+
 class Command(BaseCommand):
     help = "Run web, Celery worker and beat together, with embedded defaults."
 
@@ -43,6 +56,11 @@ class Command(BaseCommand):
         if not options["no_demo"]:
             call_command("seed_demo")
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        declared = ""
+        if settings.TRAINYARD_BACKEND == "local" and not settings.TRAINYARD_LOCAL_NODES:
+            # Run the registered nodes' jobs as processes on this host, their GPUs declared.
+            declared = declared_inventory()
+            child_env["TRAINYARD_LOCAL_NODES"] = declared
         redis = None
         if not settings.REDIS_URL:
             redis = start_embedded_redis()
@@ -78,7 +96,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"Stopping: {exited} exited.")
                     break
                 if not banner_shown and _answers(f"http://{bind}/healthz"):
-                    self._print_banner(bind, demo=not options["no_demo"])
+                    self._print_banner(bind, demo=not options["no_demo"], declared=declared)
                     banner_shown = True
                 time.sleep(0.5)
         finally:
@@ -92,7 +110,7 @@ class Command(BaseCommand):
                     child.kill()
             del redis
 
-    def _print_banner(self, bind: str, demo: bool) -> None:
+    def _print_banner(self, bind: str, demo: bool, declared: str = "") -> None:
         host, port = bind.rsplit(":", 1)
         url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{port}/"
         lines = ["", f"Trainyard is running at {url}", f"  API docs:  {url}api/docs/"]
@@ -105,6 +123,12 @@ class Command(BaseCommand):
                     else ", ".join(f"{role} of {vc}" for vc, role in roles.items())
                 )
                 lines.append(f"    {username:<6} / {password:<11}  {what}")
+        if declared:
+            nodes = declared.split(",")
+            lines.append(
+                f"  Jobs run as processes on this host, on {len(nodes)} declared nodes "
+                f"({nodes[0].split(':')[0]} ...): their GPUs are declared, not real."
+            )
         lines.append("Press Ctrl-C to stop.")
         self.stdout.write("\n".join(lines))
         self.stdout.flush()

@@ -1,0 +1,463 @@
+"""The local backend: every worker of a job runs as a real process group on this host.
+
+Each worker runs ``/bin/sh -c <command>`` under its own init process (``local_init``),
+which forwards SIGTERM and SIGINT to the command's process group, reaps orphans, kills
+what the command leaves behind and records the exit code in a status file. The init is
+detached from whoever started it, so a worker outlives the Celery worker or web process
+that deployed it.
+
+Everything the backend knows lives on disk under its state directory (one
+``<job id>/state.json`` per job: the attempt, each worker's init pid and start time, when
+a stop was asked and its grace period), so a new instance in another process adopts the
+jobs that are running. A worker whose init is gone without a status file died while
+nobody watched: it is reported failed with no exit code, and the job manager's retry
+rules decide what follows.
+
+The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
+without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
+work end to end on a laptop; CPU and memory limits are cgroup v2 where the host allows it
+(both in ``local_host``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from jobmanager.backends.base import (
+    BackendNode,
+    ClusterBackend,
+    DeployError,
+    JobLaunch,
+    JobReport,
+    WorkerReport,
+    WorkerSpec,
+    WorkerState,
+)
+from jobmanager.backends.local_host import (
+    DEFAULT_CGROUP_ROOT,
+    Cgroups,
+    discover_gpus,
+    gpu_type_of,
+    host_resources,
+    parse_declared_nodes,
+)
+
+INIT_SCRIPT = Path(__file__).with_name("local_init.py")
+# What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find strays
+START_TIMEOUT_SECONDS = 10.0
+KILL_WAIT_SECONDS = 3.0
+SAME_START_SECONDS = 0.05  # a pid whose start time differs more is another process
+
+
+# --- the backend --------------------------------------------------------------------------
+
+
+class LocalBackend(ClusterBackend):
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        log_dir: Path | str,
+        nodes: str | Sequence[BackendNode] | None = None,
+        cgroup_root: Path | str | None = DEFAULT_CGROUP_ROOT,
+        kill_after_seconds: float = 5.0,
+    ) -> None:
+        """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``
+        or BackendNodes); without it the host is one node with the GPUs NVML finds.
+        ``kill_after_seconds``: how long what a command leaves running when it exits gets
+        between SIGTERM and SIGKILL. Raises ValueError for a malformed inventory."""
+        self.state_dir = Path(state_dir)
+        self.log_dir = Path(log_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.kill_after_seconds = kill_after_seconds
+        if isinstance(nodes, str):
+            nodes = parse_declared_nodes(nodes, *host_resources())
+        self._nodes: list[BackendNode] | None = list(nodes) if nodes is not None else None
+        self._cgroups = Cgroups(Path(cgroup_root) if cgroup_root else None)
+
+    @property
+    def limits_enforced(self) -> bool:
+        """Whether workers' CPU and memory limits are enforced (cgroup v2)."""
+        return self._cgroups.enabled
+
+    @property
+    def limits_note(self) -> str:
+        """Why limits are not enforced ("" when they are)."""
+        return self._cgroups.reason
+
+    # --- the interface ---------------------------------------------------------------------
+
+    def deploy(self, launch: JobLaunch) -> None:
+        if not launch.workers:
+            raise DeployError(f"Job {launch.job_id} has no workers to start.")
+        with self._locked():
+            state = self._read_state(launch.job_id)
+            if state and state["attempt"] == launch.attempt and state["complete"]:
+                return
+            if state:  # an earlier attempt, or a deployment cut short by a crash
+                self._remove_locked(launch.job_id)
+            nodes = {node.name: node for node in self.nodes()}
+            strangers = sorted({w.node for w in launch.workers} - set(nodes))
+            if strangers:
+                raise DeployError(
+                    f"Node {', '.join(strangers)} is not one of this host's nodes "
+                    f"({', '.join(nodes)})."
+                )
+            working_dir = Path(launch.working_dir or self._job_dir(launch.job_id) / "work")
+            if launch.working_dir and not working_dir.is_dir():
+                raise DeployError(f"The working directory {working_dir} does not exist.")
+            state = {
+                "job_id": launch.job_id,
+                "attempt": launch.attempt,
+                "master_port": _free_port(),
+                "workers": [],
+                "worker_count": len(launch.workers),
+                "complete": False,
+                "stop_requested_at": None,
+                "grace_seconds": None,
+                "killed_at": None,
+                "inits_killed": False,
+            }
+            try:
+                self._job_dir(launch.job_id).mkdir(exist_ok=True)
+                working_dir.mkdir(parents=True, exist_ok=True)
+                self._write_state(state)
+                for spec in launch.workers:
+                    declared = nodes[spec.node].declared
+                    env = worker_env(launch, spec, state["master_port"], declared)
+                    state["workers"].append(self._start(launch, spec, env, working_dir))
+                    self._write_state(state)
+            except (OSError, subprocess.SubprocessError, psutil.Error, DeployError) as error:
+                self._remove_locked(launch.job_id)
+                rank = len(state["workers"])
+                raise DeployError(
+                    f"Could not start worker {rank} of job {launch.job_id}: {error}"
+                ) from error
+            state["complete"] = True
+            self._write_state(state)
+
+    def stop(self, job_id: str, grace_seconds: float) -> None:
+        with self._locked():
+            state = self._read_state(job_id)
+            if state is None:
+                return
+            if state["stop_requested_at"] is None:
+                state["stop_requested_at"] = time.time()
+                state["grace_seconds"] = max(0.0, float(grace_seconds))
+                self._write_state(state)
+                for worker in state["workers"]:
+                    init = _init_process(worker)
+                    if init is not None:
+                        _signal(init, signal.SIGTERM)  # the init forwards it to the group
+                    elif _status(worker) is None:
+                        for stray in _marked_processes(_marker(state, worker)):
+                            _signal(stray, signal.SIGTERM)
+            self._enforce_grace(state)
+
+    def reports(self) -> dict[str, JobReport]:
+        reports = {}
+        for state in self._states():
+            report = _report(state)
+            if self._kill_due(state) and not report.ended:
+                with self._locked():
+                    state = self._read_state(state["job_id"]) or state
+                    self._enforce_grace(state)
+                report = _report(state)
+            reports[state["job_id"]] = report
+        return reports
+
+    def remove(self, job_id: str) -> None:
+        with self._locked():
+            self._remove_locked(job_id)
+
+    def nodes(self) -> list[BackendNode]:
+        if self._nodes is None:
+            millicpus, memory = host_resources()
+            devices = discover_gpus()
+            host = socket.gethostname().split(".")[0].lower() or "localhost"
+            gpu_type = gpu_type_of(devices[0]) if devices else "cpu"
+            self._nodes = [BackendNode(host, gpu_type, len(devices), millicpus, memory)]
+        return list(self._nodes)
+
+    def init_pids(self, job_id: str) -> dict[int, int | None]:
+        """Each worker's init pid by rank, while it runs (for operators and tests)."""
+        state = self._read_state(job_id) or {"workers": []}
+        return {
+            w["rank"]: init.pid if (init := _init_process(w)) else None for w in state["workers"]
+        }
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def _start(
+        self, launch: JobLaunch, spec: WorkerSpec, env: dict[str, str], working_dir: Path
+    ) -> dict:
+        """Start one worker's init, detached; what the state keeps of it."""
+        job_dir = self._job_dir(launch.job_id)
+        prefix = f"a{launch.attempt}-worker-{spec.rank}"
+        status_file, pid_file = job_dir / f"{prefix}.status.json", job_dir / f"{prefix}.pid"
+        log_file = self.log_dir / launch.job_id / f"worker-{spec.rank}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        cgroup = self._cgroups.create(
+            f"{launch.job_id}.a{launch.attempt}.w{spec.rank}", spec.millicpus, spec.memory
+        )
+        worker = {
+            "rank": spec.rank,
+            "node": spec.node,
+            "gpus": list(spec.gpus),
+            "status_file": str(status_file),
+            "cgroup": str(cgroup) if cgroup else None,
+            "pid": None,
+            "create_time": None,
+        }
+        argv = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
+        argv += ["--status-file", str(status_file), "--log-file", str(log_file)]
+        argv += ["--pid-file", str(pid_file), "--kill-after", str(self.kill_after_seconds)]
+        argv += ["--cgroup", str(cgroup)] if cgroup else []
+        argv += ["--", "/bin/sh", "-c", launch.command]
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        with open(log_file, "a") as log:
+            log.write(f"=== attempt {launch.attempt} on {spec.node} at {started} ===\n")
+            log.flush()
+            launcher = subprocess.Popen(
+                argv,
+                cwd=working_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        # The launcher forks the init and exits at once, leaving nothing here to reap.
+        if launcher.wait(timeout=START_TIMEOUT_SECONDS) != 0 or not pid_file.exists():
+            raise DeployError(f"its init exited with {launcher.returncode}; see {log_file}")
+        worker["pid"] = int(pid_file.read_text())
+        pid_file.unlink()
+        with contextlib.suppress(psutil.NoSuchProcess):  # a command may end this fast
+            worker["create_time"] = psutil.Process(worker["pid"]).create_time()
+        return worker
+
+    def _kill_due(self, state: dict) -> bool:
+        """Whether a stopping job's processes (or, later, its inits) are to be killed now."""
+        if state["stop_requested_at"] is None or state["inits_killed"]:
+            return False
+        now = time.time()
+        if state["killed_at"] is not None:
+            return now >= state["killed_at"] + self.kill_after_seconds + KILL_WAIT_SECONDS
+        return now >= state["stop_requested_at"] + state["grace_seconds"]
+
+    def _enforce_grace(self, state: dict) -> None:
+        """Past the grace period, SIGKILL all the job's processes but the inits, which then
+        record the exit; inits still there well after that are killed too."""
+        if not self._kill_due(state):
+            return
+        kill_inits = state["killed_at"] is not None
+        running = [worker for worker in state["workers"] if _status(worker) is None]
+        _kill_job(state, running, kill_inits=kill_inits)
+        state["inits_killed"] = kill_inits
+        state["killed_at"] = state["killed_at"] or time.time()
+        self._write_state(state)
+
+    def _remove_locked(self, job_id: str) -> None:
+        state = self._read_state(job_id)
+        job_dir = self._job_dir(job_id)
+        if state is not None:
+            _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
+            for worker in state["workers"]:
+                Cgroups.delete(worker["cgroup"])
+        if job_dir.is_dir():
+            for path in job_dir.iterdir():
+                if path.name != "work":  # the job's files stay, as its logs do
+                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                job_dir.rmdir()
+
+    # --- state on disk ---------------------------------------------------------------------
+
+    def _job_dir(self, job_id: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_id) or job_id.startswith("."):
+            raise ValueError(f"Not a job id: {job_id!r}")
+        return self.state_dir / job_id
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One change at a time, across every process using this state directory."""
+        with open(self.state_dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read_state(self, job_id: str) -> dict | None:
+        return _read_json(self._job_dir(job_id) / "state.json")
+
+    def _write_state(self, state: dict) -> None:
+        path = self._job_dir(state["job_id"]) / "state.json"
+        partial = path.with_name(f".state.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(state))
+        partial.replace(path)
+
+    def _states(self) -> Iterator[dict]:
+        for path in sorted(self.state_dir.glob("*/state.json")):
+            state = _read_json(path)
+            if state is not None:
+                yield state
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def worker_env(
+    launch: JobLaunch, spec: WorkerSpec, master_port: int, declared: bool
+) -> dict[str, str]:
+    """A worker's environment: a few host variables, the job's own, then what
+    ``torch.distributed`` and Trainyard set (those win)."""
+    on_node = [w.rank for w in launch.workers if w.node == spec.node]
+    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    env |= launch.env
+    env |= {
+        "WORLD_SIZE": str(len(launch.workers)),
+        "RANK": str(spec.rank),
+        "LOCAL_RANK": str(on_node.index(spec.rank)),
+        "LOCAL_WORLD_SIZE": str(len(on_node)),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "TRAINYARD_JOB_ID": launch.job_id,
+        "TRAINYARD_ATTEMPT": str(launch.attempt),
+        "TRAINYARD_NODE": spec.node,
+        "TRAINYARD_DATA_PATH": launch.data_path,
+        "TRAINYARD_OUTPUT_PATH": launch.output_path,
+        # NVML numbers GPUs by PCI bus; CUDA must count them the same way.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in spec.gpus),
+        "PYTHONUNBUFFERED": "1",
+        WORKER_MARKER: f"{launch.job_id}/{launch.attempt}/{spec.rank}",
+    }
+    if declared:
+        env["TRAINYARD_GPUS_DECLARED"] = "1"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _status(worker: dict) -> dict | None:
+    return _read_json(Path(worker["status_file"]))
+
+
+def _init_process(worker: dict) -> psutil.Process | None:
+    """The worker's init if it is still running (the same process, not a reused pid)."""
+    if not worker["pid"] or worker["create_time"] is None:
+        return None
+    try:
+        init = psutil.Process(worker["pid"])
+        if abs(init.create_time() - worker["create_time"]) > SAME_START_SECONDS:
+            return None
+    except psutil.Error:
+        return None
+    return init if _alive(init) else None
+
+
+def _marker(state: dict, worker: dict | None = None) -> str:
+    job = f"{state['job_id']}/"
+    return job if worker is None else f"{job}{state['attempt']}/{worker['rank']}"
+
+
+def _marked_processes(marker: str) -> list[psutil.Process]:
+    """Processes whose environment carries the marker (or one below it): what a worker
+    left behind, found even when its init is gone."""
+    found = []
+    for process in psutil.process_iter(["environ"]):
+        value = (process.info.get("environ") or {}).get(WORKER_MARKER, "")
+        if value and (value + "/").startswith(marker.rstrip("/") + "/"):
+            found.append(process)
+    return found
+
+
+def _signal(process: psutil.Process, signum: int) -> None:
+    with contextlib.suppress(psutil.Error):
+        process.send_signal(signum)
+
+
+def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil.Process]:
+    """SIGKILL everything the workers run, and what any attempt of the job left behind;
+    the workers' inits only when ``kill_inits``. Returns the processes signalled."""
+    inits = [init for init in map(_init_process, workers) if init is not None]
+    targets: dict[int, psutil.Process] = {}
+    for init in inits:
+        with contextlib.suppress(psutil.Error):
+            targets |= {child.pid: child for child in init.children(recursive=True)}
+    targets |= {process.pid: process for process in _marked_processes(_marker(state))}
+    for init in inits:
+        targets.pop(init.pid, None)
+    if kill_inits:
+        targets |= {init.pid: init for init in inits}
+        for worker in workers:
+            Cgroups.kill(worker["cgroup"])
+    for process in targets.values():
+        _signal(process, signal.SIGKILL)
+    return list(targets.values())
+
+
+def _wait_dead(processes: list[psutil.Process]) -> None:
+    """Until the processes are gone or zombies (dead; reaping them is their parent's job)."""
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while processes and time.monotonic() < deadline:
+        processes = [process for process in processes if _alive(process)]
+        time.sleep(0.02 if processes else 0)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _worker_report(worker: dict) -> WorkerReport:
+    for _ in range(2):  # the init may write its status between the two looks
+        status = _status(worker)
+        if status is not None:
+            code = status["exit_code"]
+            state = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
+            return WorkerReport(worker["rank"], state, code)
+        if _init_process(worker) is not None:
+            return WorkerReport(worker["rank"], WorkerState.RUNNING)
+    return WorkerReport(worker["rank"], WorkerState.FAILED, None)  # died unwatched
+
+
+def _report(state: dict) -> JobReport:
+    workers = [_worker_report(worker) for worker in state["workers"]]
+    workers += [
+        WorkerReport(rank, WorkerState.PENDING)
+        for rank in range(len(workers), state["worker_count"])
+    ]
+    return JobReport(state["job_id"], state["attempt"], tuple(workers))

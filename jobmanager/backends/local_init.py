@@ -1,0 +1,232 @@
+"""The init process of one local-backend worker: runs a command and leaves nothing behind.
+
+    python -m jobmanager.backends.local_init --status-file F --log-file L \
+        [--kill-after SECONDS] [--cgroup DIR] [--pid-file P] -- <argv>
+
+It makes itself a child subreaper (Linux), so that descendants orphaned on the way are
+reparented to it and reaped; starts the command in a process group of its own, with
+stdout and stderr appended to the log file; forwards SIGTERM and SIGINT to that group;
+and once the command exits, SIGTERMs whatever is left of the group and of its
+descendants, SIGKILLs it after ``--kill-after`` seconds, writes the exit code and the end
+time to the status file (atomically: a temporary file renamed) and exits with that code.
+A command killed by signal N ends with 128 + N, as a shell reports it.
+
+With ``--cgroup`` it moves itself into that cgroup (v2) before starting the command, so
+the command inherits its limits. With ``--pid-file`` it first detaches: it forks, the
+parent writes the child's pid to the file and exits, so that whoever started it has no
+child left to reap, and the child leads a session of its own.
+
+Only the standard library is imported, so that it runs isolated (``python -I -S``) from
+whatever the job's environment holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+POLL_SECONDS = 0.05
+KILL_WAIT = 5.0  # seconds for SIGKILLed processes to be gone
+CANNOT_RUN = 127  # as a shell reports a command it cannot find or run
+
+
+def write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(partial, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, path)
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants are reparented to this process rather than to pid 1."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def exit_code_of(wait_status: int) -> int:
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root``, from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name, in parentheses, may itself hold spaces and parentheses.
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+class Init:
+    def __init__(self, argv: list[str], kill_after: float) -> None:
+        self.argv = argv
+        self.kill_after = kill_after
+        self.group: int | None = None
+        self.pending_signals: list[int] = []
+
+    def install_signal_handlers(self) -> None:
+        for signum in FORWARDED_SIGNALS:
+            signal.signal(signum, self._forward)
+
+    def run(self) -> int:
+        try:
+            pid = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setpgroup=0)
+        except OSError as error:
+            print(f"trainyard-init: cannot run {self.argv[0]!r}: {error}", file=sys.stderr)
+            return CANNOT_RUN
+        self.group = pid  # the command leads its own process group
+        for signum in self.pending_signals:
+            self._signal_group(signum)
+        code = self._wait_for(pid)
+        self._clean_up()
+        return code
+
+    def _forward(self, signum: int, frame: object) -> None:
+        if self.group is None:
+            self.pending_signals.append(signum)  # arrived before the command started
+        else:
+            self._signal_group(signum)
+
+    def _signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.group, signum)
+
+    def _wait_for(self, main: int) -> int:
+        """Reap every child (adopted orphans included) until ``main`` exits."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                return CANNOT_RUN  # cannot happen: ``main`` is a child until reaped
+            if pid == main:
+                return exit_code_of(status)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def _leftovers(self) -> set[int]:
+        left = descendants(os.getpid())
+        if self.group is not None:
+            try:
+                os.killpg(self.group, 0)
+                left.add(-self.group)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return left
+
+    def _signal_leftovers(self, signum: int) -> None:
+        self._signal_group(signum)
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def _clean_up(self) -> None:
+        """What the command left running gets SIGTERM, then SIGKILL after ``kill_after``."""
+        for signum, wait in ((signal.SIGTERM, self.kill_after), (signal.SIGKILL, KILL_WAIT)):
+            self._reap()
+            if not self._leftovers():
+                return
+            self._signal_leftovers(signum)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                self._reap()
+                if not self._leftovers():
+                    return
+                time.sleep(POLL_SECONDS)
+
+
+def detach(pid_file: Path) -> None:
+    """Fork; the parent records the child's pid and exits; the child leads a new session."""
+    pid = os.fork()
+    if pid > 0:
+        write_atomically(pid_file, str(pid))
+        os._exit(0)
+    with contextlib.suppress(OSError):
+        os.setsid()
+
+
+def join_cgroup(directory: Path) -> None:
+    try:
+        (directory / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError as error:
+        print(f"trainyard-init: limits not applied, cannot join {directory}: {error}")
+
+
+def redirect_output(log_file: Path) -> None:
+    log = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="local_init", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--status-file", type=Path, required=True)
+    parser.add_argument("--log-file", type=Path, required=True)
+    parser.add_argument("--kill-after", type=float, default=5.0)
+    parser.add_argument("--cgroup", type=Path)
+    parser.add_argument("--pid-file", type=Path)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("give the command to run after --")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    init = Init(args.command, args.kill_after)
+    init.install_signal_handlers()  # a stop that comes early is kept for the command
+    if args.pid_file is not None:
+        detach(args.pid_file)
+    redirect_output(args.log_file)
+    become_subreaper()
+    if args.cgroup is not None:
+        join_cgroup(args.cgroup)
+    code = init.run()
+    sys.stdout.flush()
+    write_atomically(args.status_file, json.dumps({"exit_code": code, "ended_at": time.time()}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The local backend end to end: jobs submitted over REST, the job manager run in this
+process (as tests/backend/test_job_manager.py runs it) with its default retry rules, and
+every worker a real process on this host."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from backend.jobs import lifecycle, manager
+from backend.jobs.models import FailureClass, Job, JobStatus
+from jobmanager.backends.local import LocalBackend
+from tests.jobmanager.test_local_backend import job_processes, wait_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.integration]
+
+JOBS = "/api/v1/jobs/"
+DEADLINE_SECONDS = 60
+# The world fixture's cluster, declared: every node of it runs on this host.
+NODES = ",".join([*(f"a100-{index}:A100:8" for index in range(1, 5)), "cpu-1:cpu:0", "cpu-2:cpu:0"])
+PYTHON = shlex.quote(sys.executable)
+SIGTERM_CATCHER = """
+import signal, sys, time
+
+def stop(signum, frame):
+    print("caught SIGTERM, saving a checkpoint", flush=True)
+    sys.exit(143)
+
+signal.signal(signal.SIGTERM, stop)
+print("training", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+ALL_REDUCE = """
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # from WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+print(
+    f"rank {dist.get_rank()} of {dist.get_world_size()} (local {os.environ['LOCAL_RANK']}): "
+    f"sum {value.item():g}",
+    flush=True,
+)
+dist.destroy_process_group()
+"""
+
+
+class JobManager:
+    """Runs the job manager by hand, deploying at once, as a Celery worker would."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+
+    def run(self) -> manager.RunSummary:
+        return manager.run_job_manager(self.backend, self._deploy)
+
+    def _deploy(self, job_pk: int, attempt: int) -> None:
+        lifecycle.deploy(self.backend, job_pk, attempt)
+
+    def run_until(self, job: Job, *statuses: str, attempt: int | None = None) -> Job:
+        """Run the job manager until the job is in one of ``statuses`` (at ``attempt``)."""
+
+        def reached() -> Job | None:
+            self.run()
+            job.refresh_from_db()
+            wanted = job.status in statuses and attempt in (None, job.attempt)
+            return job if wanted else None
+
+        return wait_for(reached, f"job {job.job_id} to be {' or '.join(statuses)}")
+
+
+@pytest.fixture
+def backend(tmp_path, settings) -> Iterator[LocalBackend]:
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    backend = local_backend(tmp_path)
+    yield backend
+    for job_id in backend.reports():
+        backend.remove(job_id)
+
+
+def local_backend(tmp_path: Path) -> LocalBackend:
+    return LocalBackend(
+        tmp_path / "local-backend",
+        tmp_path / "logs",
+        nodes=NODES,
+        cgroup_root=None,
+        kill_after_seconds=1,
+    )
+
+
+@pytest.fixture
+def jobs(backend, redis_namespace) -> JobManager:
+    return JobManager(backend)
+
+
+def submit(world, user=None, **spec) -> Job:
+    body = {"vc": "vision", "gpu_type": "A100", "gpus_per_worker": 1} | spec
+    response = world.client(user or world.member).post(JOBS, body, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(job_id=response.json()["id"])
+
+
+def script(tmp_path: Path, name: str, text: str) -> str:
+    """A command running ``text`` as a Python script written to ``tmp_path``."""
+    path = tmp_path / name
+    path.write_text(text)
+    return f"{PYTHON} {shlex.quote(str(path))}"
+
+
+def log_of(job: Job, rank: int = 0) -> str:
+    path = Path(settings.TRAINYARD_LOG_DIR) / job.job_id / f"worker-{rank}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, jobs):
+    job = submit(world, command="echo hello from trainyard on GPUs $CUDA_VISIBLE_DEVICES")
+
+    job = jobs.run_until(job, JobStatus.FINISHED)
+
+    assert job.exit_code == 0
+    client = world.client(world.member)
+    download = client.get(f"{JOBS}{job.job_id}/log/")
+    assert download.status_code == 200
+    text = b"".join(download.streaming_content).decode()
+    assert "hello from trainyard on GPUs 0\n" in text
+    assert "=== attempt 1 on a100-" in text
+    tail = client.get(f"{JOBS}{job.job_id}/log/tail/", {"worker": 0})
+    assert tail.status_code == 200, tail.content
+    assert "hello from trainyard" in tail.json()["text"] and tail.json()["complete"]
+
+
+def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, tmp_path):
+    job = submit(world, command=script(tmp_path, "train.py", 'print("epoch" 1)\n'), max_retries=3)
+
+    job = jobs.run_until(job, JobStatus.FAILED)
+
+    assert (job.exit_code, job.failure_class, job.retries_used) == (1, FailureClass.USER, 0)
+    assert job.failure_rule == "python-syntax-error"
+    assert "SyntaxError" in log_of(job)
+
+
+def test_a_job_killed_mid_run_leaves_no_process(world, jobs):
+    job = submit(world, command="echo started; sleep 300 & sleep 300")
+    jobs.run_until(job, JobStatus.RUNNING)
+    wait_for(lambda: "started" in log_of(job), "the job to start")
+
+    response = world.client(world.member).post(f"{JOBS}{job.job_id}/kill/", {}, format="json")
+    assert response.status_code == 200
+
+    job = jobs.run_until(job, JobStatus.KILLED)
+    assert job.finished_at is not None
+    assert job_processes(job.job_id) == []
+
+
+def test_a_job_over_its_wall_time_ends_as_timeout_and_is_gone(world, jobs):
+    job = submit(world, command="echo started; sleep 300", max_wall_time=600)
+    jobs.run_until(job, JobStatus.RUNNING)
+    wait_for(lambda: "started" in log_of(job), "the job to start")
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=601))
+
+    job = jobs.run_until(job, JobStatus.TIMEOUT)
+
+    assert "wall-time limit of 600 s" in job.status_message
+    assert job_processes(job.job_id) == []
+
+
+def test_a_preempted_borrower_gets_sigterm_is_requeued_at_its_place_and_runs_again(
+    world, jobs, tmp_path
+):
+    # nlp (quota 8) borrows 16 GPUs beyond its quota; vision (quota 16) then asks.
+    command = script(tmp_path, "borrower.py", SIGTERM_CATCHER)
+    nlp_jobs = [
+        submit(world, user=world.outsider, vc="nlp", gpus_per_worker=8, command=command)
+        for _ in range(3)
+    ]
+    for job in nlp_jobs:
+        jobs.run_until(job, JobStatus.RUNNING)
+    queued_at = {job.pk: Job.objects.get(pk=job.pk).queued_at for job in nlp_jobs}
+
+    guaranteed = submit(world, gpus_per_worker=8, workers=2, command="echo mine; sleep 1")
+    preempted: list[str] = []
+
+    def guaranteed_started() -> bool:
+        preempted.extend(jobs.run().preempted)
+        guaranteed.refresh_from_db()
+        return guaranteed.status in (JobStatus.RUNNING, JobStatus.FINISHED)
+
+    wait_for(guaranteed_started, "the guaranteed job to start")
+
+    (victim,) = [job for job in nlp_jobs if job.job_id in preempted]
+    victim.refresh_from_db()
+    assert "caught SIGTERM, saving a checkpoint" in log_of(victim)
+    assert victim.queued_at == queued_at[victim.pk]  # its place at the head is kept
+    first = victim.attempts.get(number=1)
+    assert (first.failure_class, first.exit_code) == (FailureClass.PREEMPTION, 143)
+    victim = jobs.run_until(victim, JobStatus.RUNNING, attempt=2)  # once the GPUs are back
+    assert victim.retries_used == 0  # a preemption spends no retry
+    wait_for(lambda: "=== attempt 2 on " in log_of(victim), "the second attempt's log")
+
+
+def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, tmp_path):
+    job = submit(
+        world,
+        type="distributed",
+        workers=2,
+        gpus_per_worker=4,
+        command=script(tmp_path, "all_reduce.py", ALL_REDUCE),
+    )
+
+    job = jobs.run_until(job, JobStatus.FINISHED, JobStatus.FAILED)
+
+    logs = [log_of(job, rank) for rank in (0, 1)]
+    assert job.status == JobStatus.FINISHED, logs
+    assert "rank 0 of 2 (local 0): sum 3" in logs[0]
+    assert "rank 1 of 2 (local 1): sum 3" in logs[1]
+
+
+def test_a_worker_restart_loses_no_job(world, jobs, tmp_path):
+    job = submit(world, command="echo started; sleep 300", max_retries=2)
+    jobs.run_until(job, JobStatus.RUNNING)
+    wait_for(lambda: "started" in log_of(job), "the job to start")
+
+    jobs.backend = local_backend(tmp_path)  # a new process: the old instance is gone
+    jobs.run()
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == (JobStatus.RUNNING, 1)
+
+    (init_pid,) = jobs.backend.init_pids(job.job_id).values()
+    os.kill(init_pid, signal.SIGKILL)  # the job dies while nobody watches
+    job = jobs.run_until(job, JobStatus.QUEUED)
+
+    assert job.retries_used == 1 and job.not_before is not None  # retried, after a backoff
+    assert job.failure_class == FailureClass.UNKNOWN
+    assert job.attempts.get(number=1).exit_code is None
+    assert job_processes(job.job_id) == []  # what it left running was killed
+    Job.objects.filter(pk=job.pk).update(not_before=timezone.now() - timedelta(seconds=1))
+    jobs.run_until(job, JobStatus.RUNNING, attempt=2)
+
+
+def test_jobs_run_on_declared_gpus_that_say_so(world, jobs):
+    job = submit(world, gpus_per_worker=2, command="echo declared=$TRAINYARD_GPUS_DECLARED")
+
+    jobs.run_until(job, JobStatus.FINISHED)
+
+    assert "declared=1" in log_of(job)
+    assert all(node.declared for node in jobs.backend.nodes())

@@ -1,0 +1,523 @@
+"""The local backend alone, with real processes: start, report, stop, kill, re-adopt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+import pytest
+
+from jobmanager.backends import (
+    BackendNode,
+    DeployError,
+    JobLaunch,
+    JobReport,
+    WorkerSpec,
+    WorkerState,
+    local,
+)
+from jobmanager.backends.local import LocalBackend
+from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
+
+NODES = "local-0:A100:8,local-1:A100:8"
+DEADLINE_SECONDS = 20
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], what: str, deadline: float = DEADLINE_SECONDS) -> T:
+    """Poll ``condition`` until it returns something true; fail after ``deadline`` s."""
+    give_up = time.monotonic() + deadline
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > give_up:
+            pytest.fail(f"waited {deadline} s for {what}")
+        time.sleep(0.05)
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Live processes started for the job: their environment names it."""
+    found = []
+    for process in psutil.process_iter(["environ", "status"]):
+        environ = process.info.get("environ") or {}
+        if environ.get("TRAINYARD_JOB_ID") == job_id and process.info["status"] != "zombie":
+            found.append(process)
+    return found
+
+
+def launch(
+    command: str,
+    workers: int = 1,
+    job_id: str | None = None,
+    attempt: int = 1,
+    node: str = "local-0",
+    gpus: int = 1,
+    **fields,
+) -> JobLaunch:
+    specs = tuple(
+        WorkerSpec(rank, node, tuple(range(rank * gpus, (rank + 1) * gpus)), 1000, 1024)
+        for rank in range(workers)
+    )
+    return JobLaunch(
+        job_id=job_id or f"t{uuid.uuid4().hex[:9]}",
+        attempt=attempt,
+        name="test",
+        owner="mia",
+        vc="vision",
+        command=command,
+        workers=specs,
+        **fields,
+    )
+
+
+@pytest.fixture
+def backend(tmp_path) -> Iterator[LocalBackend]:
+    backend = LocalBackend(
+        tmp_path / "state", tmp_path / "logs", nodes=NODES, cgroup_root=None, kill_after_seconds=1
+    )
+    yield backend
+    for job_id in backend.reports():
+        backend.remove(job_id)
+
+
+def ended(backend: LocalBackend, job_id: str) -> Callable[[], JobReport | None]:
+    def check() -> JobReport | None:
+        report = backend.reports().get(job_id)
+        return report if report is not None and report.ended else None
+
+    return check
+
+
+def log_of(backend: LocalBackend, job_id: str, rank: int = 0) -> str:
+    path = backend.log_dir / job_id / f"worker-{rank}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def logged(backend: LocalBackend, job_id: str, text: str, rank: int = 0) -> Callable[[], bool]:
+    return lambda: text in log_of(backend, job_id, rank)
+
+
+# --- running and ending --------------------------------------------------------------------
+
+
+def test_a_job_that_prints_and_exits_0_succeeds_with_its_output_in_the_log(backend):
+    job = launch("echo hello from $TRAINYARD_JOB_ID; echo oops >&2")
+
+    backend.deploy(job)
+    report = wait_for(ended(backend, job.job_id), "the job to end")
+
+    assert report.succeeded and report.attempt == 1
+    assert report.workers[0].exit_code == 0
+    log = log_of(backend, job.job_id)
+    assert log.startswith(f"=== attempt 1 on local-0 at {time.strftime('%Y')}")
+    assert f"hello from {job.job_id}\n" in log and "oops\n" in log
+
+
+def test_a_job_that_exits_3_fails_with_3(backend):
+    job = launch("exit 3")
+
+    backend.deploy(job)
+    report = wait_for(ended(backend, job.job_id), "the job to end")
+
+    assert report.failed_worker is not None
+    assert (report.workers[0].state, report.workers[0].exit_code) == (WorkerState.FAILED, 3)
+
+
+def test_workers_get_the_distributed_environment_their_gpus_and_nothing_secret(
+    backend, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_URL", "mysql://secret")
+    job = launch(
+        "env | sort; pwd",
+        workers=2,
+        gpus=2,
+        env={"MY_SETTING": "x", "RANK": "overridden by the backend"},
+        data_path="/data/set",
+        output_path="/out/run",
+    )
+
+    backend.deploy(job)
+    report = wait_for(ended(backend, job.job_id), "the job to end")
+
+    assert report.succeeded
+    envs = [dict(_env_lines(log_of(backend, job.job_id, rank))) for rank in (0, 1)]
+    assert [env["RANK"] for env in envs] == ["0", "1"]
+    assert [env["LOCAL_RANK"] for env in envs] == ["0", "1"]  # both on local-0
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["0,1", "2,3"]
+    for env in envs:
+        assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"] and int(env["MASTER_PORT"]) > 0
+        assert env["TRAINYARD_JOB_ID"] == job.job_id and env["TRAINYARD_ATTEMPT"] == "1"
+        assert env["TRAINYARD_DATA_PATH"] == "/data/set"
+        assert env["TRAINYARD_OUTPUT_PATH"] == "/out/run"
+        assert env["TRAINYARD_GPUS_DECLARED"] == "1"
+        assert env["PYTHONUNBUFFERED"] == "1" and env["MY_SETTING"] == "x"
+        assert "DATABASE_URL" not in env
+    work = backend.state_dir / job.job_id / "work"
+    assert str(work) in log_of(backend, job.job_id).splitlines()
+
+
+def _env_lines(log: str) -> Iterator[tuple[str, str]]:
+    for line in log.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.isidentifier():
+            yield name, value
+
+
+def test_the_local_rank_counts_only_the_job_s_workers_on_the_same_node():
+    workers = (
+        WorkerSpec(0, "local-0", (0,), 1000, 1024),
+        WorkerSpec(1, "local-1", (0,), 1000, 1024),
+        WorkerSpec(2, "local-0", (1,), 1000, 1024),
+    )
+    job = JobLaunch("j1", 1, "n", "mia", "vision", "true", workers)
+
+    envs = [local.worker_env(job, spec, 29500, declared=False) for spec in workers]
+
+    assert [env["LOCAL_RANK"] for env in envs] == ["0", "0", "1"]
+    assert [env["LOCAL_WORLD_SIZE"] for env in envs] == ["2", "1", "2"]
+    assert "TRAINYARD_GPUS_DECLARED" not in envs[0]
+
+
+def test_a_job_runs_in_its_own_working_directory_when_it_names_one(backend, tmp_path):
+    job = launch("pwd", working_dir=str(tmp_path))
+
+    backend.deploy(job)
+    wait_for(ended(backend, job.job_id), "the job to end")
+
+    assert str(tmp_path) in log_of(backend, job.job_id).splitlines()
+
+
+# --- stopping -----------------------------------------------------------------------------
+
+
+def test_a_stopped_job_gets_sigterm_and_reports_how_it_ended(backend):
+    job = launch("trap 'echo caught TERM; exit 143' TERM; echo ready; sleep 300 & wait")
+    backend.deploy(job)
+    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+
+    backend.stop(job.job_id, grace_seconds=30)
+    report = wait_for(ended(backend, job.job_id), "the job to stop")
+
+    assert report.workers[0].exit_code == 143
+    assert "caught TERM" in log_of(backend, job.job_id)
+    wait_for(lambda: not job_processes(job.job_id), "its processes to be gone")
+
+
+def test_a_grandchild_ignoring_sigterm_is_killed_once_the_command_exits(backend):
+    job = launch("(trap '' TERM; echo ready; exec sleep 300) & wait")
+    backend.deploy(job)
+    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+
+    backend.stop(job.job_id, grace_seconds=30)
+    report = wait_for(ended(backend, job.job_id), "the job to stop")
+
+    assert report.workers[0].exit_code == 143  # the shell died of the SIGTERM
+    assert job_processes(job.job_id) == []  # the init killed the sleep before reporting
+
+
+def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(backend):
+    job = launch("trap '' TERM; (sleep 300; echo never) & echo ready; wait; sleep 300")
+    backend.deploy(job)
+    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+
+    backend.stop(job.job_id, grace_seconds=1)
+    assert backend.reports()[job.job_id].workers[0].state == WorkerState.RUNNING  # in grace
+    # Another process (a new instance) enforces the grace period the first one recorded.
+    later = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
+    report = wait_for(ended(later, job.job_id), "the grace period to run out")
+
+    assert report.workers[0].exit_code == 128 + signal.SIGKILL
+    assert job_processes(job.job_id) == []
+
+
+def test_orphans_are_adopted_and_reaped_by_the_init(backend):
+    # The subshell exits at once; its sleep, orphaned, is reparented to the init (a child
+    # subreaper) rather than to pid 1, and reaped by it when it ends.
+    job = launch("(sleep 1 &); echo forked; sleep 300")
+    backend.deploy(job)
+    wait_for(logged(backend, job.job_id, "forked"), "the job to start")
+    init = psutil.Process(backend.init_pids(job.job_id)[0])
+
+    def children() -> list[tuple[list[str], str]]:
+        return [(child.cmdline(), child.status()) for child in init.children()]
+
+    wait_for(lambda: (["sleep", "1"], "sleeping") in children(), "the orphan to be adopted")
+    wait_for(lambda: len(children()) == 1, "the orphan to end and be reaped")
+    assert children()[0][1] != psutil.STATUS_ZOMBIE
+
+
+def test_removing_a_running_job_leaves_no_process(backend):
+    job = launch("sleep 300 & sleep 300", workers=2)
+    backend.deploy(job)
+    wait_for(lambda: len(job_processes(job.job_id)) >= 4, "the workers to start")
+
+    backend.remove(job.job_id)
+
+    assert job_processes(job.job_id) == []
+    assert job.job_id not in backend.reports()
+    assert log_of(backend, job.job_id)  # the log stays
+
+
+# --- a new backend process re-adopts ---------------------------------------------------
+
+
+def test_a_new_instance_adopts_running_jobs_and_sees_those_that_died_unwatched(backend, tmp_path):
+    job = launch("echo ready; sleep 300")
+    backend.deploy(job)
+    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+
+    adopter = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
+    assert adopter.reports()[job.job_id].workers[0].state == WorkerState.RUNNING
+
+    os.kill(adopter.init_pids(job.job_id)[0], signal.SIGKILL)  # dies while nobody watches
+    later = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
+    report = wait_for(ended(later, job.job_id), "the death to be seen")
+
+    assert (report.workers[0].state, report.workers[0].exit_code) == (WorkerState.FAILED, None)
+    assert job_processes(job.job_id)  # its sleep lives on, orphaned, until removed
+    adopter.remove(job.job_id)
+    assert job_processes(job.job_id) == []
+
+
+# --- deployment ---------------------------------------------------------------------------
+
+
+def test_deploying_the_same_attempt_again_starts_nothing_new(backend):
+    job = launch("echo started; sleep 300")
+    backend.deploy(job)
+    pids = backend.init_pids(job.job_id)
+
+    backend.deploy(job)
+
+    assert backend.init_pids(job.job_id) == pids
+    assert log_of(backend, job.job_id).count("=== attempt 1") == 1
+
+
+def test_deploying_a_new_attempt_replaces_the_old_one(backend):
+    first = launch("sleep 300")
+    backend.deploy(first)
+    old_init = psutil.Process(backend.init_pids(first.job_id)[0])
+
+    backend.deploy(launch("echo second; sleep 300", job_id=first.job_id, attempt=2))
+
+    assert not old_init.is_running() or old_init.status() == psutil.STATUS_ZOMBIE
+    assert backend.reports()[first.job_id].attempt == 2
+    wait_for(logged(backend, first.job_id, "second"), "the second attempt to run")
+    assert "=== attempt 2 on local-0" in log_of(backend, first.job_id)
+
+
+def test_a_deployment_failing_half_way_is_undone(backend):
+    job = launch("echo started; sleep 300", workers=2)
+    # The second worker's log cannot be opened: it is a directory.
+    (backend.log_dir / job.job_id / "worker-1.log").mkdir(parents=True)
+
+    with pytest.raises(DeployError, match="worker 1"):
+        backend.deploy(job)
+
+    assert job_processes(job.job_id) == []
+    assert job.job_id not in backend.reports()
+    assert not (backend.state_dir / job.job_id / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"working_dir": "/no/such/dir"}, "working directory /no/such/dir does not exist"),
+        ({"node": "elsewhere"}, "Node elsewhere is not one of this host's nodes"),
+    ],
+)
+def test_a_job_that_cannot_start_is_refused_before_anything_runs(backend, fields, message):
+    job = launch("sleep 300", **fields)
+
+    with pytest.raises(DeployError, match=message):
+        backend.deploy(job)
+
+    assert backend.reports() == {} and job_processes(job.job_id) == []
+
+
+def test_stopping_or_removing_an_unknown_job_does_nothing(backend):
+    backend.stop("nosuchjob", 1)
+    backend.remove("nosuchjob")
+
+    assert backend.reports() == {}
+
+
+# --- nodes and limits ---------------------------------------------------------------------
+
+
+def test_a_declared_inventory_splits_the_host_between_its_nodes():
+    nodes = parse_declared_nodes(
+        "local-0:A100:8, local-1:A100:8, big:H100:4:16:65536", 12_000, 30_000
+    )
+
+    assert [(n.name, n.gpu_type, n.gpus) for n in nodes] == [
+        ("local-0", "A100", 8),
+        ("local-1", "A100", 8),
+        ("big", "H100", 4),
+    ]
+    assert [(n.millicpus, n.memory) for n in nodes] == [
+        (4000, 10_000),
+        (4000, 10_000),
+        (16_000, 65_536),
+    ]
+    assert all(n.declared and n.labels == {"trainyard.io/declared": "true"} for n in nodes)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "names no node"),
+        ("local-0:A100", "write name:gpu_type:gpus"),
+        ("local-0:A100:8:4", "write name:gpu_type:gpus"),
+        ("local-0:A100:eight", "GPUs must be a whole number, not 'eight'"),
+        ("local-0:A100:-1", "GPUs must be a whole number"),
+        ("local-0::8", "give the GPU type"),
+        ("bad name:A100:8", "'bad name' is not a node name"),
+        ("a:A100:8,a:A100:8", "'a' is declared twice"),
+        ("a:A100:8:0:1024", "cpus must be a positive number, not '0'"),
+        ("a:A100:8:2:lots", "memory \\(MiB\\) must be a positive number"),
+    ],
+)
+def test_a_malformed_declared_inventory_is_refused_naming_the_entry(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_declared_nodes(text, 8000, 16_000)
+
+
+def test_without_a_declared_inventory_the_host_is_one_node_with_its_nvml_gpus(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(local, "discover_gpus", lambda: ["NVIDIA A100-SXM4-80GB"] * 4)
+    backend = LocalBackend(tmp_path / "s", tmp_path / "l", cgroup_root=None)
+
+    (node,) = backend.nodes()
+
+    assert (node.gpu_type, node.gpus, node.declared) == ("A100", 4, False)
+    assert node.millicpus >= 1000 and node.memory > 0
+
+
+def test_a_host_without_gpus_is_one_cpu_node(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "discover_gpus", lambda: [])
+    backend = LocalBackend(tmp_path / "s", tmp_path / "l", cgroup_root=None)
+
+    (node,) = backend.nodes()
+
+    assert (node.gpu_type, node.gpus, node.declared) == ("cpu", 0, False)
+
+
+def test_gpu_discovery_never_fails():
+    # Without pynvml, or without a driver or GPU, NVML finds nothing rather than erring.
+    assert isinstance(local.discover_gpus(), list)
+
+
+@pytest.mark.parametrize(
+    ("device", "gpu_type"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
+        ("Tesla V100-SXM2-32GB", "V100"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA RTX A6000", "RTX-A6000"),
+    ],
+)
+def test_gpu_types_are_named_from_the_device_name(device, gpu_type):
+    assert gpu_type_of(device) == gpu_type
+
+
+def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_run(tmp_path):
+    backend = LocalBackend(
+        tmp_path / "s", tmp_path / "l", NODES, cgroup_root=tmp_path / "none" / "trainyard"
+    )
+    job = launch("echo ran")
+
+    backend.deploy(job)
+
+    assert not backend.limits_enforced
+    assert "is not a cgroup v2 hierarchy" in backend.limits_note
+    assert wait_for(ended(backend, job.job_id), "the job to end").succeeded
+
+
+def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(tmp_path):
+    hierarchy = _fake_cgroup_hierarchy(tmp_path / "cgroup")
+    backend = LocalBackend(tmp_path / "s", tmp_path / "l", NODES, cgroup_root=hierarchy)
+    job = replace(launch("echo ran"), workers=(WorkerSpec(0, "local-0", (0,), 1500, 512),))
+
+    backend.deploy(job)
+    wait_for(ended(backend, job.job_id), "the job to end")
+
+    assert backend.limits_enforced and backend.limits_note == ""
+    assert (hierarchy / "cgroup.subtree_control").read_text() == "+cpu +memory"
+    (worker,) = [path for path in hierarchy.iterdir() if path.is_dir()]
+    assert worker.name == f"{job.job_id}.a1.w0"
+    assert (worker / "cpu.max").read_text() == "150000 100000"
+    assert (worker / "memory.max").read_text() == str(512 * 1024 * 1024)
+    assert (worker / "cgroup.procs").read_text().strip().isdigit()  # the init joined it
+
+
+def test_a_cgroup_root_without_the_cpu_and_memory_controllers_enforces_nothing(tmp_path):
+    parent = tmp_path / "cgroup"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("cpu pids\n")  # memory is not handed down
+
+    backend = LocalBackend(tmp_path / "s", tmp_path / "l", NODES, cgroup_root=parent / "ty")
+
+    assert not backend.limits_enforced
+    assert backend.limits_note == f"{parent / 'ty'} is not delegated the memory controller"
+    assert not (parent / "ty").exists()
+
+
+def _fake_cgroup_hierarchy(parent: Path) -> Path:
+    """Files shaped like a delegated cgroup v2 subtree (the sandbox has none to write)."""
+    root = parent / "trainyard"
+    root.mkdir(parents=True)
+    (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("\n")
+    return root
+
+
+def run_init(tmp_path: Path, *command: str) -> tuple[int, str, str]:
+    """Run the init as the brief documents it; its exit code, status file and log."""
+    status, log = tmp_path / "status.json", tmp_path / "log"
+    init = ["-m", "jobmanager.backends.local_init", "--status-file", str(status)]
+    init += ["--log-file", str(log), "--", *command]
+    repository = Path(__file__).parents[2]
+    code = subprocess.run([sys.executable, *init], cwd=repository, timeout=DEADLINE_SECONDS)
+    return code.returncode, status.read_text(), log.read_text()
+
+
+def test_the_init_runs_on_its_own_and_exits_with_the_command_s_code(tmp_path):
+    code, status, log = run_init(tmp_path, "/bin/sh", "-c", "echo out; kill -SEGV $$")
+
+    assert code == 128 + signal.SIGSEGV
+    assert '"exit_code": 139' in status and '"ended_at": ' in status
+    assert log == "out\n"
+
+
+def test_the_init_reports_a_command_it_cannot_run(tmp_path):
+    code, status, log = run_init(tmp_path, "/no/such/program")
+
+    assert code == 127 and '"exit_code": 127' in status
+    assert "cannot run '/no/such/program'" in log
+
+
+def test_backend_nodes_given_as_objects_are_used_as_they_are(tmp_path):
+    node = BackendNode("n1", "A100", 2, 4000, 8192)
+
+    backend = LocalBackend(tmp_path / "s", tmp_path / "l", nodes=[node], cgroup_root=None)
+
+    assert backend.nodes() == [node]

@@ -199,6 +199,24 @@ TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / 
 TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
 TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
 TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
+# The Kubernetes backend (docs/kubernetes-backend.md); it reaches the API server with the
+# pod's service account, or KUBECONFIG. Volumes: nfs://server/export, hostpath:///path or
+# pvc://claim.
+TRAINYARD_K8S_NAMESPACE = env("TRAINYARD_K8S_NAMESPACE", "trainyard-jobs")
+TRAINYARD_K8S_IMAGE_PULL_SECRETS = env_list("TRAINYARD_K8S_IMAGE_PULL_SECRETS", [])
+TRAINYARD_K8S_DEFAULT_IMAGE = env("TRAINYARD_K8S_DEFAULT_IMAGE", "")
+TRAINYARD_K8S_DATA_VOLUME = env("TRAINYARD_K8S_DATA_VOLUME", "")
+TRAINYARD_K8S_DATA_MOUNT = env("TRAINYARD_K8S_DATA_MOUNT", "/data")
+TRAINYARD_K8S_OUTPUT_VOLUME = env("TRAINYARD_K8S_OUTPUT_VOLUME", "")
+TRAINYARD_K8S_OUTPUT_MOUNT = env("TRAINYARD_K8S_OUTPUT_MOUNT", "/output")
+TRAINYARD_K8S_GPU_RESOURCE = env("TRAINYARD_K8S_GPU_RESOURCE", "nvidia.com/gpu")
+TRAINYARD_K8S_GPU_TYPE_LABELS = env_list(
+    "TRAINYARD_K8S_GPU_TYPE_LABELS", ["trainyard.io/gpu-type", "nvidia.com/gpu.product"]
+)
+TRAINYARD_K8S_INIT_COMMAND = env("TRAINYARD_K8S_INIT_COMMAND", "/usr/bin/tini -g --")
+TRAINYARD_K8S_BAD_NODE_CONDITIONS = env_list(
+    "TRAINYARD_K8S_BAD_NODE_CONDITIONS", ["GpuUnhealthy", "XidError"]
+)
 # The memory backend's table, shared by the web, worker and beat processes.
 TRAINYARD_MEMORY_BACKEND_STATE = Path(
     env("TRAINYARD_MEMORY_BACKEND_STATE", str(VAR_DIR / "memory-backend.json"))

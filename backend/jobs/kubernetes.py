@@ -1,0 +1,46 @@
+"""The Kubernetes backend built from settings (``TRAINYARD_K8S_*``)."""
+
+from __future__ import annotations
+
+import shlex
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from jobmanager.backends.kubernetes import KubernetesBackend, KubernetesSettings, VolumeSettings
+
+
+def _volume(spec: str, mount: str, read_only: bool, name: str) -> VolumeSettings | None:
+    if not spec:
+        return None
+    try:
+        return VolumeSettings.parse(spec, mount, read_only)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from error
+
+
+def kubernetes_backend() -> KubernetesBackend:
+    return KubernetesBackend(
+        KubernetesSettings(
+            namespace=settings.TRAINYARD_K8S_NAMESPACE,
+            image_pull_secrets=tuple(settings.TRAINYARD_K8S_IMAGE_PULL_SECRETS),
+            default_image=settings.TRAINYARD_K8S_DEFAULT_IMAGE,
+            data_volume=_volume(
+                settings.TRAINYARD_K8S_DATA_VOLUME,
+                settings.TRAINYARD_K8S_DATA_MOUNT,
+                True,
+                "TRAINYARD_K8S_DATA_VOLUME",
+            ),
+            output_volume=_volume(
+                settings.TRAINYARD_K8S_OUTPUT_VOLUME,
+                settings.TRAINYARD_K8S_OUTPUT_MOUNT,
+                False,
+                "TRAINYARD_K8S_OUTPUT_VOLUME",
+            ),
+            gpu_resource=settings.TRAINYARD_K8S_GPU_RESOURCE,
+            gpu_type_labels=tuple(settings.TRAINYARD_K8S_GPU_TYPE_LABELS),
+            init_command=tuple(shlex.split(settings.TRAINYARD_K8S_INIT_COMMAND)),
+            grace_seconds=settings.TRAINYARD_STOP_GRACE_SECONDS,
+            bad_condition_types=tuple(settings.TRAINYARD_K8S_BAD_NODE_CONDITIONS),
+        )
+    )

@@ -1,0 +1,328 @@
+"""What the Kubernetes backend asks the API server to create, as plain manifests.
+
+One pod per worker, bound to the node the core chose; one headless Service per attempt
+for worker discovery; one NetworkPolicy per VC that admits only the VC's own pods (and
+the SSH gateway). Every name is a valid DNS-1123 name and every label value a valid label
+value, whatever the VC or user is called. Nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from jobmanager.backends.base import JobLaunch, WorkerSpec
+
+LABEL_JOB = "trainyard.io/job"
+LABEL_ATTEMPT = "trainyard.io/attempt"
+LABEL_VC = "trainyard.io/vc"
+LABEL_USER = "trainyard.io/user"
+LABEL_RANK = "trainyard.io/rank"
+LABEL_ROLE = "trainyard.io/role"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "trainyard"
+ROLE_WORKER = "worker"
+ROLE_GATEWAY = "gateway"
+
+ANNOTATION_JOB_ID = "trainyard.io/job-id"  # the job id as given, whatever its label became
+ANNOTATION_WORKERS = "trainyard.io/workers"
+ANNOTATION_DEPLOYED = "trainyard.io/deployed"  # on the Service, once every pod exists
+ANNOTATION_GPUS = "trainyard.io/gpus"
+ANNOTATION_OWNER = "trainyard.io/owner"
+ANNOTATION_VC = "trainyard.io/vc-name"
+ANNOTATION_JOB_NAME = "trainyard.io/job-name"
+
+CONTAINER_NAME = "worker"
+SHELL = ("/bin/sh", "-c")
+
+_DNS_LABEL_MAX = 63
+_LABEL_VALUE_MAX = 63
+_HASH_CHARS = 8
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeSettings:
+    """Where a job's data or output lives: an NFS export, a host path or a PVC, mounted in
+    every worker at ``mount_path``."""
+
+    kind: str  # "nfs", "hostPath" or "pvc"
+    mount_path: str
+    server: str = ""  # nfs
+    path: str = ""  # nfs export, or the path on the host
+    claim_name: str = ""  # pvc
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        needs = {"nfs": ("server", "path"), "hostPath": ("path",), "pvc": ("claim_name",)}
+        if self.kind not in needs:
+            raise ValueError(f"volume kind {self.kind!r}: expected nfs, hostPath or pvc")
+        missing = [name for name in needs[self.kind] if not getattr(self, name)]
+        if missing or not self.mount_path.startswith("/"):
+            raise ValueError(
+                f"{self.kind} volume needs {', '.join(needs[self.kind])} and an absolute mount path"
+            )
+
+    @classmethod
+    def parse(cls, spec: str, mount_path: str, read_only: bool = False) -> VolumeSettings:
+        """A volume from one setting: ``nfs://server/export``, ``hostpath:///mnt/data`` or
+        ``pvc://claim-name``."""
+        url = urlsplit(spec)
+        if url.scheme == "nfs":
+            return cls("nfs", mount_path, url.netloc, url.path or "/", read_only=read_only)
+        if url.scheme == "hostpath":
+            return cls("hostPath", mount_path, path=url.path, read_only=read_only)
+        if url.scheme == "pvc":
+            return cls("pvc", mount_path, claim_name=url.netloc, read_only=read_only)
+        raise ValueError(f"{spec!r}: expected nfs://server/path, hostpath:///path or pvc://name")
+
+    def volume_source(self) -> dict:
+        if self.kind == "nfs":
+            return {"nfs": {"server": self.server, "path": self.path}}
+        if self.kind == "hostPath":
+            return {"hostPath": {"path": self.path, "type": "Directory"}}
+        return {"persistentVolumeClaim": {"claimName": self.claim_name}}
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """How the backend uses its cluster. Every field has a default that is safe."""
+
+    namespace: str = "trainyard-jobs"  # apart from Trainyard's own pods
+    image_pull_secrets: tuple[str, ...] = ()
+    default_image: str = ""  # for jobs that name none
+    data_volume: VolumeSettings | None = None
+    output_volume: VolumeSettings | None = None
+    gpu_resource: str = "nvidia.com/gpu"
+    # The first of these node labels that a node has names its GPU type.
+    gpu_type_labels: tuple[str, ...] = ("trainyard.io/gpu-type", "nvidia.com/gpu.product")
+    # PID 1 of every worker: reaps zombies, forwards SIGTERM to the whole process group.
+    init_command: tuple[str, ...] = ("/usr/bin/tini", "-g", "--")
+    grace_seconds: int = 30
+    master_port: int = 29500
+    cluster_domain: str = "cluster.local"
+    # Node conditions that, when True, mean the node cannot run jobs (node problem detector).
+    bad_condition_types: tuple[str, ...] = ("GpuUnhealthy", "XidError")
+    repair_label: str = "trainyard.io/repair-state"  # set by the repair manager
+    in_service_value: str = "in_service"
+
+
+# --- names ------------------------------------------------------------------------------
+
+
+def _short_hash(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:_HASH_CHARS]
+
+
+def dns_label(value: str, max_length: int = _DNS_LABEL_MAX) -> str:
+    """``value`` as a DNS-1123 label: unchanged when it already is one, else cleaned and
+    suffixed with a hash of the original, so that two different values never collide."""
+    if len(value) <= max_length and _DNS_LABEL.match(value):
+        return value
+    cleaned = _NOT_DNS.sub("-", value.lower()).strip("-")
+    keep = max_length - _HASH_CHARS - 1
+    return f"{cleaned[:keep].rstrip('-')}-{_short_hash(value)}".lstrip("-")
+
+
+def label_value(value: str) -> str:
+    """``value`` as a label value, by the same rule as :func:`dns_label`."""
+    if _LABEL_VALUE.match(value):
+        return value
+    cleaned = _NOT_LABEL_VALUE.sub("-", value).strip("-_.")
+    keep = _LABEL_VALUE_MAX - _HASH_CHARS - 1
+    return f"{cleaned[:keep].rstrip('-_.')}-{_short_hash(value)}".lstrip("-")
+
+
+def service_name(job_id: str, attempt: int) -> str:
+    return dns_label(f"ty-{job_id}-{attempt}")
+
+
+def pod_name(job_id: str, attempt: int, rank: int) -> str:
+    return dns_label(f"ty-{job_id}-{attempt}-{rank}")
+
+
+def policy_name(vc: str) -> str:
+    return dns_label(f"ty-vc-{vc}")
+
+
+def job_selector(job_id: str | None = None) -> str:
+    """The label selector of one job's objects, or of every job's."""
+    return LABEL_JOB if job_id is None else f"{LABEL_JOB}={label_value(job_id)}"
+
+
+def master_address(launch: JobLaunch, settings: KubernetesSettings) -> str:
+    """Rank 0's DNS name, which its pod's hostname and subdomain give it."""
+    service = service_name(launch.job_id, launch.attempt)
+    return (
+        f"{pod_name(launch.job_id, launch.attempt, 0)}.{service}.{settings.namespace}"
+        f".svc.{settings.cluster_domain}"
+    )
+
+
+def _job_labels(launch: JobLaunch, settings: KubernetesSettings) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: label_value(launch.job_id),
+        LABEL_ATTEMPT: str(launch.attempt),
+        LABEL_VC: label_value(launch.vc),
+        LABEL_USER: label_value(launch.owner),
+    }
+
+
+# --- manifests --------------------------------------------------------------------------
+
+
+def worker_resources(worker: WorkerSpec, settings: KubernetesSettings) -> dict[str, str]:
+    """Requests, equal to limits (Guaranteed QoS); GPUs only for workers that have some:
+    the device plugin picks the devices, so the core's indices are only recorded."""
+    resources = {"cpu": f"{worker.millicpus}m", "memory": f"{worker.memory}Mi"}
+    if worker.gpus:
+        resources[settings.gpu_resource] = str(len(worker.gpus))
+    return resources
+
+
+def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> list:
+    data = settings.data_volume.mount_path if settings.data_volume else ""
+    output = settings.output_volume.mount_path if settings.output_volume else ""
+    trainyard = {
+        "WORLD_SIZE": str(len(launch.workers)),
+        "RANK": str(worker.rank),
+        "LOCAL_RANK": "0",  # one worker per pod
+        "MASTER_ADDR": master_address(launch, settings),
+        "MASTER_PORT": str(settings.master_port),
+        "TRAINYARD_JOB_ID": launch.job_id,
+        "TRAINYARD_ATTEMPT": str(launch.attempt),
+        "TRAINYARD_DATA_PATH": launch.data_path or data,
+        "TRAINYARD_OUTPUT_PATH": launch.output_path or output,
+    }
+    merged = dict(launch.env) | trainyard  # the API refuses these names; never let them in
+    return [{"name": name, "value": value} for name, value in merged.items()]
+
+
+def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> dict:
+    name = pod_name(launch.job_id, launch.attempt, worker.rank)
+    resources = worker_resources(worker, settings)
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]  # NCCL, DataLoader
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for volume_name, volume in (("data", settings.data_volume), ("output", settings.output_volume)):
+        if volume is not None:
+            volumes.append({"name": volume_name, **volume.volume_source()})
+            mounts.append(
+                {"name": volume_name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
+            )
+    container = {
+        "name": CONTAINER_NAME,
+        "image": launch.image or settings.default_image,
+        "command": [*settings.init_command, *SHELL, launch.command],
+        "env": worker_env(launch, worker, settings),
+        "resources": {"requests": resources, "limits": dict(resources)},
+        "volumeMounts": mounts,
+        "ports": [{"name": "master", "containerPort": settings.master_port}],
+    }
+    if launch.working_dir:
+        container["workingDir"] = launch.working_dir
+    spec: dict = {
+        "nodeName": worker.node,  # placed by the core: no scheduler involved
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": service_name(launch.job_id, launch.attempt),
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # tenants get no API credentials
+        "terminationGracePeriodSeconds": settings.grace_seconds,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": _job_labels(launch, settings)
+            | {LABEL_RANK: str(worker.rank), LABEL_ROLE: ROLE_WORKER},
+            "annotations": {
+                ANNOTATION_JOB_ID: launch.job_id,
+                ANNOTATION_WORKERS: str(len(launch.workers)),
+                ANNOTATION_GPUS: ",".join(map(str, worker.gpus)),
+                ANNOTATION_OWNER: launch.owner,
+                ANNOTATION_VC: launch.vc,
+                ANNOTATION_JOB_NAME: launch.name,
+            },
+        },
+        "spec": spec,
+    }
+
+
+def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict:
+    """A headless Service: DNS names for the workers, published before they are ready."""
+    labels = _job_labels(launch, settings)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(launch.job_id, launch.attempt),
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": {
+                ANNOTATION_JOB_ID: launch.job_id,
+                ANNOTATION_WORKERS: str(len(launch.workers)),
+            },
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: labels[LABEL_JOB], LABEL_ATTEMPT: labels[LABEL_ATTEMPT]},
+            "ports": [
+                {
+                    "name": "master",
+                    "port": settings.master_port,
+                    "targetPort": settings.master_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def network_policy_manifest(vc: str, settings: KubernetesSettings) -> dict:
+    """The VC's pods accept traffic only from pods of the same VC and from the SSH gateway
+    of the namespace; egress is left open (storage, registries, package mirrors)."""
+    vc_label = {LABEL_VC: label_value(vc)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": policy_name(vc),
+            "namespace": settings.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY} | vc_label,
+            "annotations": {ANNOTATION_VC: vc},
+        },
+        "spec": {
+            "podSelector": {"matchLabels": vc_label},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {"matchLabels": vc_label}},
+                        {"podSelector": {"matchLabels": {LABEL_ROLE: ROLE_GATEWAY}}},
+                    ]
+                }
+            ],
+        },
+    }
+
+
+def job_manifests(launch: JobLaunch, settings: KubernetesSettings) -> list[dict]:
+    """Everything one attempt needs, in the order it is created."""
+    return [
+        network_policy_manifest(launch.vc, settings),
+        service_manifest(launch, settings),
+        *(pod_manifest(launch, worker, settings) for worker in launch.workers),
+    ]

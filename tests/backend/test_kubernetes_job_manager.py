@@ -1,0 +1,202 @@
+"""The job manager with the Kubernetes backend, against the fake API server: a job
+submitted through the API becomes pods on the nodes the scheduler chose, and ends when
+its pods do; a node that turns bad takes its job back to the queue."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from backend.jobs import lifecycle, manager
+from backend.jobs.models import Job, JobStatus
+from jobmanager.backends.kubernetes import KubernetesBackend
+
+if TYPE_CHECKING:
+    from tests.k8s_fake import FakeKubernetes
+
+pytestmark = pytest.mark.django_db
+pytest_plugins = ["tests.k8s_fake"]
+
+JOBS = "/api/v1/jobs/"
+NAMESPACE = "trainyard-jobs"
+
+
+class JobManager:
+    """Runs the job manager by hand, deploying at once, as a Celery worker would."""
+
+    def __init__(self, backend: KubernetesBackend) -> None:
+        self.backend = backend
+
+    def run(self) -> manager.RunSummary:
+        return manager.run_job_manager(self.backend, self._deploy)
+
+    def _deploy(self, job_pk: int, attempt: int) -> None:
+        lifecycle.deploy(self.backend, job_pk, attempt)
+
+
+@pytest.fixture
+def fake(fake_kubernetes: FakeKubernetes, world) -> FakeKubernetes:
+    """The world's nodes, as Kubernetes Nodes."""
+    for node in world.nodes:
+        fake_kubernetes.add_node(
+            node.name,
+            gpus=node.gpus,
+            cpu=str(node.cpus),
+            memory=f"{node.memory}Mi",
+            labels={"trainyard.io/gpu-type": node.gpu_type.name},
+        )
+    return fake_kubernetes
+
+
+@pytest.fixture
+def backend(fake, fake_api_client, settings, tmp_path):
+    # Imported once pytest has loaded the plugin, so that its asserts are rewritten.
+    from tests.k8s_fake import fake_settings
+
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    backend = KubernetesBackend(
+        fake_settings(NAMESPACE), api_client=fake_api_client, watch_nodes=False
+    )
+    yield backend
+    backend.node_watcher.stop()
+
+
+@pytest.fixture
+def jobs(backend, redis_namespace) -> JobManager:
+    return JobManager(backend)
+
+
+def submit(world, **spec) -> Job:
+    body = {
+        "vc": "vision",
+        "gpu_type": "A100",
+        "command": "torchrun train.py",
+        "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+        "gpus_per_worker": 4,
+        "workers": 2,
+    } | spec
+    response = world.client(world.member).post(JOBS, body, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(job_id=response.json()["id"])
+
+
+def pods_of(fake: FakeKubernetes, job: Job) -> list[dict]:
+    return fake.list("pods", NAMESPACE, f"trainyard.io/job={job.job_id}")
+
+
+def test_a_submitted_job_runs_as_pods_and_finishes_when_they_succeed(world, jobs, fake):
+    job = submit(world)
+
+    jobs.run()
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    pods = pods_of(fake, job)
+    assert [pod["metadata"]["name"] for pod in pods] == [
+        f"ty-{job.job_id}-1-0",
+        f"ty-{job.job_id}-1-1",
+    ]
+    placed = [worker["node"] for worker in job.placement]
+    assert [pod["spec"]["nodeName"] for pod in pods] == placed
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert pod["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/pytorch:24.08-py3"
+    assert fake.get("services", f"ty-{job.job_id}-1", NAMESPACE) is not None
+    assert fake.get("networkpolicies", "ty-vc-vision", NAMESPACE) is not None
+
+    for pod in pods:
+        fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Running")
+    jobs.run()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
+
+    for pod in pods:
+        fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Succeeded", exit_code=0)
+    jobs.run()
+
+    job.refresh_from_db()
+    assert (job.status, job.exit_code) == (JobStatus.FINISHED, 0)
+    assert pods_of(fake, job) == []  # removed once recorded
+    assert fake.list("services", NAMESPACE) == []
+
+
+def test_a_failed_pod_fails_the_attempt_with_its_exit_code(world, jobs, fake):
+    job = submit(world, workers=1, max_retries=0)
+    jobs.run()
+
+    fake.set_pod_phase(NAMESPACE, f"ty-{job.job_id}-1-0", "Failed", exit_code=2)
+    jobs.run()
+
+    job.refresh_from_db()
+    assert (job.status, job.exit_code) == (JobStatus.FAILED, 2)
+    assert job.attempts.get().exit_code == 2
+    assert pods_of(fake, job) == []
+
+
+def test_a_killed_job_has_its_pods_deleted(world, jobs, fake):
+    job = submit(world)
+    jobs.run()
+
+    response = world.client(world.member).post(f"{JOBS}{job.job_id}/kill/", {}, format="json")
+    assert response.status_code == 200
+    jobs.run()
+    assert all(pod["metadata"].get("deletionTimestamp") for pod in pods_of(fake, job))
+    for pod in pods_of(fake, job):
+        fake.finish_deletion(NAMESPACE, pod["metadata"]["name"])
+    jobs.run()
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.KILLED
+    assert fake.list("services", NAMESPACE) == []
+
+
+def test_a_job_on_a_node_that_goes_not_ready_leaves_it_at_once(world, jobs, fake, backend):
+    job = submit(world, max_retries=2)
+    jobs.run()
+    for pod in pods_of(fake, job):
+        fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Running")
+    node = Job.objects.get(pk=job.pk).placement[0]["node"]
+
+    fake.set_node_ready(node, False)
+    backend.node_watcher.watch_once(timeout_seconds=5)
+    jobs.run()
+
+    job.refresh_from_db()
+    assert job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    attempt = job.attempts.get(number=1)
+    assert attempt.ended_at is not None  # the first attempt is over, without a NCCL timeout
+    first_attempt = f"ty-{job.job_id}-1-"
+    assert not [p for p in pods_of(fake, job) if p["metadata"]["name"].startswith(first_attempt)]
+
+
+def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
+    fake_kubernetes, settings, tmp_path, monkeypatch
+):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from backend.jobs.kubernetes import kubernetes_backend
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{fake_kubernetes.url}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    settings.TRAINYARD_K8S_NAMESPACE = "jobs-here"
+    settings.TRAINYARD_K8S_DATA_VOLUME = "nfs://nfs.example.com/datasets"
+    settings.TRAINYARD_K8S_INIT_COMMAND = "/sbin/tini -s -g --"
+
+    backend = kubernetes_backend()
+    try:
+        assert backend.namespace == "jobs-here"
+        assert backend.settings.init_command == ("/sbin/tini", "-s", "-g", "--")
+        assert backend.settings.data_volume.read_only
+        assert backend.api_client.configuration.host == fake_kubernetes.url
+    finally:
+        backend.close()
+
+    settings.TRAINYARD_K8S_OUTPUT_VOLUME = "ftp://nowhere"
+    with pytest.raises(ImproperlyConfigured, match="TRAINYARD_K8S_OUTPUT_VOLUME"):
+        kubernetes_backend()

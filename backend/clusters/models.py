@@ -67,6 +67,10 @@ class Node(models.Model):
     repair_state = models.CharField(
         max_length=20, choices=RepairState.choices, default=RepairState.IN_SERVICE
     )
+    ready = models.BooleanField(
+        default=True, help_text="The cluster backend reports the node ready and healthy."
+    )
+    ready_reason = models.CharField(max_length=300, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

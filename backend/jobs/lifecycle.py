@@ -132,6 +132,62 @@ def _back_to_queue(job: Job, reason: str, not_before=None) -> None:
     job.save()
 
 
+# --- nodes --------------------------------------------------------------------------------
+
+HEARTBEAT_EVERY = timedelta(seconds=30)
+
+
+def sync_nodes(backend: ClusterBackend) -> list[str]:
+    """Take node readiness and health from the backend; register nodes it has that the
+    database lacks. A backend that reports no nodes (the memory backend) changes nothing.
+    Returns the nodes whose readiness changed."""
+    from backend.clusters.models import GpuType, Node
+
+    reported = {node.name: node for node in backend.nodes()}
+    if not reported:
+        return []
+    bad = backend.bad_nodes()
+    now = timezone.now()
+    changed: list[str] = []
+    for node in Node.objects.all():
+        seen = reported.pop(node.name, None)
+        if seen is None:
+            ready, reason = False, "the cluster backend does not know this node"
+        elif not seen.ready:
+            ready, reason = False, "the cluster backend reports it not ready"
+        else:
+            ready, reason = node.name not in bad, bad.get(node.name, "")
+        stale = node.last_heartbeat is None or now - node.last_heartbeat > HEARTBEAT_EVERY
+        if (ready, reason) != (node.ready, node.ready_reason) or (ready and stale):
+            heartbeat = now if seen is not None else node.last_heartbeat
+            Node.objects.filter(pk=node.pk).update(
+                ready=ready, ready_reason=reason, last_heartbeat=heartbeat
+            )
+            if ready != node.ready:
+                changed.append(node.name)
+    for new in reported.values():
+        units = max(new.gpus, 1)
+        gpu_type, _ = GpuType.objects.get_or_create(
+            name=new.gpu_type,
+            defaults={
+                "cpus_per_gpu": new.millicpus / 1000 / units,
+                "memory_per_gpu": new.memory // units,
+            },
+        )
+        Node.objects.create(
+            name=new.name,
+            gpu_type=gpu_type,
+            gpus=new.gpus,
+            cpus=new.millicpus / 1000,
+            memory=new.memory,
+            labels=new.labels,
+            ready=new.ready and new.name not in bad,
+            last_heartbeat=now,
+        )
+        changed.append(new.name)
+    return changed
+
+
 # --- reconcile ----------------------------------------------------------------------------
 
 
@@ -144,6 +200,7 @@ class Reconciled:
     timed_out: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    stopping: list[str] = field(default_factory=list)  # asked to stop, not gone yet
     redeployed: list[tuple[int, int]] = field(default_factory=list)
 
     @property
@@ -172,6 +229,8 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
             if report is None or report.ended:
                 _finish_stop(backend, job, report)
                 result.stopped.append(job.job_id)
+            else:
+                result.stopping.append(job.job_id)
         elif report is None:
             if job.status == JobStatus.RUNNING:
                 _requeue_lost(job)
@@ -195,6 +254,8 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 report = _stop(backend, job.job_id)
                 if report is None or report.ended:
                     _finish_stop(backend, Job.objects.get(pk=job.pk), report)
+                else:
+                    result.stopping.append(job.job_id)
     for job_id in set(reports) - known:
         report = _stop(backend, job_id)
         if report is None or report.ended:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from backend.core.redis import redis_client, redis_key
 from backend.jobs.lease import LeaseLost, acquire_lease
-from backend.jobs.lifecycle import reconcile
+from backend.jobs.lifecycle import reconcile, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends import ClusterBackend
@@ -42,6 +42,7 @@ class RunSummary:
     stopped: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    stopping: list[str] = field(default_factory=list)
     waiting: int = 0
     lease_taken_by_another: bool = False
     preempted_last_round: bool = False
@@ -87,7 +88,9 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
 
 def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
     summary.rounds += 1
+    sync_nodes(backend)
     reconciled = reconcile(backend)
+    summary.stopping = reconciled.stopping
     for name in ("finished", "failed", "retried", "stopped", "lost", "orphans"):
         getattr(summary, name).extend(getattr(reconciled, name))
     decisions, applied = schedule_pass(lease)

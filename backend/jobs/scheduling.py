@@ -48,12 +48,14 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
             name=row["name"],
             gpu_type=row["gpu_type__name"],
             capacity=Resources(row["gpus"], millicpus(row["cpus"]), row["memory"]),
-            labels=tuple(sorted((str(k), str(v)) for k, v in (row["labels"] or {}).items())),
-            schedulable=row["schedulable"] and row["repair_state"] == RepairState.IN_SERVICE,
+            labels=tuple(sorted((str(k), str(v)) for k, v in row["labels"].items())),
+            schedulable=row["schedulable"]
+            and row["ready"]
+            and row["repair_state"] == RepairState.IN_SERVICE,
         )
         for row in Node.objects.order_by().values(
             "name", "gpu_type__name", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state",
+            "repair_state", "ready",
         )
     )  # fmt: skip
     quotas: dict[int, dict[str, Resources]] = defaultdict(dict)

@@ -12,6 +12,7 @@ from backend.jobs import lifecycle, manager
 from backend.jobs.backends import get_backend
 
 logger = logging.getLogger(__name__)
+FOLLOW_UP_SECONDS = 0.5
 
 
 def _requested_key() -> str:
@@ -34,6 +35,9 @@ def request_job_manager_run() -> None:
 def run_job_manager() -> dict:
     redis_client().delete(_requested_key())
     summary = manager.run_job_manager(get_backend(), deploy_job.delay)
+    if summary.stopping or summary.preempted:
+        # Look again soon rather than at the next beat: freed GPUs wait for it.
+        run_job_manager.apply_async(countdown=FOLLOW_UP_SECONDS)
     if summary.started or summary.preempted or summary.finished or summary.failed:
         logger.info(
             "Job manager: %d started, %d preempted, %d finished, %d failed, %d waiting",

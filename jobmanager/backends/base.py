@@ -123,5 +123,9 @@ class ClusterBackend(abc.ABC):
     def nodes(self) -> list[BackendNode]:
         """The nodes jobs can run on, with capacity, readiness and labels."""
 
+    def bad_nodes(self) -> dict[str, str]:
+        """Nodes that are up but must not run jobs (failed health conditions), with why."""
+        return {}
+
     def cordon(self, node: str, cordoned: bool) -> None:  # noqa: B027 - optional
         """Keep new work off a node (or let it back); backends without the notion ignore it."""

@@ -454,3 +454,36 @@ def test_a_job_on_a_node_that_went_bad_is_requeued_at_once_without_spending_a_re
     assert job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
     assert job.retries_used == 0 and job.failure_rule == "node-unhealthy"
     assert "node a100-1 NotReady" in job.repair_message
+
+
+def backend_node(name: str, ready: bool = True, gpu_type: str = "A100"):
+    from jobmanager.backends import BackendNode
+
+    return BackendNode(name, gpu_type, 8, 64_000, 512 * 1024, ready=ready)
+
+
+def test_nodes_the_backend_reports_not_ready_get_no_new_work(world, redis_namespace, tmp_path):
+    nodes = [backend_node(f"a100-{index}", ready=index != 1) for index in range(1, 5)]
+    nodes += [backend_node(f"cpu-{index}", gpu_type="cpu") for index in range(1, 3)]
+    jobs = JobManager(MemoryBackend(nodes=nodes, log_dir=tmp_path))
+    job = submit(world, gpus_per_worker=8)
+
+    jobs.run()
+
+    world.nodes[0].refresh_from_db()
+    assert not world.nodes[0].ready
+    assert "not ready" in world.nodes[0].ready_reason
+    assert {worker["node"] for worker in refreshed(job).placement} != {"a100-1"}
+    assert refreshed(job).status == JobStatus.RUNNING
+
+
+def test_nodes_the_backend_has_are_registered(world, redis_namespace, tmp_path):
+    from backend.clusters.models import Node
+
+    nodes = [backend_node(node.name, gpu_type=node.gpu_type.name) for node in world.nodes]
+    nodes.append(backend_node("h100-1", gpu_type="H100"))
+    JobManager(MemoryBackend(nodes=nodes, log_dir=tmp_path)).run()
+
+    added = Node.objects.get(name="h100-1")
+    assert (added.gpu_type.name, added.gpus, added.ready) == ("H100", 8, True)
+    assert added.gpu_type.cpus_per_gpu == 8

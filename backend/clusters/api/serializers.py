@@ -31,9 +31,11 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "name", "gpu_type", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state", "last_heartbeat", "gpus_free", "created_at",
+            "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free", "created_at",
         ]  # fmt: skip
-        read_only_fields = ["schedulable", "repair_state", "last_heartbeat", "created_at"]
+        read_only_fields = [
+            "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat", "created_at",
+        ]  # fmt: skip
 
     def get_gpus_free(self, node: Node) -> int | None:
         free = self.context.get("free_gpus")

@@ -43,11 +43,15 @@ def latest_checkpoint(output: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
-def save_checkpoint(output: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def save_checkpoint(
+    output: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
     """Write to a temporary file, then rename: a checkpoint is whole or absent."""
     output.mkdir(parents=True, exist_ok=True)
     partial = output / f".checkpoint-{step}.pt.tmp"
-    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
+    torch.save(
+        {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial
+    )
     partial.rename(output / f"checkpoint-{step}.pt")
     for old in sorted(output.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))[:-2]:
         old.unlink()
@@ -58,8 +62,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--checkpoint-every", type=int, default=20)
-    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step, to make a demo job last")
-    parser.add_argument("--output", default=os.environ.get("TRAINYARD_OUTPUT_PATH", "var/example-output"))
+    parser.add_argument(
+        "--step-seconds", type=float, default=0.0, help="sleep per step, to make a demo job last"
+    )
+    parser.add_argument(
+        "--output", default=os.environ.get("TRAINYARD_OUTPUT_PATH", "var/example-output")
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, request_stop)
 

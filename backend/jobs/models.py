@@ -126,6 +126,11 @@ class Job(models.Model):
         max_length=10, choices=StopOutcome.choices, blank=True, help_text="Set while stopping."
     )
     attempt = models.PositiveSmallIntegerField(default=0, help_text="Runs started so far.")
+    reserved_placement = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Where a waiting job will start once the jobs preempted for it are gone.",
+    )
     retries_used = models.PositiveSmallIntegerField(default=0)
     not_before = models.DateTimeField(
         null=True, blank=True, help_text="A retried job waits out its backoff until then."

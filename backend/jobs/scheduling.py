@@ -78,7 +78,7 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
         "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
         "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
         "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
-        "max_wall_time", "node_selector",
+        "max_wall_time", "node_selector", "reserved_placement",
     )  # fmt: skip
     running = tuple(
         _running_job(row)
@@ -127,6 +127,7 @@ def _running_job(row: dict) -> RunningJob:
         interactive=row["type"] == JobType.INTERACTIVE,
         releasing=row["status"] in RELEASING_STATUSES,
         deadline=epoch(started) + _wall_time(row),
+        queued_at=epoch(row["queued_at"]),
     )
 
 
@@ -140,6 +141,7 @@ def _queued_job(row: dict) -> QueuedJob:
         preemptible=row["preemptible"],
         interactive=row["type"] == JobType.INTERACTIVE,
         max_wall_time=float(_wall_time(row)),
+        reserved=placement_from_json(row["reserved_placement"]),
     )
 
 
@@ -204,6 +206,7 @@ def apply_decisions(decisions: Decisions) -> Applied:
         job.attempt += 1
         job.not_before = None
         job.estimated_start_at = None
+        job.reserved_placement = None
         nodes = ", ".join(sorted({worker.node for worker in start.placement}))
         borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
         job.status_message = f"placed on {nodes}{borrowed}"
@@ -223,7 +226,20 @@ def apply_decisions(decisions: Decisions) -> Applied:
         record_event(job, from_status, None, preemption.reason)
         applied.preempted.append(job.job_id)
     applied.insights_changed = _record_insights(decisions, now)
+    _record_claims(decisions)
     return applied
+
+
+def _record_claims(decisions: Decisions) -> None:
+    """Keep the places reserved for jobs that preempted others, so that the next pass
+    starts them exactly there; forget places no longer reserved."""
+    for job_id, placement in decisions.claims.items():
+        Job.objects.filter(job_id=job_id, status=JobStatus.QUEUED).update(
+            reserved_placement=placement_to_json(placement)
+        )
+    Job.objects.filter(status=JobStatus.QUEUED, reserved_placement__isnull=False).exclude(
+        job_id__in=list(decisions.claims)
+    ).update(reserved_placement=None)
 
 
 def _record_insights(decisions: Decisions, now: datetime) -> int:

@@ -4,12 +4,15 @@ Schedulable nodes of each GPU type sit in buckets by their number of free GPUs, 
 best-fit (or, for comparison, worst-fit) node is found without scanning the cluster, and
 a job that cannot fit is refused in a few steps: a pass over 10,000 queued jobs on 1,000
 nodes stays well under a second.
+
+Resources held by jobs being stopped (releasing, or just chosen for preemption) are
+*pending*: taken for every placement, but a guaranteed job may claim them, and what it
+claims of free resources beside them is reserved until it starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from jobmanager.core.snapshot import (
@@ -24,25 +27,44 @@ from jobmanager.core.snapshot import (
 
 @dataclass(slots=True)
 class FreeNode:
-    """A node with what is free on it now."""
+    """A node with what is free on it now, and what jobs being stopped still hold."""
 
     state: NodeState
     free_gpus: list[int]  # device indices, sorted
     free_millicpus: int
     free_memory: int
     labels: dict[str, str] = field(default_factory=dict)
+    pending_gpus: list[int] = field(default_factory=list)
+    pending_millicpus: int = 0
+    pending_memory: int = 0
 
     @property
     def name(self) -> str:
         return self.state.name
+
+    def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        return all(self.labels.get(key) == value for key, value in selector)
 
     def fits(self, per_worker: Resources, selector: tuple[tuple[str, str], ...]) -> bool:
         return (
             len(self.free_gpus) >= per_worker.gpus
             and self.free_millicpus >= per_worker.millicpus
             and self.free_memory >= per_worker.memory
-            and all(self.labels.get(key) == value for key, value in selector)
+            and self.matches(selector)
         )
+
+
+def workers_fitting(per_worker: Resources, gpus: int, millicpus: int, memory: int) -> int:
+    """How many workers of this size fit in these free resources (at most 1,000,000)."""
+    fitting = 1_000_000
+    for need, free in (
+        (per_worker.gpus, gpus),
+        (per_worker.millicpus, millicpus),
+        (per_worker.memory, memory),
+    ):
+        if need > 0:
+            fitting = min(fitting, max(free, 0) // need)
+    return fitting
 
 
 class ClusterState:
@@ -53,7 +75,10 @@ class ClusterState:
         self.nodes: dict[str, FreeNode] = {}
         # GPU type -> free GPU count -> schedulable nodes with that many free (insertion order)
         self._buckets: dict[str, list[dict[str, FreeNode]]] = {}
-        self.capacity_gpus: dict[str, int] = {}  # largest node of each type
+        self.capacity_gpus: dict[str, int] = {}  # largest schedulable node of each type
+        self._pending: dict[str, set[str]] = {}  # GPU type -> nodes with pending resources
+        self.version = 0  # changes whenever free capacity does
+        self._explained: dict[JobShape, tuple[int, str]] = {}
         for node in sorted(nodes, key=lambda node: node.name):
             free = FreeNode(
                 state=node,
@@ -63,8 +88,9 @@ class ClusterState:
                 labels=dict(node.labels),
             )
             self.nodes[node.name] = free
-            largest = max(self.capacity_gpus.get(node.gpu_type, 0), node.capacity.gpus)
-            self.capacity_gpus[node.gpu_type] = largest
+            if node.schedulable:
+                largest = max(self.capacity_gpus.get(node.gpu_type, 0), node.capacity.gpus)
+                self.capacity_gpus[node.gpu_type] = largest
         for gpu_type, largest in self.capacity_gpus.items():
             self._buckets[gpu_type] = [{} for _ in range(largest + 1)]
         for free in self.nodes.values():
@@ -77,9 +103,27 @@ class ClusterState:
         running: Iterable[RunningJob],
         strategy: Placement = Placement.PACK,
     ) -> ClusterState:
+        """The cluster with every running job's resources taken; those of releasing jobs
+        are pending."""
         cluster = cls(nodes, strategy)
+        taken: dict[str, tuple[set[int], list[int]]] = {}  # node -> GPUs, [CPU, memory]
         for job in running:
-            cluster.occupy(job.placement)
+            for worker in job.placement:
+                gpus, amounts = taken.setdefault(worker.node, (set(), [0, 0]))
+                gpus.update(worker.gpus)
+                amounts[0] += worker.millicpus
+                amounts[1] += worker.memory
+            if job.releasing:
+                cluster.hold_pending(job.placement)
+        for name, (gpus, (millicpus, memory)) in taken.items():
+            free = cluster.nodes.get(name)
+            if free is None:
+                continue  # removed from the inventory
+            cluster._unfile(free)
+            free.free_gpus = [gpu for gpu in free.free_gpus if gpu not in gpus]
+            free.free_millicpus -= millicpus
+            free.free_memory -= memory
+            cluster._file(free)
         return cluster
 
     # --- bookkeeping -----------------------------------------------------------------------
@@ -97,6 +141,7 @@ class ClusterState:
 
         A node the snapshot does not know (removed from the inventory) is skipped.
         """
+        self.version += 1
         for worker in placement:
             free = self.nodes.get(worker.node)
             if free is None:
@@ -109,6 +154,7 @@ class ClusterState:
             self._file(free)
 
     def release(self, placement: Iterable[WorkerPlacement]) -> None:
+        self.version += 1
         for worker in placement:
             free = self.nodes.get(worker.node)
             if free is None:
@@ -141,6 +187,29 @@ class ClusterState:
             placed.append(worker)
         return tuple(placed)
 
+    def take(self, placement: tuple[WorkerPlacement, ...]) -> bool:
+        """Take exactly these resources if every one is free now; else take nothing."""
+        needs: dict[str, tuple[set[int], int, int]] = {}
+        for worker in placement:
+            gpus, millicpus, memory = needs.get(worker.node, (set(), 0, 0))
+            needs[worker.node] = (
+                gpus | set(worker.gpus),
+                millicpus + worker.millicpus,
+                memory + worker.memory,
+            )
+        for name, (gpus, millicpus, memory) in needs.items():
+            node = self.nodes.get(name)
+            if (
+                node is None
+                or not node.state.schedulable
+                or not gpus <= set(node.free_gpus)
+                or millicpus > node.free_millicpus
+                or memory > node.free_memory
+            ):
+                return False
+        self.occupy(placement)
+        return True
+
     def fits(self, shape: JobShape) -> bool:
         """Whether the gang could be placed now; changes nothing."""
         placed = self.place(shape)
@@ -148,19 +217,6 @@ class ClusterState:
             return False
         self.release(placed)
         return True
-
-    @contextmanager
-    def what_if(self) -> Iterator[list[tuple[str, tuple[WorkerPlacement, ...]]]]:
-        """Releases and placements made through the yielded log are undone on exit."""
-        log: list[tuple[str, tuple[WorkerPlacement, ...]]] = []
-        try:
-            yield log
-        finally:
-            for action, placement in reversed(log):
-                if action == "release":
-                    self.occupy(placement)
-                else:
-                    self.release(placement)
 
     def _may_fit(self, shape: JobShape) -> bool:
         """A quick upper bound from GPU counts alone."""
@@ -208,6 +264,109 @@ class ClusterState:
         spread = self.strategy == Placement.SPREAD
         return (max if spread else min)(fitting, key=lambda node: node.free_millicpus)
 
+    def nodes_with_room(self, shape: JobShape) -> list[FreeNode]:
+        """Schedulable nodes of the job's GPU type and labels that have the GPUs for a
+        worker free, or that jobs being stopped hold resources on: the only ones where a
+        worker may fit without preempting anything."""
+        buckets = self._buckets.get(shape.gpu_type, [])
+        found = {
+            node.name: node
+            for bucket in buckets[shape.per_worker.gpus :]
+            for node in bucket.values()
+        }
+        for name in self._pending.get(shape.gpu_type, ()):
+            found[name] = self.nodes[name]
+        return [
+            node
+            for node in found.values()
+            if shape.per_worker.fits_in(node.state.capacity) and node.matches(shape.node_selector)
+        ]
+
+    # --- jobs being stopped ----------------------------------------------------------------
+
+    def hold_pending(self, placement: Iterable[WorkerPlacement]) -> None:
+        """Mark a job's (already taken) resources as about to come free."""
+        for worker in placement:
+            node = self.nodes.get(worker.node)
+            if node is None or not node.state.schedulable:
+                continue
+            node.pending_gpus = sorted({*node.pending_gpus, *worker.gpus})
+            node.pending_millicpus += worker.millicpus
+            node.pending_memory += worker.memory
+            self._pending.setdefault(node.state.gpu_type, set()).add(node.name)
+
+    def pending_gpus(self, gpu_type: str) -> int:
+        return sum(len(self.nodes[name].pending_gpus) for name in self._pending.get(gpu_type, ()))
+
+    def _move_pending(self, node: FreeNode, to_free: bool) -> None:
+        self.version += 1
+        self._unfile(node)
+        sign = 1 if to_free else -1
+        if to_free:
+            # Pending GPUs first, so that a claim takes them before free ones.
+            node.free_gpus = node.pending_gpus + node.free_gpus
+        else:
+            pending = set(node.pending_gpus)
+            node.free_gpus = sorted(gpu for gpu in node.free_gpus if gpu not in pending)
+        node.free_millicpus += sign * node.pending_millicpus
+        node.free_memory += sign * node.pending_memory
+        self._file(node)
+
+    def claim(
+        self,
+        shape: JobShape,
+        victims: Iterable[RunningJob],
+        exactly: tuple[WorkerPlacement, ...] = (),
+    ) -> tuple[WorkerPlacement, ...] | None:
+        """Reserve a place for the gang (``exactly`` this one, if given) in free resources,
+        pending ones and those of the victims (pending from now on).
+
+        What the gang would take of free resources is taken now, so that nobody else gets
+        it before the gang starts; the rest of the pending resources stays claimable.
+        """
+        for victim in victims:
+            self.hold_pending(victim.placement)
+        # Only where a worker would fit once the pending resources are free does moving
+        # them (in and out of the buckets) matter.
+        per_worker = shape.per_worker
+        nodes = [
+            node
+            for node in (self.nodes[name] for name in sorted(self._pending.get(shape.gpu_type, ())))
+            if workers_fitting(
+                per_worker,
+                len(node.free_gpus) + len(node.pending_gpus),
+                node.free_millicpus + node.pending_millicpus,
+                node.free_memory + node.pending_memory,
+            )
+            and node.matches(shape.node_selector)
+        ]
+        for node in nodes:
+            self._move_pending(node, to_free=True)
+        if not exactly:
+            placement = self.place(shape)
+        elif self.take(exactly):
+            placement = exactly
+        else:
+            placement = None
+        claimed: dict[str, tuple[set[int], int, int]] = {}
+        for worker in placement or ():
+            gpus, millicpus, memory = claimed.get(worker.node, (set(), 0, 0))
+            claimed[worker.node] = (
+                gpus | set(worker.gpus),
+                millicpus + worker.millicpus,
+                memory + worker.memory,
+            )
+        for node in nodes:
+            gpus, millicpus, memory = claimed.get(node.name, (set(), 0, 0))
+            # What the gang does not take of pending resources stays pending (and taken).
+            node.pending_gpus = [gpu for gpu in node.pending_gpus if gpu not in gpus]
+            node.pending_millicpus = max(0, node.pending_millicpus - millicpus)
+            node.pending_memory = max(0, node.pending_memory - memory)
+            self._move_pending(node, to_free=False)
+            if not (node.pending_gpus or node.pending_millicpus or node.pending_memory):
+                self._pending[shape.gpu_type].discard(node.name)
+        return placement
+
     # --- explaining ------------------------------------------------------------------------
 
     def largest_free_block(self, gpu_type: str) -> int:
@@ -220,42 +379,64 @@ class ClusterState:
 
     def explain_no_fit(self, shape: JobShape) -> str:
         """Why the gang cannot be placed now, in words a user understands."""
+        cached = self._explained.get(shape)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        reason = self._explain(shape)
+        self._explained[shape] = (self.version, reason)
+        return reason
+
+    def _explain(self, shape: JobShape) -> str:
         per_worker = shape.per_worker
-        if shape.gpu_type not in self._buckets:
-            return f"no schedulable node has GPU type {shape.gpu_type}"
+        gpu_type = shape.gpu_type
+        if gpu_type not in self._buckets:
+            return f"no schedulable node has GPU type {gpu_type}"
         workers = f"{shape.workers} x " if shape.workers > 1 else ""
-        if per_worker.gpus == 0:
-            most_cpu = max(
-                (
-                    node.free_millicpus
-                    for bucket in self._buckets[shape.gpu_type]
-                    for node in bucket.values()
-                ),
-                default=0,
-            )
+        if per_worker.gpus > self.capacity_gpus[gpu_type]:
+            each = ", each on one node" if shape.workers > 1 else " on one node"
             return (
-                f"needs {workers}{per_worker.millicpus / 1000:g} CPUs and "
-                f"{per_worker.memory} MiB on {shape.gpu_type} nodes; "
-                f"most free CPUs on one node: {most_cpu / 1000:g}"
+                f"needs {workers}{per_worker.gpus} {gpu_type}{each}; "
+                f"the largest {gpu_type} node has {self.capacity_gpus[gpu_type]}"
             )
+        if shape.node_selector and not any(
+            node.matches(shape.node_selector)
+            for bucket in self._buckets[gpu_type]
+            for node in bucket.values()
+        ):
+            labels = ", ".join(f"{key}={value}" for key, value in shape.node_selector)
+            return f"no schedulable {gpu_type} node has the labels {labels}"
+        if per_worker.gpus == 0:
+            nodes = [node for bucket in self._buckets[gpu_type] for node in bucket.values()]
+            most_cpu = max((node.free_millicpus for node in nodes), default=0)
+            most_memory = max((node.free_memory for node in nodes), default=0)
+            needs = (
+                f"needs {workers}{per_worker.millicpus / 1000:g} CPUs and "
+                f"{per_worker.memory} MiB on {gpu_type} nodes; "
+            )
+            if most_cpu < per_worker.millicpus:
+                return needs + f"most free CPUs on one node: {most_cpu / 1000:g}"
+            if most_memory < per_worker.memory:
+                return needs + f"most free memory on one node: {most_memory} MiB"
+            return needs + "no node has both free"
         separate = (
             " on separate nodes"
-            if shape.workers > 1 and 2 * per_worker.gpus > self.capacity_gpus[shape.gpu_type]
+            if shape.workers > 1 and 2 * per_worker.gpus > self.capacity_gpus[gpu_type]
             else ""
         )
-        largest = self.largest_free_block(shape.gpu_type)
+        largest = self.largest_free_block(gpu_type)
         reason = (
-            f"needs {workers}{per_worker.gpus} {shape.gpu_type}{separate}; "
+            f"needs {workers}{per_worker.gpus} {gpu_type}{separate}; "
             f"largest free block is {largest}"
         )
         if largest >= per_worker.gpus:
             blocks = sum(
                 len(bucket) * (count // per_worker.gpus)
-                for count, bucket in enumerate(self._buckets[shape.gpu_type])
+                for count, bucket in enumerate(self._buckets[gpu_type])
                 if count >= per_worker.gpus
             )
             if blocks < shape.workers:
-                reason += f", and only {blocks} such block{'s' if blocks != 1 else ''} are free"
+                verb = "blocks are" if blocks != 1 else "block is"
+                reason += f", and only {blocks} such {verb} free"
             else:
                 reason += " but the CPU, memory or node labels it asks for are not free there"
         return reason

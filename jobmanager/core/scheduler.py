@@ -7,18 +7,25 @@ preemptible. Within a VC, jobs go by priority, then submission time, then the la
 gang first; a FIFO VC stops at the first job that cannot start, a runnable-first VC lets
 smaller jobs by, unless the waiting job has waited past the starvation guard.
 
-A job that preemptions are issued for starts in a later pass, once its victims are gone;
-meanwhile what it will take (their resources, and any free ones beside them) is reserved
-for it, so the next pass finds it claimable and takes no further victims.
+Preemption (the victims: see jobmanager.core.preemption). A guaranteed job that does not
+fit claims a place made of free resources, those of jobs being stopped and those of the
+fewest borrowers, which are preempted. It starts in a later pass, once they are gone:
+meanwhile its place is kept (Decisions.claims, handed back as QueuedJob.reserved), nobody
+else gets it, the next pass takes no further victims for it, and it holds nothing back.
+A borrower that its own VC's quota now covers counts as guaranteed work, and a job does
+not preempt its own VC's borrowers ahead of it: either would have the VC take its quota
+back by starting the victim again. A job its user made preemptible never holds
+guaranteed work back, even under FIFO.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
+from jobmanager.core.placement import ClusterState
+from jobmanager.core.preemption import Borrowers, fewest_victims, preemption_order
 from jobmanager.core.snapshot import (
     NO_RESOURCES,
     Decisions,
@@ -26,7 +33,6 @@ from jobmanager.core.snapshot import (
     Policy,
     Preemption,
     QueuedJob,
-    Resources,
     RunningJob,
     Snapshot,
     Start,
@@ -35,70 +41,65 @@ from jobmanager.core.snapshot import (
     WorkerPlacement,
 )
 
-_Fitting = Callable[[FreeNode, list[int]], int]
-
 
 def queue_order(job: QueuedJob) -> tuple:
     """Priority first, then submission time (kept by preempted jobs, which so come back at
     the head), then the largest gang among jobs submitted at the same instant."""
-    return (-job.priority, job.queued_at, -job.shape.total.gpus, -job.shape.workers, job.id)
-
-
-def preemption_order(job: RunningJob) -> tuple:
-    """The first victims: lowest priority, then the most recently started."""
-    return (job.priority, -job.started_at, job.id)
+    shape = job.shape
+    gpus = shape.per_worker.gpus * shape.workers
+    return (-job.priority, job.queued_at, -gpus, -shape.workers, job.id)
 
 
 @dataclass
 class _VcQueue:
     vc: VcState
     jobs: list[QueuedJob]
+    deferred: list[QueuedJob] = field(default_factory=list)  # to the second phase, in order
     blocker: QueuedJob | None = None  # the job that holds the queue back
     blocker_reason: str = ""
 
 
-class _Borrowers:
-    """Running jobs that guaranteed work may preempt, in preemption order, by GPU type and
-    by node, with what each holds on each node."""
+class QuotaUse:
+    """What each VC's guaranteed work holds of each GPU type (GPUs, millicores, MiB)."""
 
-    def __init__(self, jobs: list[RunningJob]) -> None:
-        self.by_type: dict[str, dict[str, RunningJob]] = defaultdict(dict)
-        self.on_node: dict[str, dict[str, RunningJob]] = defaultdict(dict)
-        self.held: dict[str, dict[str, list[int]]] = {}  # job -> node -> [gpus, cpu, memory]
-        self.gpus: dict[str, int] = defaultdict(int)
-        for job in sorted(jobs, key=preemption_order):
-            self.by_type[job.shape.gpu_type][job.id] = job
-            self.gpus[job.shape.gpu_type] += job.shape.total.gpus
-            held: dict[str, list[int]] = {}
-            for worker in job.placement:
-                self.on_node[worker.node][job.id] = job
-                amounts = held.setdefault(worker.node, [0, 0, 0])
-                amounts[0] += len(worker.gpus)
-                amounts[1] += worker.millicpus
-                amounts[2] += worker.memory
-            self.held[job.id] = held
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], list[int]] = {}
 
-    def remove(self, job: RunningJob) -> None:
-        del self.by_type[job.shape.gpu_type][job.id]
-        self.gpus[job.shape.gpu_type] -= job.shape.total.gpus
-        for node in self.held[job.id]:
-            self.on_node[node].pop(job.id, None)
+    def add(self, vc: str, shape: JobShape, sign: int = 1) -> None:
+        """Count the job (sign -1: no longer)."""
+        held = self._held.setdefault((vc, shape.gpu_type), [0, 0, 0])
+        per_worker, workers = shape.per_worker, shape.workers * sign
+        held[0] += per_worker.gpus * workers
+        held[1] += per_worker.millicpus * workers
+        held[2] += per_worker.memory * workers
+
+    def gpus(self, vc: str, gpu_type: str) -> int:
+        return self._held.get((vc, gpu_type), (0, 0, 0))[0]
+
+    def room_for(self, vc: VcState, shape: JobShape) -> bool:
+        """Whether the VC's quota has room for the job besides its guaranteed work."""
+        quota = vc.quota.get(shape.gpu_type, NO_RESOURCES)
+        held = self._held.get((vc.name, shape.gpu_type), (0, 0, 0))
+        per_worker, workers = shape.per_worker, shape.workers
+        return (
+            held[0] + per_worker.gpus * workers <= quota.gpus
+            and held[1] + per_worker.millicpus * workers <= quota.millicpus
+            and held[2] + per_worker.memory * workers <= quota.memory
+        )
 
 
 @dataclass
 class _Pass:
     snapshot: Snapshot
     cluster: ClusterState
-    borrowers: _Borrowers
+    borrowers: Borrowers
     decisions: Decisions = field(default_factory=Decisions)
-    guaranteed_use: dict[tuple[str, str], Resources] = field(
-        default_factory=lambda: defaultdict(Resources)
-    )
+    guaranteed_use: QuotaUse = field(default_factory=QuotaUse)
     interactive_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Free capacity and borrowers only shrink during a pass, so a shape that could not be
     # placed, or found no victims, cannot later in the same pass either.
     unplaceable: set[JobShape] = field(default_factory=set)
-    no_victims: set[JobShape] = field(default_factory=set)
+    no_victims: set[tuple[JobShape, str | None]] = field(default_factory=set)
 
     def starved(self, job: QueuedJob) -> bool:
         return self.snapshot.now - job.queued_at >= self.snapshot.starvation_seconds
@@ -112,55 +113,133 @@ class _Pass:
         return placement
 
 
+def covered_borrowers(snapshot: Snapshot) -> set[str]:
+    """Running jobs that started borrowing but that their VC's quota now covers (its other
+    work has ended): they count as guaranteed and are not preempted, since the VC would
+    at once take its quota back by starting them again. The highest priority and the
+    longest running are covered first."""
+    return _guaranteed_use(snapshot)[1]
+
+
+def _guaranteed_use(snapshot: Snapshot) -> tuple[QuotaUse, set[str], set[str]]:
+    """What guaranteed work holds of each VC's quota: running jobs, then queued jobs whose
+    places were kept by the pass before (their claim comes first), then borrowers the
+    rest of the quota covers. Also those borrowers, and those queued jobs."""
+    vcs = {vc.name: vc for vc in snapshot.vcs}
+    used = QuotaUse()
+    for job in snapshot.running:
+        if not (job.preemptible or job.borrowing):
+            used.add(job.vc, job.shape)
+    claimants: set[str] = set()
+    reserved = [job for job in snapshot.queued if job.reserved and job.vc in vcs]
+    for job in sorted(reserved, key=queue_order):
+        if not job.preemptible and used.room_for(vcs[job.vc], job.shape):
+            used.add(job.vc, job.shape)
+            claimants.add(job.id)
+    covered: set[str] = set()
+    borrowers = [
+        job
+        for job in snapshot.running
+        if job.borrowing and not (job.preemptible or job.releasing) and job.vc in vcs
+    ]
+    for job in sorted(borrowers, key=preemption_order, reverse=True):
+        if used.room_for(vcs[job.vc], job.shape):
+            used.add(job.vc, job.shape)
+            covered.add(job.id)
+    return used, covered, claimants
+
+
 def schedule(snapshot: Snapshot) -> Decisions:
     """Decide what starts, what is preempted and why everything else waits."""
     cluster = ClusterState.of(snapshot.nodes, snapshot.running, snapshot.placement)
-    state = _Pass(
-        snapshot, cluster, _Borrowers([job for job in snapshot.running if job.can_be_preempted])
-    )
+    used, covered, claimants = _guaranteed_use(snapshot)
+    victims = [job for job in snapshot.running if job.can_be_preempted and job.id not in covered]
+    state = _Pass(snapshot, cluster, Borrowers(victims), guaranteed_use=used)
     for job in snapshot.running:
-        if not (job.preemptible or job.borrowing):
-            state.guaranteed_use[job.vc, job.shape.gpu_type] += job.shape.total
         if job.interactive:
             state.interactive_gpus[job.vc] += job.shape.total.gpus
 
     vcs = {vc.name: vc for vc in snapshot.vcs}
+    order: dict[str, tuple] = {}
     by_vc: dict[str, list[QueuedJob]] = defaultdict(list)
     for job in snapshot.queued:
         if job.vc in vcs:
+            order[job.id] = queue_order(job)
             by_vc[job.vc].append(job)
-        else:
+        elif snapshot.explain:
             state.decisions.waits.append(Wait(job.id, f"VC {job.vc} does not exist"))
-    queues = [_VcQueue(vcs[name], sorted(jobs, key=queue_order)) for name, jobs in by_vc.items()]
-    queues.sort(key=lambda queue: queue_order(queue.jobs[0]))
+    queues = [
+        _VcQueue(vcs[name], sorted(jobs, key=lambda job: order[job.id]))
+        for name, jobs in by_vc.items()
+    ]
+    queues.sort(key=lambda queue: order[queue.jobs[0].id])
 
-    deferred: list[tuple[_VcQueue, QueuedJob]] = []
+    # Places kept by the pass before go first to the jobs they were kept for: nothing
+    # judged earlier in this pass may take them, so no further victims are needed.
+    kept = [(queue, job) for queue in queues for job in queue.jobs if job.id in claimants]
+    handled: set[str] = set()
+    for queue, job in sorted(kept, key=lambda item: order[item[1].id]):
+        if _take_kept_place(state, queue, job):
+            handled.add(job.id)
+
     for queue in queues:
-        open_in_phase_one = True
-        for job in queue.jobs:
-            if queue.blocker is not None or not open_in_phase_one:
-                deferred.append((queue, job))  # judged in the second phase, in order
-            elif job.preemptible or not _within_quota(state, queue.vc, job):
-                deferred.append((queue, job))
-                # Under FIFO, or once this job has waited past the starvation guard,
-                # nothing behind it may start before it is judged.
-                open_in_phase_one = queue.vc.policy != Policy.FIFO and not state.starved(job)
-            else:
-                _start_guaranteed(state, queue, job)
-
-    deferred.sort(key=lambda item: queue_order(item[1]))
-    for queue, job in deferred:
-        _start_if_idle(state, queue, job)
+        _phase_one(state, queue, handled)
+    _phase_two(state, queues, order)
     return state.decisions
 
 
+def _phase_one(state: _Pass, queue: _VcQueue, handled: set[str]) -> None:
+    """Start the VC's guaranteed work in order; defer the rest to the second phase."""
+    jobs = queue.jobs
+    for position, job in enumerate(jobs):
+        if job.id in handled:
+            continue
+        if queue.blocker is not None:
+            rest = jobs[position:]
+            break
+        if job.preemptible or not state.guaranteed_use.room_for(queue.vc, job.shape):
+            queue.deferred.append(job)
+            # Under FIFO, or once this job has waited past the starvation guard, nothing
+            # behind it may start before it is judged. A job its user made preemptible
+            # holds no guaranteed work back: it never could be any.
+            if not job.preemptible and (queue.vc.policy == Policy.FIFO or state.starved(job)):
+                rest = jobs[position + 1 :]
+                break
+        else:
+            _start_guaranteed(state, queue, job)
+    else:
+        return
+    # The rest is judged in the second phase, in order (or just waits behind a blocker).
+    queue.deferred.extend(job for job in rest if job.id not in handled)
+
+
+def _phase_two(state: _Pass, queues: list[_VcQueue], order: dict[str, tuple]) -> None:
+    """Judge the deferred jobs of all VCs in one queue order, for idle capacity; a VC
+    whose queue is held back is left alone from then on."""
+    heap = []
+    for index, queue in enumerate(queues):
+        if queue.blocker is not None:
+            _wait_behind_blocker(state, queue, queue.deferred)
+        elif queue.deferred:
+            heap.append((order[queue.deferred[0].id], index, 0))
+    heapq.heapify(heap)
+    while heap:
+        _, index, position = heapq.heappop(heap)
+        queue = queues[index]
+        _start_if_idle(state, queue, queue.deferred[position])
+        if queue.blocker is not None:
+            _wait_behind_blocker(state, queue, queue.deferred[position + 1 :])
+        elif position + 1 < len(queue.deferred):
+            following = queue.deferred[position + 1]
+            heapq.heappush(heap, (order[following.id], index, position + 1))
+
+
+def _wait_behind_blocker(state: _Pass, queue: _VcQueue, jobs: list[QueuedJob]) -> None:
+    if state.snapshot.explain:
+        state.decisions.waits.extend(Wait(job.id, queue.blocker_reason) for job in jobs)
+
+
 # --- phase one: guaranteed work -----------------------------------------------------------
-
-
-def _within_quota(state: _Pass, vc: VcState, job: QueuedJob) -> bool:
-    quota = vc.quota.get(job.shape.gpu_type, NO_RESOURCES)
-    used = state.guaranteed_use[vc.name, job.shape.gpu_type]
-    return (used + job.shape.total).fits_in(quota)
 
 
 def _interactive_refusal(state: _Pass, vc: VcState, job: QueuedJob) -> str:
@@ -184,13 +263,42 @@ def _start_guaranteed(state: _Pass, queue: _VcQueue, job: QueuedJob) -> None:
     if placement is not None:
         _record_start(state, queue.vc, job, placement, borrowing=False)
         return
-    victims = _choose_victims(state, job.shape)
+    victims = _choose_victims(state, job)
     if victims is None:
-        _wait(state, queue, job, state.cluster.explain_no_fit(job.shape))
+        _wait(state, queue, job, _explain(state, job))
         return
-    # The job starts in a later pass, once the victims have let go; until then what it
-    # will take is reserved, and the VC's quota counts it as placed.
-    state.cluster.claim(job.shape, victims)
+    kept = state.cluster.claim(job.shape, victims)
+    if kept is None:
+        raise RuntimeError(f"the victims chosen for job {job.id} do not make room for it")
+    _keep_place(state, queue, job, kept, victims)
+
+
+def _take_kept_place(state: _Pass, queue: _VcQueue, job: QueuedJob) -> bool:
+    """Start the job in the place the pass before kept for it (its quota counted already),
+    or keep that place again while jobs being stopped still hold part of it; False (and
+    its quota no longer counted) if that place is not to be had."""
+    if not _interactive_refusal(state, queue.vc, job):
+        if state.cluster.take(job.reserved):
+            _record_start(state, queue.vc, job, job.reserved, borrowing=False, counted=True)
+            return True
+        if state.cluster.claim(job.shape, (), exactly=job.reserved):
+            _keep_place(state, queue, job, job.reserved, [], counted=True)
+            return True
+    state.guaranteed_use.add(queue.vc.name, job.shape, sign=-1)
+    return False
+
+
+def _keep_place(
+    state: _Pass,
+    queue: _VcQueue,
+    job: QueuedJob,
+    kept: tuple[WorkerPlacement, ...],
+    victims: list[RunningJob],
+    counted: bool = False,
+) -> None:
+    """The job starts in a later pass, once the victims (and the jobs being stopped) have
+    let go; until then its place is kept, and the VC's quota counts it as placed."""
+    state.decisions.claims[job.id] = kept
     for victim in victims:
         state.borrowers.remove(victim)
         state.decisions.preemptions.append(
@@ -200,185 +308,50 @@ def _start_guaranteed(state: _Pass, queue: _VcQueue, job: QueuedJob) -> None:
                 for_job=job.id,
             )
         )
-    state.guaranteed_use[queue.vc.name, job.shape.gpu_type] += job.shape.total
+    if not counted:
+        state.guaranteed_use.add(queue.vc.name, job.shape)
     if job.interactive:
         state.interactive_gpus[queue.vc.name] += job.shape.total.gpus
+    # Its place being kept, it holds nothing back, even under FIFO: the jobs behind it
+    # may claim their own places in the same pass.
     count = f"{len(victims)} preempted job(s)" if victims else "the jobs being stopped"
-    _wait(
-        state,
-        queue,
-        job,
-        f"starts once {count} have released their GPUs",
-        blocks=queue.vc.policy == Policy.FIFO,
-    )
+    _wait(state, queue, job, f"starts once {count} have released their GPUs", blocks=False)
 
 
-def _choose_victims(state: _Pass, shape: JobShape) -> list[RunningJob] | None:
-    """The fewest borrowers whose leaving lets the gang fit (with what jobs being stopped
-    release), preferring the lowest priority and the most recently started; [] if those
-    being stopped suffice; None if nothing would do."""
-    if shape in state.no_victims:
+def _choose_victims(state: _Pass, job: QueuedJob) -> list[RunningJob] | None:
+    # Borrowers only get fewer during a pass, and a job spares only its own VC's jobs
+    # ahead of it (more of them the later it comes in its VC's queue). So a failure holds
+    # for the rest of the VC's jobs of the shape, and, if the VC had no borrowers to
+    # spare, for every VC's.
+    shape = job.shape
+    if (shape, None) in state.no_victims or (shape, job.vc) in state.no_victims:
         return None
-    cluster = state.cluster
-    reachable = (
-        cluster.free_gpus(shape.gpu_type)
-        + cluster.pending_gpus(shape.gpu_type)
-        + state.borrowers.gpus[shape.gpu_type]
-    )
-    victims: list[RunningJob] | None = None
-    if reachable >= shape.total.gpus:
-        with cluster.pending_freed(shape.gpu_type):
-            victims = [] if cluster.fits(shape) else _fewest_victims(state, shape)
+    victims = fewest_victims(state.cluster, state.borrowers, job)
     if victims is None:
-        state.no_victims.add(shape)
+        state.no_victims.add((shape, job.vc if state.borrowers.of_vc[job.vc] else None))
     return victims
-
-
-def _fewest_victims(state: _Pass, shape: JobShape) -> list[RunningJob] | None:
-    """Count on each node how many workers fit in what is free there plus what victims
-    hold: first one victim alone (in preemption order), else greedily the nodes whose
-    victims give the most workers each; then keep back any victim not needed. The work
-    is linear in the borrowers for each worker the job lacks, however many there are."""
-    cluster, borrowers, per = state.cluster, state.borrowers, shape.per_worker
-
-    def usable(node: FreeNode | None) -> bool:
-        return (
-            node is not None
-            and node.state.schedulable
-            and node.state.gpu_type == shape.gpu_type
-            and per.fits_in(node.state.capacity)
-            and node.matches(shape.node_selector)
-        )
-
-    def fitting(node: FreeNode, extra: list[int]) -> int:
-        return workers_fitting(
-            per,
-            len(node.free_gpus) + extra[0],
-            node.free_millicpus + extra[1],
-            node.free_memory + extra[2],
-        )
-
-    need = shape.workers - sum(fitting(node, [0, 0, 0]) for node in cluster.eligible_nodes(shape))
-    chosen: list[RunningJob] = []
-    for victim in borrowers.by_type[shape.gpu_type].values():
-        gain = 0
-        for name, held in borrowers.held[victim.id].items():
-            node = cluster.nodes.get(name)
-            if usable(node):
-                gain += fitting(node, held) - fitting(node, [0, 0, 0])
-        if gain >= need:
-            chosen = [victim]
-            break
-    else:
-        chosen = _greedy_victims(state, shape, need, usable, fitting)
-        if chosen is None:
-            return None
-    return _keep_back_unneeded(cluster, shape, chosen)
-
-
-def _greedy_victims(
-    state: _Pass,
-    shape: JobShape,
-    need: int,
-    usable: Callable[[FreeNode | None], bool],
-    fitting: _Fitting,
-) -> list[RunningJob] | None:
-    """Repeatedly the node (and the fewest of its victims, largest first) giving the most
-    workers per victim, until the gang fits; each round gains a worker at least."""
-    cluster, borrowers = state.cluster, state.borrowers
-    extra: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    nodes = {
-        name: cluster.nodes[name]
-        for name, jobs in borrowers.on_node.items()
-        if jobs and usable(cluster.nodes.get(name))
-    }
-    taken: set[str] = set()
-    chosen: list[RunningJob] = []
-    while need > 0:
-        best: tuple | None = None
-        for name, node in nodes.items():
-            here = [
-                job
-                for job in borrowers.on_node[name].values()
-                if job.id not in taken and job.shape.gpu_type == shape.gpu_type
-            ]
-            if not here:
-                continue
-            here.sort(key=lambda job: (-borrowers.held[job.id][name][0], preemption_order(job)))
-            current = fitting(node, extra[name])
-            amounts = list(extra[name])
-            for count, job in enumerate(here, 1):
-                held = borrowers.held[job.id][name]
-                amounts = [mine + theirs for mine, theirs in zip(amounts, held, strict=True)]
-                gain = fitting(node, amounts) - current
-                if gain > 0:
-                    score = (count / min(gain, need), count, preemption_order(here[0]), name)
-                    if best is None or score < best[0]:
-                        best = (score, here[:count])
-        if best is None:
-            return None
-        for job in best[1]:
-            taken.add(job.id)
-            chosen.append(job)
-            for name, held in borrowers.held[job.id].items():
-                if name in nodes:
-                    before = fitting(nodes[name], extra[name])
-                    extra[name] = [
-                        mine + theirs for mine, theirs in zip(extra[name], held, strict=True)
-                    ]
-                    need -= fitting(nodes[name], extra[name]) - before
-    return chosen
-
-
-def _keep_back_unneeded(
-    cluster: ClusterState, shape: JobShape, chosen: list[RunningJob]
-) -> list[RunningJob] | None:
-    """Check that the gang fits once the victims are gone, and spare those it does not
-    need, the most protected first."""
-    for victim in chosen:
-        cluster.release(victim.placement)
-    try:
-        if not cluster.fits(shape):
-            return None
-        for victim in sorted(chosen, key=preemption_order, reverse=True):
-            if len(chosen) == 1:
-                break
-            cluster.occupy(victim.placement)
-            if cluster.fits(shape):
-                chosen.remove(victim)
-            else:
-                cluster.release(victim.placement)
-        return sorted(chosen, key=preemption_order)
-    finally:
-        for victim in chosen:
-            cluster.occupy(victim.placement)
 
 
 # --- phase two: borrowing idle capacity ---------------------------------------------------
 
 
 def _start_if_idle(state: _Pass, queue: _VcQueue, job: QueuedJob) -> None:
-    if queue.blocker is not None:
-        state.decisions.waits.append(
-            Wait(job.id, f"waits behind job {queue.blocker.id}: {queue.blocker_reason}")
-        )
-        return
     refusal = _interactive_refusal(state, queue.vc, job)
     if refusal:
         _wait(state, queue, job, refusal)
         return
-    guaranteed = not job.preemptible and _within_quota(state, queue.vc, job)
+    guaranteed = not job.preemptible and state.guaranteed_use.room_for(queue.vc, job.shape)
     placement = state.place(job.shape)
     if placement is not None:
         _record_start(state, queue.vc, job, placement, borrowing=not guaranteed)
         return
-    reason = state.cluster.explain_no_fit(job.shape)
-    if not guaranteed and not job.preemptible:
+    reason = _explain(state, job)
+    if state.snapshot.explain and not guaranteed and not job.preemptible:
         quota = queue.vc.quota.get(job.shape.gpu_type, NO_RESOURCES)
-        used = state.guaranteed_use[queue.vc.name, job.shape.gpu_type]
+        used = state.guaranteed_use.gpus(queue.vc.name, job.shape.gpu_type)
         reason = (
             f"beyond VC {queue.vc.name}'s {job.shape.gpu_type} quota "
-            f"({used.gpus} of {quota.gpus} GPUs in use) and no idle capacity to borrow: " + reason
+            f"({used} of {quota.gpus} GPUs in use) and no idle capacity to borrow: " + reason
         )
     _wait(state, queue, job, reason)
 
@@ -387,11 +360,16 @@ def _start_if_idle(state: _Pass, queue: _VcQueue, job: QueuedJob) -> None:
 
 
 def _record_start(
-    state: _Pass, vc: VcState, job: QueuedJob, placement: tuple, borrowing: bool
+    state: _Pass,
+    vc: VcState,
+    job: QueuedJob,
+    placement: tuple,
+    borrowing: bool,
+    counted: bool = False,
 ) -> None:
     state.decisions.starts.append(Start(job.id, placement, borrowing=borrowing))
-    if not (borrowing or job.preemptible):
-        state.guaranteed_use[vc.name, job.shape.gpu_type] += job.shape.total
+    if not (borrowing or job.preemptible or counted):
+        state.guaranteed_use.add(vc.name, job.shape)
     if job.interactive:
         state.interactive_gpus[vc.name] += job.shape.total.gpus
 
@@ -400,10 +378,17 @@ def _wait(
     state: _Pass, queue: _VcQueue, job: QueuedJob, reason: str, blocks: bool | None = None
 ) -> None:
     """Leave the job waiting; under FIFO, or past the starvation guard, it blocks its VC."""
-    state.decisions.waits.append(Wait(job.id, reason))
+    if state.snapshot.explain:
+        state.decisions.waits.append(Wait(job.id, reason))
     if blocks is None:
         blocks = queue.vc.policy == Policy.FIFO or state.starved(job)
     if blocks and queue.blocker is None:
         queue.blocker = job
         policy = "FIFO" if queue.vc.policy == Policy.FIFO else "runnable first, starvation guard"
-        queue.blocker_reason = f"first in VC {queue.vc.name}'s queue ({policy}): {reason}"
+        queue.blocker_reason = (
+            f"waits behind job {job.id}: first in VC {queue.vc.name}'s queue ({policy}): {reason}"
+        )
+
+
+def _explain(state: _Pass, job: QueuedJob) -> str:
+    return state.cluster.explain_no_fit(job.shape) if state.snapshot.explain else ""

@@ -109,6 +109,11 @@ class RunningJob:
     interactive: bool = False
     releasing: bool = False  # being stopped (killed, paused or preempted)
     deadline: float | None = None  # when its wall time runs out
+    queued_at: float | None = None  # its place in the queue if requeued; else started_at
+
+    @property
+    def queue_position(self) -> float:
+        return self.queued_at if self.queued_at is not None else self.started_at
 
     @property
     def can_be_preempted(self) -> bool:
@@ -125,6 +130,9 @@ class QueuedJob:
     preemptible: bool = False
     interactive: bool = False
     max_wall_time: float | None = None  # for start-time estimates
+    # The place an earlier pass kept for it while the jobs preempted for it let go
+    # (Decisions.claims); a pass takes exactly this place when it can.
+    reserved: tuple[WorkerPlacement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +146,9 @@ class Snapshot:
     # Runnable first lets smaller jobs by a waiting one only this long; after that the
     # waiting job blocks its VC's queue as under FIFO, so that it is not starved forever.
     starvation_seconds: float = 3600.0
+    # False: decide starts and preemptions only, with no reasons to wait (Decisions.waits
+    # stays empty), as start-time estimates need, at a fraction of the cost.
+    explain: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +176,9 @@ class Decisions:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
+    # Places kept for waiting jobs until what they wait for is released: to be handed
+    # back as QueuedJob.reserved in the next pass, so that it does not plan afresh.
+    claims: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
 
     def started_ids(self) -> set[str]:
         return {start.job_id for start in self.starts}

@@ -19,6 +19,7 @@ from jobmanager.core.snapshot import (
     RunningJob,
     Snapshot,
     VcState,
+    WorkerPlacement,
 )
 
 
@@ -41,6 +42,9 @@ class SimulatedCluster:
     ends: list[tuple[float, str, float]] = field(default_factory=list)
     specs: dict[str, QueuedJob] = field(default_factory=dict)
     preemptions: int = 0
+    # Places the last pass kept for waiting jobs, handed to the next pass.
+    reserved: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
+    explain: bool = True  # False: passes give no reasons to wait (faster)
 
     def submit(self, job: QueuedJob) -> None:
         self.queued[job.id] = job
@@ -57,24 +61,36 @@ class SimulatedCluster:
             nodes=self.nodes,
             vcs=self.vcs,
             running=tuple(self.running.values()),
-            queued=tuple(self.queued.values()),
+            queued=tuple(
+                replace(job, reserved=self.reserved[job.id]) if job.id in self.reserved else job
+                for job in self.queued.values()
+            ),
             placement=self.placement,
             starvation_seconds=self.starvation_seconds,
+            explain=self.explain,
         )
 
-    def step(self, now: float) -> Decisions:
-        """One pass at ``now``; preemptions take effect at once, and since they free what
-        a guaranteed job waits for, a second pass starts it."""
+    def step(self, now: float, max_passes: int = 4) -> Decisions:
+        """Passes at ``now`` until one preempts nothing (at most ``max_passes``), merged:
+        preemptions take effect at once, and since they free what a guaranteed job waits
+        for, the next pass starts it (in the place kept for it). The waits and the places
+        kept are those of the last pass."""
         decisions = schedule(self.snapshot(now))
         self.apply(decisions, now)
-        if decisions.preemptions:
-            follow_up = schedule(self.snapshot(now))
-            self.apply(follow_up, now)
-            decisions.starts.extend(follow_up.starts)
-            decisions.waits = follow_up.waits
+        latest = decisions
+        for _ in range(max_passes - 1):
+            if not latest.preemptions:
+                break
+            latest = schedule(self.snapshot(now))
+            self.apply(latest, now)
+            decisions.starts.extend(latest.starts)
+            decisions.preemptions.extend(latest.preemptions)
+            decisions.waits = latest.waits
+            decisions.claims = latest.claims
         return decisions
 
     def apply(self, decisions: Decisions, now: float) -> None:
+        self.reserved = dict(decisions.claims)
         for preemption in decisions.preemptions:
             victim = self.running.pop(preemption.job_id, None)
             if victim is not None:
@@ -92,6 +108,7 @@ class SimulatedCluster:
                 preemptible=job.preemptible,
                 borrowing=start.borrowing,
                 interactive=job.interactive,
+                queued_at=job.queued_at,
             )
             heapq.heappush(self.ends, (now + self.run_time(job), job.id, now))
 
@@ -121,8 +138,9 @@ def estimate_start_times(
     max_passes: int = 200,
 ) -> dict[str, float]:
     """When each queued job would start if every running job ran to its wall-time limit
-    and nothing else were submitted; jobs that would not start within the horizon (or
-    the pass budget) are left out."""
+    (one without a limit runs ``default_run_time`` from its start) and nothing else were
+    submitted; jobs that would not start within the horizon (or the pass budget) are
+    left out."""
 
     def run_time(job: QueuedJob) -> float:
         return job.max_wall_time or default_run_time
@@ -133,18 +151,21 @@ def estimate_start_times(
         run_time,
         placement=snapshot.placement,
         starvation_seconds=snapshot.starvation_seconds,
+        explain=False,
     )
     for job in snapshot.queued:
         cluster.submit(job)
     for running in snapshot.running:
-        ends_at = running.deadline if running.deadline is not None else snapshot.now
+        ends_at = running.deadline
+        if ends_at is None:
+            ends_at = running.started_at + default_run_time
         if running.releasing:
             ends_at = snapshot.now
         spec = QueuedJob(
             running.id,
             running.vc,
             running.shape,
-            queued_at=running.started_at,
+            queued_at=running.queue_position,
             priority=running.priority,
             preemptible=running.preemptible,
             interactive=running.interactive,

@@ -487,3 +487,30 @@ def test_nodes_the_backend_has_are_registered(world, redis_namespace, tmp_path):
     added = Node.objects.get(name="h100-1")
     assert (added.gpu_type.name, added.gpus, added.ready) == ("H100", 8, True)
     assert added.gpu_type.cpus_per_gpu == 8
+
+
+def test_a_job_waiting_for_its_victims_keeps_its_place_and_starts_there(
+    world, redis_namespace, tmp_path
+):
+    backend = MemoryBackend(log_dir=tmp_path, stop_at_once=False)
+    jobs = JobManager(backend)
+    borrowers = [submit(world, user=world.outsider, vc="nlp", gpus_per_worker=8) for _ in range(4)]
+    jobs.run()
+    assert statuses(*borrowers) == ["running"] * 4
+
+    guaranteed = submit(world, gpus_per_worker=8)
+    summary = jobs.run()
+    (victim,) = summary.preempted
+    kept = refreshed(guaranteed).reserved_placement
+    assert refreshed(guaranteed).status == JobStatus.QUEUED and kept
+    assert "released their GPUs" in refreshed(guaranteed).insight_message
+
+    jobs.run()  # the victim is still stopping: nothing more is preempted
+    assert Job.objects.filter(status=JobStatus.PAUSING).count() == 1
+    backend.finish_stopping(victim)
+    jobs.run()
+
+    guaranteed = refreshed(guaranteed)
+    assert guaranteed.status == JobStatus.RUNNING
+    assert [w["node"] for w in guaranteed.placement] == [w["node"] for w in kept]
+    assert guaranteed.reserved_placement is None

@@ -1,0 +1,222 @@
+"""Choosing victims: the fewest borrowers whose leaving makes room for a guaranteed job.
+
+Workers of a gang are alike and each node's room for them depends on that node alone, so
+a gang fits exactly when the workers that fit on each node add up to its size. The search
+counts rather than places: first one victim alone (in preemption order), else greedily the
+nodes whose victims give the most workers each, then it spares any victim not needed. It
+looks at every borrower once or twice, then only at the nodes of the victims it takes, so
+thousands of borrowers or a gang of a thousand workers take a fraction of a second.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
+from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob
+
+_NOTHING = (0, 0, 0)
+
+
+def preemption_order(job: RunningJob) -> tuple:
+    """The first victims: lowest priority, then the most recently started."""
+    return (job.priority, -job.started_at, job.id)
+
+
+def ahead_in_its_queue(running: RunningJob, job: QueuedJob) -> bool:
+    """Whether a running borrower (not one its user made preemptible), requeued, would
+    come before the queued job in their VC's queue. A job does not preempt such jobs of
+    its own VC: they would come back ahead of it, hold it back (FIFO), start again first
+    and be preempted again, for ever."""
+    return (
+        running.vc == job.vc
+        and not running.preemptible
+        and (-running.priority, running.queue_position) <= (-job.priority, job.queued_at)
+    )
+
+
+class Borrowers:
+    """Running jobs that guaranteed work may preempt, in preemption order, by GPU type and
+    by node, with what each holds on each node."""
+
+    def __init__(self, jobs: Iterable[RunningJob]) -> None:
+        self.by_type: dict[str, dict[str, RunningJob]] = defaultdict(dict)
+        self.on_node: dict[str, dict[str, RunningJob]] = defaultdict(dict)
+        self.held: dict[str, dict[str, tuple[int, int, int]]] = {}  # job -> node -> amounts
+        self.gpus: dict[str, int] = defaultdict(int)
+        self.of_vc: dict[str, int] = defaultdict(int)  # how many each VC has
+        for job in sorted(jobs, key=preemption_order):
+            self.by_type[job.shape.gpu_type][job.id] = job
+            self.gpus[job.shape.gpu_type] += job.shape.total.gpus
+            self.of_vc[job.vc] += 1
+            held: dict[str, tuple[int, int, int]] = {}
+            for worker in job.placement:
+                self.on_node[worker.node][job.id] = job
+                gpus, millicpus, memory = held.get(worker.node, _NOTHING)
+                held[worker.node] = (
+                    gpus + len(worker.gpus),
+                    millicpus + worker.millicpus,
+                    memory + worker.memory,
+                )
+            self.held[job.id] = held
+
+    def remove(self, job: RunningJob) -> None:
+        del self.by_type[job.shape.gpu_type][job.id]
+        self.gpus[job.shape.gpu_type] -= job.shape.total.gpus
+        self.of_vc[job.vc] -= 1
+        for node in self.held[job.id]:
+            self.on_node[node].pop(job.id, None)
+
+
+class _Room:
+    """Workers of one shape that fit on each node, counting its free resources, those of
+    jobs being stopped, and those of the victims chosen so far."""
+
+    def __init__(self, cluster: ClusterState, shape: JobShape) -> None:
+        self.cluster = cluster
+        self.shape = shape
+        self.extra: dict[str, tuple[int, int, int]] = {}
+
+    def usable(self, name: str) -> FreeNode | None:
+        node = self.cluster.nodes.get(name)
+        shape = self.shape
+        if (
+            node is None
+            or not node.state.schedulable
+            or node.state.gpu_type != shape.gpu_type
+            or not shape.per_worker.fits_in(node.state.capacity)
+            or not node.matches(shape.node_selector)
+        ):
+            return None
+        return node
+
+    def on(self, node: FreeNode, more: tuple[int, int, int] = _NOTHING) -> int:
+        extra = self.extra.get(node.name, _NOTHING)
+        return workers_fitting(
+            self.shape.per_worker,
+            len(node.free_gpus) + len(node.pending_gpus) + extra[0] + more[0],
+            node.free_millicpus + node.pending_millicpus + extra[1] + more[1],
+            node.free_memory + node.pending_memory + extra[2] + more[2],
+        )
+
+    def gain(self, victim_held: dict[str, tuple[int, int, int]]) -> int:
+        """How many more workers fit if a victim holding this (by node) left."""
+        gained = 0
+        for name, held in victim_held.items():
+            node = self.usable(name)
+            if node is not None:
+                gained += self.on(node, held) - self.on(node)
+        return gained
+
+    def loss(self, victim_held: dict[str, tuple[int, int, int]]) -> int:
+        """How many fewer workers fit if a chosen victim holding this stayed."""
+        lost = 0
+        for name, held in victim_held.items():
+            node = self.usable(name)
+            if node is not None:
+                lost += self.on(node) - self.on(node, tuple(-amount for amount in held))
+        return lost
+
+    def add(self, victim_held: dict[str, tuple[int, int, int]], sign: int = 1) -> None:
+        """Count a victim's resources as free (sign -1: no longer)."""
+        for name, held in victim_held.items():
+            extra = self.extra.get(name, _NOTHING)
+            self.extra[name] = tuple(
+                mine + sign * theirs for mine, theirs in zip(extra, held, strict=True)
+            )
+
+
+def fewest_victims(
+    cluster: ClusterState, borrowers: Borrowers, job: QueuedJob
+) -> list[RunningJob] | None:
+    """The fewest borrowers whose leaving lets the gang fit (with what jobs being stopped
+    release), preferring the lowest priority and the most recently started; [] if those
+    being stopped suffice; None if nothing would do."""
+    shape = job.shape
+    gpu_type = shape.gpu_type
+    reachable = (
+        cluster.free_gpus(gpu_type) + cluster.pending_gpus(gpu_type) + borrowers.gpus[gpu_type]
+    )
+    if reachable < shape.total.gpus:
+        return None
+    room = _Room(cluster, shape)
+    need = shape.workers - sum(room.on(node) for node in cluster.nodes_with_room(shape))
+    if need <= 0:
+        return []
+    for victim in borrowers.by_type[gpu_type].values():
+        if not ahead_in_its_queue(victim, job) and room.gain(borrowers.held[victim.id]) >= need:
+            return [victim]
+    chosen, need = _greedy(room, borrowers, job, need)
+    if need > 0:
+        return None
+    # Spare the victims not needed after all, the most protected first.
+    surplus = -need
+    for victim in sorted(chosen, key=preemption_order, reverse=True):
+        loss = room.loss(borrowers.held[victim.id])
+        if loss <= surplus:
+            chosen.remove(victim)
+            room.add(borrowers.held[victim.id], sign=-1)
+            surplus -= loss
+    return sorted(chosen, key=preemption_order)
+
+
+def _greedy(
+    room: _Room, borrowers: Borrowers, job: QueuedJob, need: int
+) -> tuple[list[RunningJob], int]:
+    """Repeatedly the node (and the fewest of its victims, largest first) giving the most
+    workers per victim, until the gang fits, or no victim is left; the victims and how
+    many workers are still lacking. Each round gains a worker at least, and only the nodes
+    its victims held are looked at again."""
+    nodes = {name: node for name in borrowers.on_node if (node := room.usable(name))}
+    taken: set[str] = set()
+    options = {
+        name: _options(room, borrowers, job, name, node, taken) for name, node in nodes.items()
+    }
+    chosen: list[RunningJob] = []
+    while need > 0:
+        best: tuple | None = None
+        for name, (here, prefixes) in options.items():
+            for count, gain in prefixes:
+                useful = min(gain, need)
+                # Fewest victims per worker gained; then the most workers in one go.
+                score = (count / useful, -useful, preemption_order(here[0]), name)
+                if best is None or score < best[0]:
+                    best = (score, here[:count])
+        if best is None:
+            break
+        touched: set[str] = set()
+        for victim in best[1]:
+            taken.add(victim.id)
+            chosen.append(victim)
+            need -= room.gain(borrowers.held[victim.id])
+            room.add(borrowers.held[victim.id])
+            touched.update(borrowers.held[victim.id])
+        for name in touched & nodes.keys():
+            options[name] = _options(room, borrowers, job, name, nodes[name], taken)
+    return chosen, need
+
+
+def _options(
+    room: _Room, borrowers: Borrowers, job: QueuedJob, name: str, node: FreeNode, taken: set[str]
+) -> tuple[list[RunningJob], list[tuple[int, int]]]:
+    """A node's victims, largest here first (so that a prefix frees the most with the
+    fewest), and for each prefix that gains workers: how many victims, how many workers."""
+    here = [
+        victim
+        for victim in borrowers.on_node[name].values()
+        if victim.id not in taken
+        and victim.shape.gpu_type == job.shape.gpu_type
+        and not ahead_in_its_queue(victim, job)
+    ]
+    here.sort(key=lambda victim: (-borrowers.held[victim.id][name][0], *preemption_order(victim)))
+    current = room.on(node)
+    amounts = _NOTHING
+    prefixes = []
+    for count, victim in enumerate(here, 1):
+        held = borrowers.held[victim.id][name]
+        amounts = tuple(mine + theirs for mine, theirs in zip(amounts, held, strict=True))
+        gain = room.on(node, amounts) - current
+        if gain > 0:
+            prefixes.append((count, gain))
+    return here, prefixes

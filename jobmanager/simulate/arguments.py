@@ -1,0 +1,193 @@
+"""The command line's arguments: one subcommand per trace source, the same cluster and run
+options for each."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from pathlib import Path
+
+from jobmanager.core.snapshot import Placement, Policy
+from jobmanager.simulate.synthetic import SyntheticSpec
+
+DEFAULT_TARGET_LOAD = 0.8
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobmanager.simulate",
+        description=(
+            "Replay a GPU job trace on a simulated cluster with the scheduling core, under "
+            "each policy (FIFO, RF = runnable first) and placement (pack, spread), and "
+            "compare job completion time, queueing delay, utilisation and preemptions. "
+            "The cluster's GPUs are split into VC quotas in proportion to each VC's offered "
+            "GPU-seconds; idle quota is borrowed, and preempted when its VC needs it back. "
+            "Jobs larger than a node run as gangs of whole nodes."
+        ),
+        epilog=(
+            "examples:\n"
+            "  python -m jobmanager.simulate itp /work/shared/traces/itp/cluster04.csv "
+            "--target-load 0.8\n"
+            "  python -m jobmanager.simulate philly cluster_job_log.json --nodes 50\n"
+            "  python -m jobmanager.simulate synthetic --jobs 100000 --vcs 10 --seed 1 "
+            "--nodes 250\n"
+            "Each subcommand has its own --help."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sources = parser.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    itp = sources.add_parser(
+        "itp",
+        help="Microsoft ITP CSV traces (one VC per file)",
+        description="Microsoft ITP traces: job_id,submission_time,duration,num_gpu. "
+        "Each file becomes one VC of a shared cluster, named after the file.",
+    )
+    itp.add_argument("files", nargs="+", type=Path, metavar="FILE.csv")
+    philly = sources.add_parser(
+        "philly",
+        help="a Microsoft Philly cluster_job_log (JSON)",
+        description="A Microsoft Philly cluster_job_log: VCs from each job's 'vc'; GPUs and "
+        "duration from its last attempt.",
+    )
+    philly.add_argument("file", type=Path, metavar="FILE.json")
+    synthetic = sources.add_parser(
+        "synthetic",
+        help="a seeded synthetic trace",
+        description="Poisson arrivals, log-normal durations, mostly 1-GPU jobs; VC i gets a "
+        "share of the jobs in proportion to 1/(i+1).",
+    )
+    synthetic.add_argument("--jobs", type=_at_least(0), default=10_000, help="default 10000")
+    synthetic.add_argument("--vcs", type=_at_least(1), default=4, help="default 4")
+    synthetic.add_argument("--seed", type=int, default=1, help="default 1")
+    synthetic.add_argument(
+        "--mean-interarrival",
+        type=_positive_float,
+        default=SyntheticSpec.mean_interarrival,
+        metavar="SECONDS",
+        help="mean time between submissions (default %(default)s)",
+    )
+    synthetic.add_argument(
+        "--median-duration",
+        type=_positive_float,
+        default=SyntheticSpec.median_duration,
+        metavar="SECONDS",
+        help="median job run time (default %(default)s)",
+    )
+    for subparser in (itp, philly, synthetic):
+        _add_common_options(subparser)
+    args = parser.parse_args(argv)
+    if args.nodes is None and args.target_load is None:
+        args.target_load = DEFAULT_TARGET_LOAD
+    return args
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_argument_group("cluster size (one of)")
+    sizing = size.add_mutually_exclusive_group()
+    sizing.add_argument("--nodes", type=_at_least(1), help="number of nodes")
+    sizing.add_argument(
+        "--target-load",
+        type=_positive_float,
+        metavar="LOAD",
+        help="size the cluster so that the trace's GPU-seconds over its submission span "
+        f"fill this share of its GPUs, but no smaller than its largest job (default "
+        f"{DEFAULT_TARGET_LOAD})",
+    )
+    size.add_argument("--gpus-per-node", type=_at_least(1), default=8, help="default 8")
+    size.add_argument("--gpu-type", default="A100", help="default A100")
+    runs = parser.add_argument_group("runs")
+    runs.add_argument(
+        "--policies",
+        type=_choices(Policy, upper=True),
+        default=list(Policy),
+        metavar="FIFO,RF",
+        help="queue policies to compare (default both)",
+    )
+    runs.add_argument(
+        "--placements",
+        type=_choices(Placement, upper=False),
+        default=list(Placement),
+        metavar="pack,spread",
+        help="placements to compare (default both)",
+    )
+    runs.add_argument(
+        "--limit", type=_at_least(1), metavar="N", help="only the first N jobs to be submitted"
+    )
+    runs.add_argument(
+        "--interval",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="run the scheduler only at multiples of this (0, the default: at every event)",
+    )
+    runs.add_argument(
+        "--starvation-seconds",
+        type=_non_negative_float,
+        default=3600.0,
+        help="RF lets smaller jobs by a waiting one for this long (default %(default)s)",
+    )
+    runs.add_argument(
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="where to write comparison.csv/.json/.png (default var/simulations/<timestamp>)",
+    )
+    runs.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=1,
+        help="replay this many runs at once, in separate processes (default 1)",
+    )
+    runs.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _choices(kind: type[StrEnum], upper: bool) -> Callable[[str], list]:
+    """A comma-separated list of an enum's values, in any case, without repeats."""
+
+    def parse(text: str) -> list:
+        chosen = []
+        for name in (part.strip() for part in text.split(",")):
+            value = name.upper() if upper else name.lower()
+            if value not in {member.value for member in kind}:
+                known = ",".join(member.value for member in kind)
+                raise argparse.ArgumentTypeError(f"{name!r} is not one of {known}")
+            if kind(value) not in chosen:
+                chosen.append(kind(value))
+        return chosen
+
+    return parse

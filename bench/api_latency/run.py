@@ -481,7 +481,8 @@ def profile(personas: list[Persona], names: list[str], count: int) -> None:
         profiler.disable()
         elapsed = (time.perf_counter() - started) / count * 1000
         print(f"=== {name}: {elapsed:.2f} ms per request in-process (profiled)")
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        order = os.environ.get("BENCH_PROFILE_SORT", "cumulative")  # or tottime
+        pstats.Stats(profiler).sort_stats(order).print_stats(30)
 
 
 def median_rows(runs: list[dict]) -> list[dict]:

@@ -211,17 +211,23 @@ class Reconciled:
 def reconcile(backend: ClusterBackend) -> Reconciled:
     """Bring the database and the backend into agreement (see the module docstring)."""
     result = Reconciled()
+    # The database first, then the backend: a deploy task finishing in between then shows
+    # up as a running report of a job still `scheduling` here (and is marked running),
+    # never as a running job the backend seems to have lost.
+    jobs = list(Job.objects.filter(status__in=ACTIVE_STATUSES).select_related("vc", "owner"))
     reports = backend.reports()
     now = timezone.now()
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
-    jobs = Job.objects.filter(status__in=ACTIVE_STATUSES).select_related("vc", "owner")
     known: set[str] = set()
     for job in jobs:
         known.add(job.job_id)
         report = reports.get(job.job_id)
         if report is not None and report.attempt != job.attempt:
-            backend.stop(job.job_id, grace)  # an earlier attempt still around
-            backend.remove(job.job_id)
+            # An earlier attempt still around: the deploy of a `scheduling` job replaces
+            # it (removing it here could remove the new one, deployed meanwhile).
+            if job.status != JobStatus.SCHEDULING:
+                backend.stop(job.job_id, grace)
+                backend.remove(job.job_id)
             report = None
         if job.status in (JobStatus.KILLING, JobStatus.PAUSING):
             if report is not None and not report.ended:

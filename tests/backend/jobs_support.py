@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from backend.jobs import lifecycle, manager
 from backend.jobs.models import Job, JobStatus
+from jobmanager.backends import ClusterBackend
 from tests.factories import JobFactory
 
 JOBS = "/api/v1/jobs/"
@@ -25,3 +27,16 @@ def make_job(world, owner=None, status: str = JobStatus.QUEUED, **fields) -> Job
     fields.setdefault("vc", world.vision)
     fields.setdefault("gpu_type", world.a100)
     return JobFactory(owner=owner or world.member, status=status, **fields)
+
+
+class JobManager:
+    """Runs the job manager by hand, deploying at once, as a Celery worker would."""
+
+    def __init__(self, backend: ClusterBackend) -> None:
+        self.backend = backend
+
+    def run(self) -> manager.RunSummary:
+        return manager.run_job_manager(self.backend, self._deploy)
+
+    def _deploy(self, job_pk: int, attempt: int) -> None:
+        lifecycle.deploy(self.backend, job_pk, attempt)

@@ -15,6 +15,7 @@ from backend.jobs.lease import LeaseLost, acquire_lease
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend
+from tests.backend.jobs_support import JobManager
 
 pytestmark = pytest.mark.django_db
 
@@ -30,19 +31,6 @@ NCCL_TIMEOUT_LOG = (
     "WorkNCCL(SeqNum=27, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800324 milliseconds "
     "before timing out.\n"
 )
-
-
-class JobManager:
-    """Runs the job manager by hand, deploying at once, as a worker would."""
-
-    def __init__(self, backend: MemoryBackend) -> None:
-        self.backend = backend
-
-    def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self._deploy)
-
-    def _deploy(self, job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(self.backend, job_pk, attempt)
 
 
 @pytest.fixture

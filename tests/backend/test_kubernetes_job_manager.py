@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from backend.jobs import lifecycle, manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
+from tests.backend.jobs_support import JobManager
 
 if TYPE_CHECKING:
     from tests.k8s_fake import FakeKubernetes
@@ -20,19 +20,6 @@ pytest_plugins = ["tests.k8s_fake"]
 
 JOBS = "/api/v1/jobs/"
 NAMESPACE = "trainyard-jobs"
-
-
-class JobManager:
-    """Runs the job manager by hand, deploying at once, as a Celery worker would."""
-
-    def __init__(self, backend: KubernetesBackend) -> None:
-        self.backend = backend
-
-    def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self._deploy)
-
-    def _deploy(self, job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(self.backend, job_pk, attempt)
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from backend.jobs import lifecycle, manager
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
+from tests.backend import jobs_support
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -57,18 +57,7 @@ dist.destroy_process_group()
 """
 
 
-class JobManager:
-    """Runs the job manager by hand, deploying at once, as a Celery worker would."""
-
-    def __init__(self, backend: LocalBackend) -> None:
-        self.backend = backend
-
-    def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self._deploy)
-
-    def _deploy(self, job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(self.backend, job_pk, attempt)
-
+class JobManager(jobs_support.JobManager):
     def run_until(self, job: Job, *statuses: str, attempt: int | None = None) -> Job:
         """Run the job manager until the job is in one of ``statuses`` (at ``attempt``)."""
 

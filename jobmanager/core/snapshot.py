@@ -115,6 +115,18 @@ class RunningJob:
     def queue_position(self) -> float:
         return self.queued_at if self.queued_at is not None else self.started_at
 
+    def as_queued(self) -> QueuedJob:
+        """The job as it would wait again: at its place in the queue, with its settings."""
+        return QueuedJob(
+            self.id,
+            self.vc,
+            self.shape,
+            queued_at=self.queue_position,
+            priority=self.priority,
+            preemptible=self.preemptible,
+            interactive=self.interactive,
+        )
+
     @property
     def can_be_preempted(self) -> bool:
         return (self.preemptible or self.borrowing) and not self.releasing

@@ -161,16 +161,9 @@ def estimate_start_times(
             ends_at = running.started_at + default_run_time
         if running.releasing:
             ends_at = snapshot.now
-        spec = QueuedJob(
-            running.id,
-            running.vc,
-            running.shape,
-            queued_at=running.queue_position,
-            priority=running.priority,
-            preemptible=running.preemptible,
-            interactive=running.interactive,
+        cluster.add_running(
+            replace(running, releasing=False), max(ends_at, snapshot.now), running.as_queued()
         )
-        cluster.add_running(replace(running, releasing=False), max(ends_at, snapshot.now), spec)
 
     waiting = {job.id for job in snapshot.queued}
     starts: dict[str, float] = {}

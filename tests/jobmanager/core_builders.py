@@ -134,14 +134,22 @@ def snapshot(
     )
 
 
-def advance(before: Snapshot, decisions: Decisions, now: float | None = None) -> Snapshot:
+def advance(
+    before: Snapshot,
+    decisions: Decisions,
+    now: float | None = None,
+    gone: set[str] | frozenset[str] = frozenset(),
+) -> Snapshot:
     """The next pass's snapshot as the live system would load it: started jobs run,
-    preempted ones are still releasing their resources, kept places are handed back."""
+    preempted ones are still releasing their resources (or ``gone``, once stopped), kept
+    places are handed back."""
     now = before.now + 1 if now is None else now
     by_id = {job.id: job for job in before.queued}
     victims = {preemption.job_id for preemption in decisions.preemptions}
     still_running = [
-        replace(job, releasing=True) if job.id in victims else job for job in before.running
+        replace(job, releasing=True) if job.id in victims else job
+        for job in before.running
+        if job.id not in gone
     ]
     for start in decisions.starts:
         job = by_id.pop(start.job_id)

@@ -26,7 +26,7 @@ from jobmanager.core.snapshot import (
     WorkerPlacement,
 )
 from jobmanager.core.timeline import SimulatedCluster
-from tests.jobmanager.core_builders import GIB, PLENTY
+from tests.jobmanager.core_builders import GIB, PLENTY, advance
 
 NOW = 200.0
 ZONES = ((), (), (("zone", "a"),), (("zone", "b"),))
@@ -311,7 +311,7 @@ def test_a_place_kept_while_victims_let_go_is_there_when_they_are_gone(snapshot)
     first = schedule(snapshot)
     kept = first.claims
     victims = {preemption.job_id for preemption in first.preemptions}
-    second_snapshot = _next_pass(snapshot, first)
+    second_snapshot = advance(snapshot, first)
     second = schedule(second_snapshot)
     assert not {p.for_job for p in second.preemptions} & set(kept)
     held = [w for job in second_snapshot.running for w in job.placement]
@@ -320,43 +320,11 @@ def test_a_place_kept_while_victims_let_go_is_there_when_they_are_gone(snapshot)
     assert len(gpus) == len(set(gpus))
 
     gone = {job.id for job in second_snapshot.running if job.releasing} | victims
-    third_snapshot = _next_pass(second_snapshot, second, gone=gone)
+    third_snapshot = advance(second_snapshot, second, gone=gone)
     third = {start.job_id: start.placement for start in schedule(third_snapshot).starts}
     for job_id, placement in second.claims.items():
         if job_id in kept:
             assert third.get(job_id) == placement, f"{job_id} did not start where kept"
-
-
-def _next_pass(snapshot: Snapshot, decisions: Decisions, gone: set[str] = frozenset()) -> Snapshot:
-    """The snapshot of the next pass: starts run, victims are releasing (or gone), places
-    kept are handed back."""
-    queued = {job.id: job for job in snapshot.queued}
-    victims = {preemption.job_id for preemption in decisions.preemptions}
-    running = [
-        replace(job, releasing=job.releasing or job.id in victims)
-        for job in snapshot.running
-        if job.id not in gone
-    ]
-    for start in decisions.starts:
-        job = queued.pop(start.job_id)
-        running.append(
-            RunningJob(
-                job.id,
-                job.vc,
-                job.shape,
-                start.placement,
-                started_at=snapshot.now,
-                priority=job.priority,
-                preemptible=job.preemptible,
-                borrowing=start.borrowing,
-                interactive=job.interactive,
-                queued_at=job.queued_at,
-            )
-        )
-    waiting = tuple(
-        replace(job, reserved=decisions.claims.get(job.id, ())) for job in queued.values()
-    )
-    return replace(snapshot, now=snapshot.now + 1, running=tuple(running), queued=waiting)
 
 
 @EXAMPLES
@@ -373,15 +341,7 @@ def test_preempted_jobs_come_back_at_the_head_of_their_queue(snapshot):
     for running in snapshot.running:
         if running.releasing:
             continue
-        spec = QueuedJob(
-            running.id,
-            running.vc,
-            running.shape,
-            queued_at=running.queue_position,
-            priority=running.priority,
-            preemptible=running.preemptible,
-            interactive=running.interactive,
-        )
+        spec = running.as_queued()
         specs[running.id] = spec
         cluster.add_running(running, running.started_at + 1000, spec)
     for job in snapshot.queued:

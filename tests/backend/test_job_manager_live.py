@@ -136,14 +136,19 @@ def status_counts(ids: list[str]) -> Counter:
     return Counter(Job.objects.filter(job_id__in=ids).values_list("status", flat=True))
 
 
-def assert_no_gpu_is_double_booked_or_idle(ids: list[str], backend: MemoryBackend) -> None:
-    running = Job.objects.filter(job_id__in=ids, status=JobStatus.RUNNING)
-    held = Counter(
+def gpus_held(running) -> Counter:
+    """How many running jobs hold each (node, GPU)."""
+    return Counter(
         (worker["node"], gpu)
         for job in running
         for worker in job.placement
         for gpu in worker["gpus"]
     )
+
+
+def assert_no_gpu_is_double_booked_or_idle(ids: list[str], backend: MemoryBackend) -> None:
+    running = Job.objects.filter(job_id__in=ids, status=JobStatus.RUNNING)
+    held = gpus_held(running)
     assert all(count == 1 for count in held.values()), "a GPU is held twice"
     deployed = backend.deployed()
     assert set(deployed) == {job.job_id for job in running}
@@ -230,11 +235,6 @@ def test_racing_job_managers_never_start_a_job_twice_or_overcommit_a_node(
     assert deploys and len(deploys) == len(set(deploys)), "an attempt was deployed twice"
     assert all(attempt == 1 for _, attempt in deploys), "a job was started twice"
     running = Job.objects.filter(job_id__in=ids, status=JobStatus.RUNNING)
-    held = Counter(
-        (worker["node"], gpu)
-        for job in running
-        for worker in job.placement
-        for gpu in worker["gpus"]
-    )
+    held = gpus_held(running)
     assert 0 < sum(held.values()) <= 60
     assert all(count == 1 for count in held.values()), "a GPU is held twice"

@@ -446,6 +446,10 @@ def _worker_report(worker: dict) -> WorkerReport:
     for _ in range(2):  # the init may write its status between the two looks
         status = _status(worker)
         if status is not None:
+            if _init_process(worker) is not None:
+                # The init writes the status last, after its clean-up, then exits: the
+                # worker has ended only once nothing of it is left.
+                return WorkerReport(worker["rank"], WorkerState.RUNNING)
             code = status["exit_code"]
             state = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
             return WorkerReport(worker["rank"], state, code)

@@ -12,7 +12,8 @@ claims of free resources beside them is reserved until it starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from jobmanager.core.snapshot import (
@@ -79,6 +80,8 @@ class ClusterState:
         self._pending: dict[str, set[str]] = {}  # GPU type -> nodes with pending resources
         self.version = 0  # changes whenever free capacity does
         self._explained: dict[JobShape, tuple[int, str]] = {}
+        # While a trial runs: each node's state before the trial first changed it.
+        self._journal: dict[str, tuple] | None = None
         for node in sorted(nodes, key=lambda node: node.name):
             free = FreeNode(
                 state=node,
@@ -126,6 +129,55 @@ class ClusterState:
             cluster._file(free)
         return cluster
 
+    # --- trials ----------------------------------------------------------------------------
+
+    @contextmanager
+    def trial(self) -> Iterator[ClusterState]:
+        """Changes made inside are undone on leaving, so that one state kept up to date
+        between scheduling passes (as a simulation does) serves each pass without being
+        rebuilt from every running job."""
+        if self._journal is not None:
+            raise RuntimeError("a trial is already running")
+        self._journal = {}
+        pending = {gpu_type: set(names) for gpu_type, names in self._pending.items()}
+        try:
+            yield self
+        finally:
+            journal, self._journal = self._journal, None
+            for name, saved in journal.items():
+                node = self.nodes[name]
+                self._unfile(node)
+                (
+                    node.free_gpus,
+                    node.free_millicpus,
+                    node.free_memory,
+                    node.pending_gpus,
+                    node.pending_millicpus,
+                    node.pending_memory,
+                ) = saved
+                self._file(node)
+            self._pending = pending
+            self.version += 1
+
+    def _touch(self, node: FreeNode) -> None:
+        """Note the node's state before its first change in a trial."""
+        if self._journal is not None and node.name not in self._journal:
+            self._journal[node.name] = (
+                node.free_gpus,
+                node.free_millicpus,
+                node.free_memory,
+                node.pending_gpus,
+                node.pending_millicpus,
+                node.pending_memory,
+            )
+
+    def free_by_node(self) -> dict[str, tuple[tuple[int, ...], int, int]]:
+        """Each node's free GPUs, millicores and MiB (to compare states)."""
+        return {
+            name: (tuple(node.free_gpus), node.free_millicpus, node.free_memory)
+            for name, node in self.nodes.items()
+        }
+
     # --- bookkeeping -----------------------------------------------------------------------
 
     def _file(self, free: FreeNode) -> None:
@@ -146,6 +198,7 @@ class ClusterState:
             free = self.nodes.get(worker.node)
             if free is None:
                 continue
+            self._touch(free)
             self._unfile(free)
             taken = set(worker.gpus)
             free.free_gpus = [gpu for gpu in free.free_gpus if gpu not in taken]
@@ -159,6 +212,7 @@ class ClusterState:
             free = self.nodes.get(worker.node)
             if free is None:
                 continue
+            self._touch(free)
             self._unfile(free)
             free.free_gpus = sorted({*free.free_gpus, *worker.gpus})
             free.free_millicpus += worker.millicpus
@@ -243,10 +297,13 @@ class ClusterState:
             counts = reversed(counts)
         if needed == 0:
             return self._choose_cpu_node(shape, buckets)
+        # Among nodes with as many free GPUs, by name: the choice depends on free capacity
+        # alone, not on the order in which nodes came to have it.
         for count in counts:
-            for node in buckets[count].values():
-                if node.fits(shape.per_worker, shape.node_selector):
-                    return node
+            bucket = buckets[count]
+            for name in sorted(bucket) if len(bucket) > 1 else bucket:
+                if bucket[name].fits(shape.per_worker, shape.node_selector):
+                    return bucket[name]
         return None
 
     def _choose_cpu_node(
@@ -262,7 +319,9 @@ class ClusterState:
         if not fitting:
             return None
         spread = self.strategy == Placement.SPREAD
-        return (max if spread else min)(fitting, key=lambda node: node.free_millicpus)
+        if spread:
+            return min(fitting, key=lambda node: (-node.free_millicpus, node.name))
+        return min(fitting, key=lambda node: (node.free_millicpus, node.name))
 
     def nodes_with_room(self, shape: JobShape) -> list[FreeNode]:
         """Schedulable nodes of the job's GPU type and labels that have the GPUs for a
@@ -277,9 +336,10 @@ class ClusterState:
         for name in self._pending.get(shape.gpu_type, ()):
             found[name] = self.nodes[name]
         return [
-            node
-            for node in found.values()
-            if shape.per_worker.fits_in(node.state.capacity) and node.matches(shape.node_selector)
+            found[name]
+            for name in sorted(found)
+            if shape.per_worker.fits_in(found[name].state.capacity)
+            and found[name].matches(shape.node_selector)
         ]
 
     # --- jobs being stopped ----------------------------------------------------------------
@@ -290,6 +350,7 @@ class ClusterState:
             node = self.nodes.get(worker.node)
             if node is None or not node.state.schedulable:
                 continue
+            self._touch(node)
             node.pending_gpus = sorted({*node.pending_gpus, *worker.gpus})
             node.pending_millicpus += worker.millicpus
             node.pending_memory += worker.memory
@@ -300,6 +361,7 @@ class ClusterState:
 
     def _move_pending(self, node: FreeNode, to_free: bool) -> None:
         self.version += 1
+        self._touch(node)
         self._unfile(node)
         sign = 1 if to_free else -1
         if to_free:

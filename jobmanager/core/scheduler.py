@@ -149,9 +149,22 @@ def _guaranteed_use(snapshot: Snapshot) -> tuple[QuotaUse, set[str], set[str]]:
     return used, covered, claimants
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
-    """Decide what starts, what is preempted and why everything else waits."""
-    cluster = ClusterState.of(snapshot.nodes, snapshot.running, snapshot.placement)
+def schedule(snapshot: Snapshot, free: ClusterState | None = None) -> Decisions:
+    """Decide what starts, what is preempted and why everything else waits.
+
+    ``free``, if given, is the cluster's free capacity with the snapshot's running jobs
+    taken, kept up to date by the caller (a simulation) between passes; the pass uses it
+    in a trial and leaves it as it was. Without it, the pass builds it from the snapshot.
+    """
+    if free is None:
+        return _schedule(
+            snapshot, ClusterState.of(snapshot.nodes, snapshot.running, snapshot.placement)
+        )
+    with free.trial():
+        return _schedule(snapshot, free)
+
+
+def _schedule(snapshot: Snapshot, cluster: ClusterState) -> Decisions:
     used, covered, claimants = _guaranteed_use(snapshot)
     victims = [job for job in snapshot.running if job.can_be_preempted and job.id not in covered]
     state = _Pass(snapshot, cluster, Borrowers(victims), guaranteed_use=used)

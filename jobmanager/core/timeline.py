@@ -10,6 +10,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from jobmanager.core.placement import ClusterState
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
     Decisions,
@@ -45,6 +46,12 @@ class SimulatedCluster:
     # Places the last pass kept for waiting jobs, handed to the next pass.
     reserved: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
     explain: bool = True  # False: passes give no reasons to wait (faster)
+    # Free capacity with the running jobs taken, kept up to date as jobs start and end,
+    # so that a pass need not rebuild it from every running job.
+    free: ClusterState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.free = ClusterState.of(self.nodes, self.running.values(), self.placement)
 
     def submit(self, job: QueuedJob) -> None:
         self.queued[job.id] = job
@@ -53,6 +60,7 @@ class SimulatedCluster:
     def add_running(self, job: RunningJob, ends_at: float, spec: QueuedJob) -> None:
         self.running[job.id] = job
         self.specs[job.id] = spec
+        self.free.occupy(job.placement)
         heapq.heappush(self.ends, (ends_at, job.id, job.started_at))
 
     def snapshot(self, now: float) -> Snapshot:
@@ -70,18 +78,22 @@ class SimulatedCluster:
             explain=self.explain,
         )
 
+    def schedule(self, now: float) -> Decisions:
+        """One scheduling pass at ``now`` (not applied)."""
+        return schedule(self.snapshot(now), self.free)
+
     def step(self, now: float, max_passes: int = 4) -> Decisions:
         """Passes at ``now`` until one preempts nothing (at most ``max_passes``), merged:
         preemptions take effect at once, and since they free what a guaranteed job waits
         for, the next pass starts it (in the place kept for it). The waits and the places
         kept are those of the last pass."""
-        decisions = schedule(self.snapshot(now))
+        decisions = self.schedule(now)
         self.apply(decisions, now)
         latest = decisions
         for _ in range(max_passes - 1):
             if not latest.preemptions:
                 break
-            latest = schedule(self.snapshot(now))
+            latest = self.schedule(now)
             self.apply(latest, now)
             decisions.starts.extend(latest.starts)
             decisions.preemptions.extend(latest.preemptions)
@@ -94,10 +106,12 @@ class SimulatedCluster:
         for preemption in decisions.preemptions:
             victim = self.running.pop(preemption.job_id, None)
             if victim is not None:
+                self.free.release(victim.placement)
                 self.queued[victim.id] = self.specs[victim.id]  # keeps its queue place
                 self.preemptions += 1
         for start in decisions.starts:
             job = self.queued.pop(start.job_id)
+            self.free.occupy(start.placement)
             self.running[job.id] = RunningJob(
                 id=job.id,
                 vc=job.vc,
@@ -127,7 +141,9 @@ class SimulatedCluster:
         finished: list[RunningJob] = []
         while (at := self.next_end()) is not None and at <= now:
             _, job_id, _ = heapq.heappop(self.ends)
-            finished.append(self.running.pop(job_id))
+            job = self.running.pop(job_id)
+            self.free.release(job.placement)
+            finished.append(job)
         return finished
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import Placement, Policy, QueuedJob
 from jobmanager.core.timeline import SimulatedCluster
 from jobmanager.simulate.cluster import ClusterSpec, vc_states
@@ -161,7 +160,7 @@ def _schedule_until_settled(
     """
     change = 0
     for _ in range(MAX_PASSES_PER_INSTANT):
-        decisions = schedule(sim.snapshot(now))
+        decisions = sim.schedule(now)
         result.passes += 1
         for preemption in decisions.preemptions:
             if preemption.job_id in sim.running:

@@ -421,3 +421,19 @@ def test_a_simulated_cluster_runs_every_job_that_fits_it(snapshot):
         now = next_end
         cluster.finish_until(now)
     assert runnable <= ever_started
+
+
+@EXAMPLES
+@given(snapshots())
+def test_a_pass_on_kept_free_capacity_decides_as_one_that_rebuilds_it_and_undoes_itself(
+    snapshot,
+):
+    """The simulator keeps one free-capacity state up to date between passes rather than
+    rebuilding it from every running job: a pass on it decides exactly what a pass on a
+    rebuilt one does, and leaves it as it found it."""
+    free = ClusterState.of(snapshot.nodes, snapshot.running, snapshot.placement)
+    gpu_types = {node.gpu_type for node in snapshot.nodes}
+    before = (free.free_by_node(), {t: free.pending_gpus(t) for t in gpu_types})
+
+    assert schedule(snapshot, free) == schedule(snapshot)
+    assert (free.free_by_node(), {t: free.pending_gpus(t) for t in gpu_types}) == before

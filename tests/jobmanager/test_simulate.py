@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import Placement, Policy
+from jobmanager.core.timeline import SimulatedCluster
 from jobmanager.simulate import (
     ClusterSpec,
     SyntheticSpec,
@@ -358,6 +360,24 @@ def test_every_job_of_a_busy_multi_vc_trace_completes_under_every_combination():
             assert ended - submitted >= durations[job_id] - 1e-6
         preemptions += result.preemptions
     assert preemptions > 0  # the VCs do lend and take back
+
+
+def test_replays_keeping_free_capacity_decide_as_replays_rebuilding_it(monkeypatch):
+    """The speed-up of keeping one free-capacity state between passes changes no decision
+    (a busy trace, so that jobs wait, borrow and are preempted)."""
+    trace = generate(SyntheticSpec(jobs=400, vcs=4, seed=5, mean_interarrival=20.0))
+    cluster = ClusterSpec(nodes=8, gpus_per_node=8)
+    kept = run(trace, cluster, Policy.RF, Placement.PACK)
+    monkeypatch.setattr(SimulatedCluster, "schedule", lambda sim, now: schedule(sim.snapshot(now)))
+    rebuilt = run(trace, cluster, Policy.RF, Placement.PACK)
+
+    assert kept.preemptions > 0
+    assert (kept.first_start, kept.ended, kept.starts, kept.passes) == (
+        rebuilt.first_start,
+        rebuilt.ended,
+        rebuilt.starts,
+        rebuilt.passes,
+    )
 
 
 def test_with_an_interval_the_scheduler_runs_only_at_its_multiples():

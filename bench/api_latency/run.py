@@ -473,6 +473,11 @@ def profile(personas: list[Persona], names: list[str], count: int) -> None:
         print(f"\n=== {name}: {len(queries.captured_queries)} queries per request")
         for query in queries.captured_queries:
             print(f"  {query['time']}s {query['sql'][:160]}")
+        cpu_started = time.process_time()
+        for _ in range(count):
+            send()
+        cpu = (time.process_time() - cpu_started) / count * 1000
+        print(f"=== {name}: {cpu:.2f} ms of this process's CPU per request (not profiled)")
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
@@ -482,7 +487,9 @@ def profile(personas: list[Persona], names: list[str], count: int) -> None:
         elapsed = (time.perf_counter() - started) / count * 1000
         print(f"=== {name}: {elapsed:.2f} ms per request in-process (profiled)")
         order = os.environ.get("BENCH_PROFILE_SORT", "cumulative")  # or tottime
-        pstats.Stats(profiler).sort_stats(order).print_stats(30)
+        pstats.Stats(profiler).sort_stats(order).print_stats(
+            os.environ.get("BENCH_PROFILE_FILTER", ""), 30
+        )
 
 
 def median_rows(runs: list[dict]) -> list[dict]:

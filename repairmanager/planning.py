@@ -17,7 +17,7 @@ from repairmanager.rules import Check, Rule
 from repairmanager.states import NodeState, out_of_service_cap
 
 # Prometheus returning no GPU series at all means it sees nothing, not that all is well.
-PRESENCE_QUERY = "count(DCGM_FI_DEV_GPU_TEMP)"
+PRESENCE_QUERY = "count by ({label}) (DCGM_FI_DEV_GPU_TEMP)"
 AGENT_HEARTBEAT_QUERY = (
     "max by ({label}) (max_over_time(trainyard_agent_heartbeat_timestamp_seconds[15m]))"
 )
@@ -56,6 +56,7 @@ class Observed:
     observations: list[Observation] = field(default_factory=list)
     evaluated_rules: set[str] = field(default_factory=set)
     blind: str = ""  # why Prometheus could not be used, when it could not
+    gpus_seen: dict[str, int] = field(default_factory=dict)  # node -> GPUs reporting metrics
 
 
 def observe(
@@ -72,8 +73,11 @@ def observe(
     agent_heartbeats: dict[str, float] = {}
     if query is not None:
         try:
-            if not query(PRESENCE_QUERY):
-                observed.blind = f"Prometheus returned no GPU metrics for {PRESENCE_QUERY!r}"
+            presence = PRESENCE_QUERY.format(label=node_label)
+            for sample in query(presence):
+                observed.gpus_seen[sample.labels.get(node_label, "")] = int(sample.value)
+            if not observed.gpus_seen:
+                observed.blind = f"Prometheus returned no GPU metrics for {presence!r}"
             else:
                 for sample in query(AGENT_HEARTBEAT_QUERY.format(label=node_label)):
                     agent_heartbeats[sample.labels.get(node_label, "")] = sample.value
@@ -84,6 +88,7 @@ def observe(
             observed.blind = str(error)
             observed.observations.clear()
             observed.evaluated_rules.clear()
+            observed.gpus_seen.clear()
     for rule in rules:
         if rule.check == Check.HEARTBEAT:
             observed.evaluated_rules.add(rule.name)

@@ -163,7 +163,7 @@ def _apply(
         summary.alerts += _alert_admins(fault)
     for key, why in held.items():  # held back again: say so where people look
         if key in open_faults and key not in {f.observation.key for f in decided.fired}:
-            NodeFault.objects.filter(pk=open_faults[key].pk).update(outcome=f"held back: {why}")
+            NodeFault.objects.filter(pk=open_faults[key].pk).update(outcome=_held_back(why))
     for node_name, fire in decided.migrate_now.items():
         since = datetime.fromtimestamp(fire.since, tz=now.tzinfo)
         summary.jobs_moved += move_jobs_off(node_name, fire.observation.describe(), since)
@@ -175,7 +175,7 @@ def _outcome(fire: Firing, node: Node, taken: set, held: dict) -> str:
     if not action.takes_node_out:
         return "alert only"
     if key in held:
-        return f"held back, the node stays in service: {held[key]}"
+        return _held_back(held[key])
     if key in taken and action.urgent:
         return "taken out of the pool; its jobs moved to healthy nodes at once"
     if key in taken:
@@ -183,6 +183,10 @@ def _outcome(fire: Firing, node: Node, taken: set, held: dict) -> str:
         return f"taken out of the pool; running jobs may finish within {drain} s"
     moved = "; its jobs moved at once" if action.urgent else ""
     return f"the node was already {node.repair_state}{moved}"
+
+
+def _held_back(why: str) -> str:
+    return f"held back, the node stays in service: {why}"
 
 
 def _alert_admins(fault: NodeFault) -> int:

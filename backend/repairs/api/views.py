@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import django_filters
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins
@@ -59,15 +60,23 @@ class NodeRepairViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenant
         return Response(NodeRepairDetailSerializer(self.get_queryset().get(pk=node.pk)).data)
 
 
+class NodeFaultFilter(django_filters.FilterSet):
+    open = django_filters.BooleanFilter(
+        field_name="cleared_at", lookup_expr="isnull", label="Only faults that still hold."
+    )
+    node = django_filters.CharFilter(field_name="node__name")
+
+    class Meta:
+        model = NodeFault
+        fields = ["open", "node", "rule", "severity"]
+
+
 class NodeFaultViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     """Faults the repair manager has seen, newest first, with what it did about each."""
 
     queryset = NodeFault.objects.all()
     serializer_class = NodeFaultSerializer
-    filterset_fields = ["rule", "severity"]
+    filterset_class = NodeFaultFilter
 
     def refine_queryset(self, queryset):
-        queryset = queryset.select_related("node")
-        if self.request.query_params.get("open") in ("true", "1"):
-            queryset = queryset.filter(cleared_at__isnull=True)
-        return queryset
+        return queryset.select_related("node")

@@ -3,6 +3,7 @@ off failing nodes, and the messages that tell people. Each atomic, each recorded
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractUser
@@ -15,6 +16,8 @@ from backend.jobs.models import FailureClass, Job, JobStatus, StopOutcome
 from backend.repairs.mail import queue_email
 from backend.repairs.models import NodeRepairEvent, RepairMove
 from repairmanager.states import check_move
+
+logger = logging.getLogger(__name__)
 
 REPAIR_ACTOR = "repairmanager"
 REPAIR_FAILURE_RULE = "node-repair"
@@ -39,6 +42,9 @@ def move_node(
     elif target == RepairState.IN_SERVICE:
         node.schedulable = True
     node.save(update_fields=["repair_state", "schedulable"])
+    if target in (RepairState.OUT_OF_POOL, RepairState.IN_SERVICE):
+        cordoned = target == RepairState.OUT_OF_POOL
+        transaction.on_commit(lambda: _cordon_in_backend(node.name, cordoned))
     NodeRepairEvent.objects.create(
         node=node,
         from_state=from_state,
@@ -49,6 +55,17 @@ def move_node(
         actor_name=actor.get_username() if actor else REPAIR_ACTOR,
     )
     return node
+
+
+def _cordon_in_backend(node_name: str, cordoned: bool) -> None:
+    """Tell the cluster backend too (Kubernetes: ``spec.unschedulable``), so that nothing
+    else lands there; Trainyard itself already places nothing on a node out of service."""
+    from backend.jobs.backends import get_backend
+
+    try:
+        get_backend().cordon(node_name, cordoned)
+    except Exception:  # the backend being away must not undo the repair decision
+        logger.warning("Could not cordon %s in the cluster backend.", node_name, exc_info=True)
 
 
 def active_jobs_on(node_name: str) -> list[Job]:

@@ -36,7 +36,9 @@ ECC = {"gpus": {"3": {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1}}}
 
 
 @pytest.fixture
-def repair_settings(settings, redis_namespace, smtp_server, eager_celery):
+def repair_settings(settings, redis_namespace, smtp_server, eager_celery, tmp_path):
+    settings.TRAINYARD_BACKEND = "memory"  # where the repair manager cordons nodes too
+    settings.TRAINYARD_MEMORY_BACKEND_STATE = tmp_path / "memory-backend.json"
     settings.TRAINYARD_REPAIR_ALERT_EMAILS = []
     settings.TRAINYARD_REPAIR_MAX_OUT_SHARE = 0.1
     return settings

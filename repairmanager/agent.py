@@ -153,7 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--faults", type=Path, help="JSON file of injected faults")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    gpus = DeclaredGpus(args.declared_gpus) if args.declared_gpus is not None else NvmlGpus()
+    if args.declared_gpus is not None:
+        gpus: DeclaredGpus | NvmlGpus = DeclaredGpus(args.declared_gpus)
+    else:
+        try:
+            gpus = NvmlGpus()
+        except Exception as error:  # no driver, no GPU: pynvml raises its own NVMLError
+            parser.exit(2, f"NVML is not available ({error}); on a machine without GPUs "
+                        "give --declared-gpus N.\n")  # fmt: skip
     REGISTRY.register(GpuHealthCollector(args.node, gpus, args.faults))
     server, thread = start_http_server(args.port, addr=args.address)
     logger.info("Serving GPU health of %s on %s:%d", args.node, args.address, args.port)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from backend.env import env, env_bool, env_int, env_list
+from backend.env import env, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -267,7 +267,7 @@ TRAINYARD_PROMETHEUS_URL = env("TRAINYARD_PROMETHEUS_URL", "")
 TRAINYARD_PROMETHEUS_TIMEOUT = env_int("TRAINYARD_PROMETHEUS_TIMEOUT", 5)
 TRAINYARD_REPAIR_RULES = env("TRAINYARD_REPAIR_RULES", "")
 TRAINYARD_REPAIR_NODE_LABEL = env("TRAINYARD_REPAIR_NODE_LABEL", "Hostname")
-TRAINYARD_REPAIR_MAX_OUT_SHARE = float(env("TRAINYARD_REPAIR_MAX_OUT_SHARE", "0.1"))
+TRAINYARD_REPAIR_MAX_OUT_SHARE = env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0)
 TRAINYARD_REPAIR_DRAIN_SECONDS = env_int("TRAINYARD_REPAIR_DRAIN_SECONDS", 4 * 3600)
 TRAINYARD_REPAIR_INTERVAL = env_int("TRAINYARD_REPAIR_INTERVAL", 15)
 TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])

@@ -143,3 +143,18 @@ def test_a_bad_rules_file_is_reported_when_a_process_starts(tmp_path, settings):
     settings.TRAINYARD_REPAIR_RULES = str(bad)
     [error] = check_repair_rules()
     assert "rule 'ecc' action: 'reboot' is not one of" in error.msg
+
+
+@pytest.mark.parametrize(("value", "message"), [("lots", "must be a number"), ("1.5", "between")])
+def test_a_bad_safety_valve_share_stops_the_process_with_a_clear_message(
+    monkeypatch, value, message
+):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from backend.env import env_float
+
+    monkeypatch.setenv("TRAINYARD_REPAIR_MAX_OUT_SHARE", value)
+    with pytest.raises(ImproperlyConfigured, match=f"TRAINYARD_REPAIR_MAX_OUT_SHARE {message}"):
+        env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0)
+    monkeypatch.setenv("TRAINYARD_REPAIR_MAX_OUT_SHARE", "0.25")
+    assert env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0) == 0.25

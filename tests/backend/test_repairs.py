@@ -145,7 +145,9 @@ def test_a_bad_rules_file_is_reported_when_a_process_starts(tmp_path, settings):
     assert "rule 'ecc' action: 'reboot' is not one of" in error.msg
 
 
-@pytest.mark.parametrize(("value", "message"), [("lots", "must be a number"), ("1.5", "between")])
+@pytest.mark.parametrize(
+    ("value", "message"), [("lots", "must be a number"), ("1.5", "must be between 0.0 and 1.0")]
+)
 def test_a_bad_safety_valve_share_stops_the_process_with_a_clear_message(
     monkeypatch, value, message
 ):

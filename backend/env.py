@@ -45,6 +45,20 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}.") from error
 
 
+def env_float(name: str, default: float, low: float, high: float) -> float:
+    """Read a number between ``low`` and ``high``."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}.") from error
+    if not low <= number <= high:
+        raise ImproperlyConfigured(f"{name} must be between {low} and {high}, not {value!r}.")
+    return number
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Read a comma-separated list."""
     value = os.environ.get(name)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from backend.env import env, env_bool, env_int, env_list
+from backend.env import env, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "backend.clusters",
     "backend.vcs",
     "backend.jobs",
+    "backend.repairs",
 ]
 
 MIDDLEWARE = [
@@ -176,7 +177,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "backend.jobs.models.JobStatus"},
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "backend.jobs.models.JobStatus",
+        "RepairStateEnum": "backend.clusters.models.RepairState",
+    },
 }
 
 LOGGING = {
@@ -261,6 +265,28 @@ TRAINYARD_TOKEN_CACHE_SECONDS = env_int("TRAINYARD_TOKEN_CACHE_SECONDS", 10)
 # Wall-time limit for VCs that set none (seconds).
 TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)
 
+# Repair manager (docs/operations.md, "Repair manager"): Prometheus to ask ("" turns the
+# PromQL rules off), the rules file, the node label naming nodes in PromQL results, the
+# share of nodes automatic actions may take out of service, and the drain deadline.
+TRAINYARD_PROMETHEUS_URL = env("TRAINYARD_PROMETHEUS_URL", "")
+TRAINYARD_PROMETHEUS_TIMEOUT = env_int("TRAINYARD_PROMETHEUS_TIMEOUT", 5)
+TRAINYARD_REPAIR_RULES = env("TRAINYARD_REPAIR_RULES", "")
+TRAINYARD_REPAIR_NODE_LABEL = env("TRAINYARD_REPAIR_NODE_LABEL", "Hostname")
+TRAINYARD_REPAIR_MAX_OUT_SHARE = env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0)
+TRAINYARD_REPAIR_DRAIN_SECONDS = env_int("TRAINYARD_REPAIR_DRAIN_SECONDS", 4 * 3600)
+TRAINYARD_REPAIR_INTERVAL = env_int("TRAINYARD_REPAIR_INTERVAL", 15)
+TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])
+
+# Email (alerts to cluster admins, notes to job owners) over SMTP.
+EMAIL_HOST = env("TRAINYARD_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("TRAINYARD_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("TRAINYARD_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env("TRAINYARD_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("TRAINYARD_EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("TRAINYARD_EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env("TRAINYARD_EMAIL_FROM", "trainyard@localhost")
+EMAIL_SUBJECT_PREFIX = env("TRAINYARD_EMAIL_SUBJECT_PREFIX", "[Trainyard] ")
+
 # Beat: the job manager every few seconds (it also runs on every submit and end).
 CELERY_BEAT_SCHEDULE = {
     "job-manager": {
@@ -276,5 +302,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-finished-jobs": {
         "task": "backend.jobs.tasks.purge_finished_jobs",
         "schedule": 3600.0,
+    },
+    "repair-manager": {
+        "task": "backend.repairs.tasks.run_repair_manager",
+        "schedule": float(TRAINYARD_REPAIR_INTERVAL),
+        "options": {"expires": 30},
     },
 }

@@ -18,6 +18,7 @@ from backend.clusters.api.views import (
 )
 from backend.core.views import health_view, home_view
 from backend.jobs.api.views import JobViewSet
+from backend.repairs.api.views import NodeFaultViewSet, NodeRepairViewSet
 from backend.vcs.api.views import VirtualClusterViewSet
 
 router = DefaultRouter()
@@ -26,6 +27,8 @@ router.register("vcs", VirtualClusterViewSet, basename="vc")
 router.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("users", UserViewSet, basename="user")
+router.register("node-repairs", NodeRepairViewSet, basename="node-repair")
+router.register("node-faults", NodeFaultViewSet, basename="node-fault")
 router.register("me/tokens", ApiTokenViewSet, basename="token")
 router.register("me/ssh-keys", SshKeyViewSet, basename="ssh-key")
 router.register("me/allowed-ips", AllowedIpViewSet, basename="allowed-ip")

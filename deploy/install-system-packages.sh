@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages Trainyard needs to build and test: the MySQL client headers that the
-# mysqlclient driver compiles against, and pkg-config to find them.
+# mysqlclient driver compiles against, and pkg-config to find them; Prometheus, which the
+# repair manager's tests start.
 # Installs only what is missing; needs root (or sudo) the first time. Extra package names
 # given as arguments are installed too (`make bench` asks for wrk).
 set -euo pipefail
 
-packages=(default-libmysqlclient-dev pkg-config "$@")
+packages=(default-libmysqlclient-dev pkg-config prometheus "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -195,8 +195,11 @@ def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     """Pause a job: it gives back its resources but stays, to be resumed later."""
     job = _locked(job)
     reason = reason or "paused by user"
-    if job.status == JobStatus.PAUSING and job.stop_outcome == StopOutcome.REQUEUE:
-        # Being preempted: once stopped it stays paused instead of going back to the queue.
+    if job.status == JobStatus.PAUSING and job.stop_outcome in (
+        StopOutcome.REQUEUE,
+        StopOutcome.MOVED,
+    ):
+        # Being preempted or moved: once stopped it stays paused rather than requeued.
         job.stop_outcome = StopOutcome.PAUSED
         job.save(update_fields=["stop_outcome", "updated_at"])
         return job

@@ -46,10 +46,17 @@ from jobmanager.retries import (
 
 logger = logging.getLogger(__name__)
 
+# How an attempt the system ended to requeue its job is classified (no retry is spent).
+MOVES = {
+    StopOutcome.REQUEUE: (FailureClass.PREEMPTION, "preempted"),
+    StopOutcome.MOVED: (FailureClass.INFRASTRUCTURE, "node-repair"),
+}
+
 STOPPED_STATUS = {
     StopOutcome.KILLED: JobStatus.KILLED,
     StopOutcome.PAUSED: JobStatus.PAUSED,
     StopOutcome.REQUEUE: JobStatus.QUEUED,
+    StopOutcome.MOVED: JobStatus.QUEUED,
     StopOutcome.TIMEOUT: JobStatus.TIMEOUT,
 }
 
@@ -334,13 +341,8 @@ def _finish_stop(backend: ClusterBackend, job: Job, report: JobReport | None) ->
         failed = report.failed_worker if report else None
         exit_code = failed.exit_code if failed else None
         reason = locked.status_message or f"stopped ({outcome})"
-        preempted = outcome == StopOutcome.REQUEUE
-        _close_attempt(
-            locked,
-            exit_code,
-            Classification(FailureClass.PREEMPTION, "preempted", reason) if preempted else None,
-            reason,
-        )
+        moved = MOVES.get(StopOutcome(outcome))
+        _close_attempt(locked, exit_code, Classification(*moved, reason) if moved else None, reason)
         from_status = locked.status
         if to_status == JobStatus.QUEUED:
             _back_to_queue(locked, reason)

@@ -61,7 +61,8 @@ class StopOutcome(models.TextChoices):
 
     KILLED = "killed"
     PAUSED = "paused"
-    REQUEUE = "requeue"  # preempted, or moved off a failing node: back to the queue's head
+    REQUEUE = "requeue"  # preempted: back to the queue's head
+    MOVED = "moved"  # moved off a failing node: back to the queue's head
     TIMEOUT = "timeout"
 
 

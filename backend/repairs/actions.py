@@ -97,7 +97,7 @@ def move_jobs_off(node_name: str, fault: str, at: datetime) -> list[str]:
         from_status = job.status
         reason = f"moved off {base}"
         job.status = JobStatus.PAUSING
-        job.stop_outcome = StopOutcome.REQUEUE
+        job.stop_outcome = StopOutcome.MOVED
         job.status_message = reason
         job.failure_class = FailureClass.INFRASTRUCTURE
         job.failure_rule = REPAIR_FAILURE_RULE

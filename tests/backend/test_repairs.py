@@ -117,6 +117,8 @@ def test_a_silent_node_drains_its_jobs_until_the_deadline(world, settings, redis
     job.refresh_from_db()
     assert job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
     assert node not in {worker["node"] for worker in job.placement}
+    first = job.attempts.get(number=1)  # ended by the node's fault, not by the job
+    assert (first.failure_class, first.failure_rule) == ("infrastructure", "node-repair")
 
 
 def test_an_email_smtp_refused_stays_owed_and_goes_out_later(settings, smtp_server):

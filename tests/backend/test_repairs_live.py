@@ -108,6 +108,8 @@ def test_an_ecc_error_moves_the_job_off_and_the_node_comes_back_after_repair(
     assert healthy != failing
     assert job.attempt == 2
     assert job.retries_used == 0  # no retry spent
+    first = job.attempts.get(number=1)
+    assert (first.failure_class, first.failure_rule) == ("infrastructure", "node-repair")
     assert re.fullmatch(
         rf"node {failing}: double-bit ECC error on GPU 3 at \d\d:\d\d; restarted on {healthy}",
         job.repair_message,

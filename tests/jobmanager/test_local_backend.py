@@ -251,7 +251,15 @@ def test_orphans_are_adopted_and_reaped_by_the_init(backend):
     init = psutil.Process(backend.init_pids(job.job_id)[0])
 
     def children() -> list[tuple[list[str], str]]:
-        return [(child.cmdline(), child.status()) for child in init.children()]
+        found = []
+        for child in init.children():
+            try:
+                found.append((child.cmdline(), child.status()))
+            except psutil.ZombieProcess:  # ended between the listing and the look
+                found.append(([], psutil.STATUS_ZOMBIE))
+            except psutil.NoSuchProcess:  # ended and reaped
+                pass
+        return found
 
     wait_for(lambda: (["sleep", "1"], "sleeping") in children(), "the orphan to be adopted")
     wait_for(lambda: len(children()) == 1, "the orphan to end and be reaped")

@@ -112,8 +112,9 @@ def _mark_running(job: Job) -> None:
     job.status_message = ""
     job.save()
     nodes = sorted({worker["node"] for worker in job.placement})
+    gpus = [{"node": worker["node"], "gpus": worker.get("gpus", [])} for worker in job.placement]
     JobAttempt.objects.update_or_create(
-        job=job, number=job.attempt, defaults={"started_at": now, "nodes": nodes}
+        job=job, number=job.attempt, defaults={"started_at": now, "nodes": nodes, "gpus": gpus}
     )
     record_event(job, JobStatus.SCHEDULING, None, f"running on {', '.join(nodes)}")
 

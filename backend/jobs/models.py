@@ -202,6 +202,8 @@ class JobAttempt(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     nodes = models.JSONField(default=list)
+    # Each worker's node and GPU indices, as placed: what its GPU metrics are read for.
+    gpus = models.JSONField(default=list)
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)

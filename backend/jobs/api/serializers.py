@@ -257,6 +257,24 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
+class GpuSeriesSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    node = serializers.CharField()
+    gpu = serializers.IntegerField()
+    points = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField(), min_length=2, max_length=2),
+        help_text="[unix time, utilisation %] pairs",
+    )
+
+
+class GpuUtilisationSerializer(serializers.Serializer):
+    available = serializers.BooleanField()
+    message = serializers.CharField(help_text="Why there is nothing to show, when so.")
+    step_seconds = serializers.IntegerField()
+    series = GpuSeriesSerializer(many=True)
+    mean = serializers.FloatField(allow_null=True, help_text="Mean utilisation (%).")
+
+
 class StartPreviewSerializer(serializers.Serializer):
     can_start_now = serializers.BooleanField()
     reason = serializers.CharField(allow_null=True)
@@ -310,7 +328,7 @@ class JobAttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobAttempt
         fields = [
-            "number", "started_at", "ended_at", "nodes", "exit_code", "failure_class",
+            "number", "started_at", "ended_at", "nodes", "gpus", "exit_code", "failure_class",
             "failure_rule", "message",
         ]  # fmt: skip
 

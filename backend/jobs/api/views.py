@@ -18,6 +18,7 @@ from backend.core.scoping import TenantScopedViewSet
 from backend.jobs import actions
 from backend.jobs.api.filters import JobFilter
 from backend.jobs.api.serializers import (
+    GpuUtilisationSerializer,
     JobActionSerializer,
     JobAttemptSerializer,
     JobBatchSerializer,
@@ -33,6 +34,7 @@ from backend.jobs.api.serializers import (
 )
 from backend.jobs.insight import job_endpoints, preview_start
 from backend.jobs.logs import job_log_dir, job_log_files, read_log_chunk, stream_full_log
+from backend.jobs.metrics import job_gpu_utilisation
 from backend.jobs.models import Job
 from backend.vcs.permissions import is_vc_admin
 
@@ -224,6 +226,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         """Each run of the job: where, how long, how it ended."""
         job = self.get_object()
         return Response(JobAttemptSerializer(job.attempts.all(), many=True).data)
+
+    @extend_schema(responses=GpuUtilisationSerializer)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def metrics(self, request: Request, id: str) -> Response:
+        """GPU utilisation (%) of exactly the job's GPUs over its recent attempts, from
+        Prometheus; ``available`` is false, with the reason, when there is none to show."""
+        job = self.get_object()
+        return Response(GpuUtilisationSerializer(job_gpu_utilisation(job)).data)
 
     @extend_schema(responses={(200, "text/plain"): bytes})
     @action(detail=True, methods=["get"], filterset_class=None)

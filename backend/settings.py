@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "backend.clusters",
     "backend.vcs",
     "backend.jobs",
+    "backend.storage",
 ]
 
 MIDDLEWARE = [
@@ -255,6 +256,31 @@ TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6
 TRAINYARD_TOKEN_CACHE_SECONDS = env_int("TRAINYARD_TOKEN_CACHE_SECONDS", 10)
 # Wall-time limit for VCs that set none (seconds).
 TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)
+# --- Email: SMTP when TRAINYARD_EMAIL_HOST is set, else printed to the log -------------------
+TRAINYARD_EMAIL_HOST = env("TRAINYARD_EMAIL_HOST", "")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if TRAINYARD_EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = TRAINYARD_EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("TRAINYARD_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("TRAINYARD_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env("TRAINYARD_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("TRAINYARD_EMAIL_STARTTLS", False)
+EMAIL_TIMEOUT = 30
+DEFAULT_FROM_EMAIL = env("TRAINYARD_EMAIL_FROM", "trainyard@localhost")
+
+# --- Storage manager (docs/operations.md) ------------------------------------------------
+# Extra addresses for storage alerts, besides the cluster admins' own.
+TRAINYARD_STORAGE_ALERT_EMAILS = env_list("TRAINYARD_STORAGE_ALERT_EMAILS", [])
+# Rows an expiry dry run keeps for its report (its totals count every file).
+TRAINYARD_STORAGE_REPORT_ROWS = env_int("TRAINYARD_STORAGE_REPORT_ROWS", 10000)
+# A running scan records its progress every this many files.
+TRAINYARD_STORAGE_PROGRESS_FILES = env_int("TRAINYARD_STORAGE_PROGRESS_FILES", 50000)
+# Lustre's tools, for quotas and OST pools on Lustre roots.
+TRAINYARD_LFS_COMMAND = env("TRAINYARD_LFS_COMMAND", "lfs")
+TRAINYARD_LCTL_COMMAND = env("TRAINYARD_LCTL_COMMAND", "lctl")
 
 # Beat: the job manager every few seconds (it also runs on every submit and end).
 CELERY_BEAT_SCHEDULE = {
@@ -270,6 +296,19 @@ CELERY_BEAT_SCHEDULE = {
     },
     "purge-finished-jobs": {
         "task": "backend.jobs.tasks.purge_finished_jobs",
+        "schedule": 3600.0,
+    },
+    "storage-scans": {
+        "task": "backend.storage.tasks.queue_due_scans",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "storage-expiry": {
+        "task": "backend.storage.tasks.queue_due_expiry",
+        "schedule": 3600.0,
+    },
+    "lustre-quotas": {
+        "task": "backend.storage.tasks.apply_lustre_quotas",
         "schedule": 3600.0,
     },
 }

@@ -13,6 +13,14 @@ from backend.accounts.api.views import (
 from backend.clusters.api.views import GpuTypeViewSet, NodeViewSet, cluster_summary_view
 from backend.core.views import health_view, home_view
 from backend.jobs.api.views import JobViewSet
+from backend.storage.api.views import (
+    ExpiringFileViewSet,
+    ExpiryRunViewSet,
+    LargestPathViewSet,
+    ScanViewSet,
+    StorageRootViewSet,
+    UsageViewSet,
+)
 from backend.vcs.api.views import VirtualClusterViewSet
 
 router = DefaultRouter()
@@ -24,6 +32,12 @@ router.register("users", UserViewSet, basename="user")
 router.register("me/tokens", ApiTokenViewSet, basename="token")
 router.register("me/ssh-keys", SshKeyViewSet, basename="ssh-key")
 router.register("me/allowed-ips", AllowedIpViewSet, basename="allowed-ip")
+router.register("storage/roots", StorageRootViewSet, basename="storage-root")
+router.register("storage/scans", ScanViewSet, basename="storage-scan")
+router.register("storage/usage", UsageViewSet, basename="storage-usage")
+router.register("storage/largest-paths", LargestPathViewSet, basename="storage-largest-path")
+router.register("storage/expiry-runs", ExpiryRunViewSet, basename="storage-expiry-run")
+router.register("storage/expiring-files", ExpiringFileViewSet, basename="storage-expiring-file")
 
 urlpatterns = [
     path("", home_view, name="home"),

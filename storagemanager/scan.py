@@ -54,6 +54,7 @@ class ScanResult:
     by_uid: dict[int, Usage] = field(default_factory=dict)
     by_top: dict[str, Usage] = field(default_factory=dict)
     by_vc: dict[str, Usage] = field(default_factory=dict)
+    by_vc_uid: dict[tuple[str, int], Usage] = field(default_factory=dict)
     largest: list[LargePath] = field(default_factory=list)
     skipped_mounts: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -77,6 +78,7 @@ def scan_root(
     seen_links: set[tuple[int, int]] = set()
     heap: list[tuple[int, str, int, str, str]] = []  # the `largest` biggest files so far
     by_uid, by_top, by_vc, total = result.by_uid, result.by_top, result.by_vc, result.total
+    by_vc_uid = result.by_vc_uid
     vc_parent_path = (
         os.path.normpath(os.path.join(root, vc_parent)) if vc_parent is not None else None
     )
@@ -134,6 +136,10 @@ def scan_root(
                     usage = by_vc.get(entry_vc)
                     if usage is None:
                         usage = by_vc[entry_vc] = Usage()
+                    usage.add(disk, apparent, counted)
+                    usage = by_vc_uid.get((entry_vc, uid))
+                    if usage is None:
+                        usage = by_vc_uid[entry_vc, uid] = Usage()
                     usage.add(disk, apparent, counted)
                 if not stat.S_ISDIR(mode) and largest:
                     if len(heap) < largest:

@@ -20,7 +20,7 @@ class Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
 
-    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 (aiosmtpd's name)
+    async def handle_DATA(self, server, session, envelope) -> str:
         message = message_from_bytes(envelope.content)
         message["X-Rcpt-To"] = ", ".join(envelope.rcpt_tos)
         self.messages.append(message)

@@ -282,6 +282,17 @@ TRAINYARD_STORAGE_PROGRESS_FILES = env_int("TRAINYARD_STORAGE_PROGRESS_FILES", 5
 TRAINYARD_LFS_COMMAND = env("TRAINYARD_LFS_COMMAND", "lfs")
 TRAINYARD_LCTL_COMMAND = env("TRAINYARD_LCTL_COMMAND", "lctl")
 
+# --- Allowlist manager (docs/operations.md) ------------------------------------------------
+# Where users' allowed networks are enforced: gateway (the SSH gateway reads the database),
+# nftables (sets on the endpoint hosts), kubernetes (NetworkPolicy ipBlocks), cloud (a
+# security group from TRAINYARD_ALLOWLIST_SECURITY_GROUP, "module.factory").
+TRAINYARD_ALLOWLIST_POINTS = env_list("TRAINYARD_ALLOWLIST_POINTS", ["gateway"])
+TRAINYARD_ALLOWLIST_RECONCILE_SECONDS = env_int("TRAINYARD_ALLOWLIST_RECONCILE_SECONDS", 60)
+TRAINYARD_ALLOWLIST_SECURITY_GROUP = env("TRAINYARD_ALLOWLIST_SECURITY_GROUP", "")
+TRAINYARD_NFT_COMMAND = env("TRAINYARD_NFT_COMMAND", "nft")
+TRAINYARD_NFT_TABLE = env("TRAINYARD_NFT_TABLE", "trainyard")
+TRAINYARD_JOB_SSH_PORT = env_int("TRAINYARD_JOB_SSH_PORT", 22)
+
 # Beat: the job manager every few seconds (it also runs on every submit and end).
 CELERY_BEAT_SCHEDULE = {
     "job-manager": {
@@ -297,6 +308,11 @@ CELERY_BEAT_SCHEDULE = {
     "purge-finished-jobs": {
         "task": "backend.jobs.tasks.purge_finished_jobs",
         "schedule": 3600.0,
+    },
+    "allowlist-reconcile": {
+        "task": "backend.accounts.tasks.reconcile_allowlist",
+        "schedule": float(TRAINYARD_ALLOWLIST_RECONCILE_SECONDS),
+        "options": {"expires": TRAINYARD_ALLOWLIST_RECONCILE_SECONDS},
     },
     "storage-scans": {
         "task": "backend.storage.tasks.queue_due_scans",

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from backend.accounts.api.views import (
+    AllowedIpEventViewSet,
     AllowedIpViewSet,
     ApiTokenViewSet,
     SshKeyViewSet,
@@ -32,6 +33,7 @@ router.register("users", UserViewSet, basename="user")
 router.register("me/tokens", ApiTokenViewSet, basename="token")
 router.register("me/ssh-keys", SshKeyViewSet, basename="ssh-key")
 router.register("me/allowed-ips", AllowedIpViewSet, basename="allowed-ip")
+router.register("me/allowed-ip-events", AllowedIpEventViewSet, basename="allowed-ip-event")
 router.register("storage/roots", StorageRootViewSet, basename="storage-root")
 router.register("storage/scans", ScanViewSet, basename="storage-scan")
 router.register("storage/usage", UsageViewSet, basename="storage-usage")

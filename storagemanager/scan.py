@@ -71,89 +71,109 @@ def scan_root(
     progress_every: int = PROGRESS_EVERY_FILES,
 ) -> ScanResult:
     """Walk ``root`` once. ``vc_parent`` is the directory (relative to the root, "" for the
-    root itself) whose children are named after VCs; ``None`` when VCs own no directory."""
+    root itself) whose children are named after VCs; ``None`` when VCs own no directory.
+
+    Everything in one directory shares its top-level directory and VC, so the loop over
+    a directory's entries only adds up per uid; the sums go to the totals once per
+    directory (this keeps the walk within 2x of ``du``: docs/benchmarks.md)."""
     root_dev = check_root(root).st_dev
     root = os.path.normpath(root)
     result = ScanResult(root=root, started=time.time())
     seen_links: set[tuple[int, int]] = set()
     heap: list[tuple[int, str, int, str, str]] = []  # the `largest` biggest files so far
-    by_uid, by_top, by_vc, total = result.by_uid, result.by_top, result.by_vc, result.total
-    by_vc_uid = result.by_vc_uid
+    heap_floor = -1 if largest else 1 << 62  # a file must be bigger than this to enter
     vc_parent_path = (
         os.path.normpath(os.path.join(root, vc_parent)) if vc_parent is not None else None
     )
     prefix = len(root) + 1
     next_progress = progress_every
-    # (directory path, its top-level directory name, its VC name)
-    stack: list[tuple[str, str, str]] = [(root, "", "")]
+    files_seen = bytes_seen = 0
+    is_dir = stat.S_ISDIR
+    # (directory, its top-level directory, its VC, and its own uid, blocks and size)
+    stack: list[tuple[str, str, str, int, int, int]] = [(root, "", "", -1, 0, 0)]
     while stack:
-        directory, top, vc = stack.pop()
+        directory, top, vc, dir_uid, dir_disk, dir_size = stack.pop()
+        # Per uid: [bytes on disk, apparent bytes, files]; the directory's own blocks
+        # count for its owner, as du counts them.
+        here: dict[int, list[int]] = {dir_uid: [dir_disk, dir_size, 0]} if dir_uid >= 0 else {}
+        in_vc_parent = directory == vc_parent_path
         try:
             entries = os.scandir(directory)
         except OSError as error:
             result.errors.append(f"{directory}: {error.strerror}")
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError as error:
-                    result.errors.append(f"{entry.path}: {error.strerror}")
-                    continue
-                mode = info.st_mode
-                if stat.S_ISDIR(mode):
-                    if info.st_dev != root_dev:
-                        result.skipped_mounts.append(entry.path)
+            entries = None
+        if entries is not None:
+            with entries:
+                for entry in entries:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError as error:
+                        result.errors.append(f"{entry.path}: {error.strerror}")
                         continue
-                    result.directories += 1
-                    child_top = top or entry.name
-                    child_vc = vc or (entry.name if directory == vc_parent_path else "")
-                    stack.append((entry.path, child_top, child_vc))
-                    # A directory's own blocks count for its owner, as du counts them.
-                if info.st_nlink > 1 and not stat.S_ISDIR(mode):
-                    key = (info.st_dev, info.st_ino)
-                    if key in seen_links:
+                    if is_dir(info.st_mode):
+                        if info.st_dev != root_dev:
+                            result.skipped_mounts.append(entry.path)
+                            continue
+                        name = entry.name
+                        stack.append((
+                            entry.path, top or name, vc or (name if in_vc_parent else ""),
+                            info.st_uid, info.st_blocks * 512, info.st_size,
+                        ))  # fmt: skip
                         continue
-                    seen_links.add(key)
-                counted = 0 if stat.S_ISDIR(mode) else 1  # files: everything but directories
-                disk = info.st_blocks * 512
-                apparent = info.st_size
-                uid = info.st_uid
-                usage = by_uid.get(uid)
-                if usage is None:
-                    usage = by_uid[uid] = Usage()
-                usage.add(disk, apparent, counted)
-                total.add(disk, apparent, counted)
-                entry_top = top or entry.name
-                usage = by_top.get(entry_top)
-                if usage is None:
-                    usage = by_top[entry_top] = Usage()
-                usage.add(disk, apparent, counted)
-                entry_vc = vc
-                if not entry_vc and directory == vc_parent_path and stat.S_ISDIR(mode):
-                    entry_vc = entry.name
-                if entry_vc:
-                    usage = by_vc.get(entry_vc)
-                    if usage is None:
-                        usage = by_vc[entry_vc] = Usage()
-                    usage.add(disk, apparent, counted)
-                    usage = by_vc_uid.get((entry_vc, uid))
-                    if usage is None:
-                        usage = by_vc_uid[entry_vc, uid] = Usage()
-                    usage.add(disk, apparent, counted)
-                if not stat.S_ISDIR(mode) and largest:
-                    if len(heap) < largest:
-                        heapq.heappush(heap, (disk, entry.path, uid, entry_top, entry_vc))
-                    elif disk > heap[0][0]:
-                        heapq.heappushpop(heap, (disk, entry.path, uid, entry_top, entry_vc))
-                if progress is not None and total.files >= next_progress:
-                    next_progress += progress_every
-                    progress(total.files, total.bytes)
+                    if info.st_nlink > 1:
+                        key = (info.st_dev, info.st_ino)
+                        if key in seen_links:
+                            continue
+                        seen_links.add(key)
+                    disk = info.st_blocks * 512
+                    uid = info.st_uid
+                    if not top:  # a file directly under the root is its own top-level entry
+                        _add(result.by_top, entry.name, disk, info.st_size, 1)
+                        _add(result.by_uid, uid, disk, info.st_size, 1)
+                        _add(result.total, None, disk, info.st_size, 1)
+                        files_seen += 1
+                        bytes_seen += disk
+                    else:
+                        sums = here.get(uid)
+                        if sums is None:
+                            sums = here[uid] = [0, 0, 0]
+                        sums[0] += disk
+                        sums[1] += info.st_size
+                        sums[2] += 1
+                    if disk > heap_floor:
+                        item = (disk, entry.path, uid, top or entry.name, vc)
+                        if len(heap) < largest:
+                            heapq.heappush(heap, item)
+                        else:
+                            heapq.heappushpop(heap, item)
+                        if len(heap) >= largest:
+                            heap_floor = heap[0][0]
+        if directory != root:
+            result.directories += 1
+        for uid, (disk, size, files) in here.items():
+            _add(result.by_uid, uid, disk, size, files)
+            _add(result.total, None, disk, size, files)
+            _add(result.by_top, top, disk, size, files)
+            if vc:
+                _add(result.by_vc, vc, disk, size, files)
+                _add(result.by_vc_uid, (vc, uid), disk, size, files)
+            files_seen += files
+            bytes_seen += disk
+        if progress is not None and files_seen >= next_progress:
+            next_progress = files_seen + progress_every
+            progress(files_seen, bytes_seen)
     result.largest = [
         LargePath(path[prefix:], size, uid, entry_top, entry_vc)
         for size, path, uid, entry_top, entry_vc in sorted(heap, reverse=True)
     ]
     result.finished = time.time()
     if progress is not None:
-        progress(total.files, total.bytes)
+        progress(result.total.files, result.total.bytes)
     return result
+
+
+def _add(table: dict | Usage, key: object, disk: int, size: int, files: int) -> None:
+    usage = table if isinstance(table, Usage) else table.get(key)
+    if usage is None:
+        usage = table[key] = Usage()  # type: ignore[index]
+    usage.add(disk, size, files)

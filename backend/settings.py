@@ -176,7 +176,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "backend.jobs.models.JobStatus"},
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "backend.jobs.models.JobStatus",
+        "StorageRunStatusEnum": "backend.storage.models.RunStatus",
+    },
 }
 
 LOGGING = {

@@ -13,12 +13,15 @@ import heapq
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from storagemanager.paths import check_root
 
 PROGRESS_EVERY_FILES = 50_000
+# A directory is opened without following a symlink put in its place since it was listed.
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -98,25 +101,28 @@ def scan_root(
         here: dict[int, list[int]] = {dir_uid: [dir_disk, dir_size, 0]} if dir_uid >= 0 else {}
         in_vc_parent = directory == vc_parent_path
         try:
-            entries = os.scandir(directory)
+            # Listing through a descriptor makes each entry's stat an fstatat relative to
+            # it (as du does), not a lookup of the whole path again.
+            fd = os.open(directory, _DIRECTORY_FLAGS)
         except OSError as error:
             result.errors.append(f"{directory}: {error.strerror}")
-            entries = None
-        if entries is not None:
-            with entries:
+            fd = -1
+        if fd >= 0:
+            with os.scandir(fd) as entries, _closing(fd):
                 for entry in entries:
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except OSError as error:
-                        result.errors.append(f"{entry.path}: {error.strerror}")
+                        result.errors.append(f"{directory}/{entry.name}: {error.strerror}")
                         continue
                     if is_dir(info.st_mode):
-                        if info.st_dev != root_dev:
-                            result.skipped_mounts.append(entry.path)
-                            continue
                         name = entry.name
+                        if info.st_dev != root_dev:
+                            result.skipped_mounts.append(f"{directory}/{name}")
+                            continue
+                        child_vc = vc or (name if in_vc_parent else "")
                         stack.append((
-                            entry.path, top or name, vc or (name if in_vc_parent else ""),
+                            f"{directory}/{name}", top or name, child_vc,
                             info.st_uid, info.st_blocks * 512, info.st_size,
                         ))  # fmt: skip
                         continue
@@ -141,7 +147,7 @@ def scan_root(
                         sums[1] += info.st_size
                         sums[2] += 1
                     if disk > heap_floor:
-                        item = (disk, entry.path, uid, top or entry.name, vc)
+                        item = (disk, f"{directory}/{entry.name}", uid, top or entry.name, vc)
                         if len(heap) < largest:
                             heapq.heappush(heap, item)
                         else:
@@ -170,6 +176,14 @@ def scan_root(
     if progress is not None:
         progress(result.total.files, result.total.bytes)
     return result
+
+
+@contextmanager
+def _closing(fd: int) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def _add(table: dict | Usage, key: object, disk: int, size: int, files: int) -> None:

@@ -12,9 +12,10 @@ from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
+from kombu.exceptions import OperationalError
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -66,7 +67,7 @@ class StorageRootViewSet(
     def scan(self, request: Request, name: str) -> Response:
         """Scan the root now (in the background); follow it in /storage/scans/."""
         root = self.get_object()
-        tasks.scan_root.delay(root.pk)
+        _queue(tasks.scan_root, root.pk)
         return Response({"detail": f"Scan of {root.name} queued."}, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
@@ -80,10 +81,23 @@ class StorageRootViewSet(
                 {"expiry_days": ["This root has no expiry policy."]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        tasks.expire_root.delay(root.pk, dry_run=True)
+        _queue(tasks.expire_root, root.pk, dry_run=True)
         return Response(
             {"detail": f"Expiry dry run of {root.name} queued."}, status=status.HTTP_202_ACCEPTED
         )
+
+
+class ServiceUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The task queue cannot be reached; try again."
+
+
+def _queue(task, *args: object, **kwargs: object) -> None:
+    """Queue a task, or answer 503 when the broker cannot be reached."""
+    try:
+        task.delay(*args, **kwargs)
+    except OperationalError as error:
+        raise ServiceUnavailable(f"Could not queue the work ({error}); try again.") from error
 
 
 class ScanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):

@@ -13,6 +13,9 @@ from backend.storage import actions
 from backend.storage.models import ExpiryRun, RootKind, RunStatus, Scan, StorageRoot
 
 EXPIRY_EVERY = timedelta(days=1)
+# A scan still "running" after this long lost its worker: it is marked failed, and the
+# root is scanned again.
+ABANDONED_AFTER = timedelta(hours=24)
 
 
 @shared_task(ignore_result=True)
@@ -20,6 +23,9 @@ def queue_due_scans() -> list[int]:
     """Queue a scan of every root whose last scan started longer ago than its interval
     (and that has none running)."""
     now = timezone.now()
+    Scan.objects.filter(status=RunStatus.RUNNING, started_at__lt=now - ABANDONED_AFTER).update(
+        status=RunStatus.FAILED, finished_at=now, error="abandoned: its worker stopped"
+    )
     last = dict(Scan.objects.values("root_id").annotate(at=Max("started_at")).values_list(
         "root_id", "at"))  # fmt: skip
     running = set(Scan.objects.filter(status=RunStatus.RUNNING).values_list("root_id", flat=True))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from backend.storage import actions
 from backend.storage.models import LustrePool, RunStatus, Scan, StorageAccount, StorageRoot
@@ -261,3 +262,21 @@ def test_only_cluster_admins_configure_roots(world):
     assert refused.status_code == 403 and created.status_code == 201
     listed = world.client(world.member).get("/api/v1/storage/roots/").json()
     assert [root["name"] for root in listed] == ["projects"]
+
+
+def test_beat_queues_the_scans_that_are_due_and_retries_an_abandoned_one(world, root, monkeypatch):
+    from backend.storage import tasks
+
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.scan_root, "delay", queued.append)
+    fresh = StorageRoot.objects.create(name="fresh", path="/srv/fresh", scan_interval_minutes=60)
+    Scan.objects.create(
+        root=fresh, status=RunStatus.DONE, started_at=timezone.now() - timedelta(minutes=5)
+    )
+    stuck = Scan.objects.create(root=root, started_at=timezone.now() - timedelta(days=2))
+
+    tasks.queue_due_scans()
+
+    assert queued == [root.pk]  # never scanned since the stuck one; fresh is not due
+    stuck.refresh_from_db()
+    assert stuck.status == RunStatus.FAILED and "abandoned" in stuck.error

@@ -43,7 +43,7 @@ class StorageRoot(models.Model):
         default=200, help_text="Files deleted per second at most (0: no limit)."
     )
     scan_interval_minutes = models.PositiveIntegerField(default=24 * 60)
-    alert_threshold_percent = models.PositiveSmallIntegerField(
+    alert_threshold_percent = models.PositiveIntegerField(
         null=True, blank=True, help_text="Alert when the filesystem is this full (percent)."
     )
     alert_threshold_bytes = models.PositiveBigIntegerField(

@@ -119,6 +119,9 @@ class NftablesSet:
                 elif "prefix" in element:
                     prefix = element["prefix"]
                     found.append(str(ipaddress.ip_network(f"{prefix['addr']}/{prefix['len']}")))
+                elif "range" in element:  # added by hand: never granted, so it is removed
+                    low, high = element["range"]
+                    found.append(f"{low}-{high}")
         return found
 
     def _elements(self, verb: str, set_name: str, networks: list[str]) -> None:

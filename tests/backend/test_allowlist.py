@@ -7,6 +7,7 @@ reconcile, and a reconcile with nothing new changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -52,9 +53,19 @@ def nft_command(request, tmp_path: Path, monkeypatch) -> Iterator[str]:
     if not _namespace_possible():
         pytest.skip("no network namespace for the real nft here (needs CAP_SYS_ADMIN)")
     # A process in a fresh network namespace holds it; nft runs inside it via nsenter.
-    holder = subprocess.Popen(["unshare", "-n", "cat"], stdin=subprocess.PIPE)
+    holder = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", "echo ready; exec cat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        yield f"nsenter --net=/proc/{holder.pid}/ns/net nft"
+        # Only once it says so is the holder in its new namespace: before, nft would
+        # reach this machine's own firewall.
+        assert holder.stdout.readline() == "ready\n"
+        namespace = f"/proc/{holder.pid}/ns/net"
+        assert os.readlink(namespace) != os.readlink("/proc/self/ns/net")
+        yield f"nsenter --net={namespace} nft"
     finally:
         holder.stdin.close()
         holder.wait(timeout=10)
@@ -184,3 +195,17 @@ def test_the_stand_in_refuses_what_nft_refuses(tmp_path, monkeypatch):
         nft._elements("delete", "allowed_v4", ["10.9.9.9/32"])
     logged = [json.loads(line) for line in (tmp_path / "nft.log").read_text().splitlines()]
     assert logged[0] == ["add", "table", "inet", "trainyard"]
+
+
+def test_what_was_put_in_the_firewall_by_hand_is_removed(world, nft_command):
+    if "nsenter" not in nft_command:
+        pytest.skip("ranges need the real nft")
+    actions.add_allowed_ip(world.member, "203.0.113.7")
+    nft = NftablesSet(nft_command)
+    nft.apply([])
+    nft._elements("add", "allowed_v4", ["10.0.0.3-10.0.0.9", "192.0.2.0/24"])
+
+    result = reconcile([nft])
+
+    assert result.changes["nftables"].removed == ["10.0.0.3-10.0.0.9", "192.0.2.0/24"]
+    assert nft_elements(nft_command) == {"203.0.113.7/32"}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 from django.utils import timezone
 
 from backend.accounts import actions
@@ -209,3 +210,26 @@ def test_what_was_put_in_the_firewall_by_hand_is_removed(world, nft_command):
 
     assert result.changes["nftables"].removed == ["10.0.0.3-10.0.0.9", "192.0.2.0/24"]
     assert nft_elements(nft_command) == {"203.0.113.7/32"}
+
+
+def test_the_kubernetes_point_needs_only_what_its_role_grants(world, fake_kubernetes):
+    manifests = Path(__file__).parents[2] / "deploy" / "kubernetes" / "trainyard.yaml"
+    [role] = [
+        document
+        for document in yaml.safe_load_all(manifests.read_text())
+        if document and document["kind"] == "Role"
+        and document["metadata"]["name"] == "trainyard-allowlist"
+    ]  # fmt: skip
+    granted = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    point = KubernetesIpBlocks(fake_kubernetes.api_client(), role["metadata"]["namespace"])
+    allowed = actions.add_allowed_ip(world.member, "203.0.113.7")
+    reconcile([point])
+    second = actions.add_allowed_ip(world.member, "198.51.100.0/24")
+    reconcile([point])  # replaces the policy
+    actions.remove_allowed_ip(allowed)
+    actions.remove_allowed_ip(second)
+    reconcile([point])  # deletes it
+
+    verbs = {"GET": "list", "POST": "create", "PUT": "update", "DELETE": "delete"}
+    used = {verbs[request.method] for request in fake_kubernetes.requests}
+    assert used == granted

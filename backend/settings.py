@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "backend.vcs",
     "backend.jobs",
     "backend.repairs",
+    "backend.storage",
 ]
 
 MIDDLEWARE = [
@@ -180,6 +181,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "backend.jobs.models.JobStatus",
         "RepairStateEnum": "backend.clusters.models.RepairState",
+        "StorageRunStatusEnum": "backend.storage.models.RunStatus",
     },
 }
 
@@ -264,6 +266,44 @@ TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6 = env_int("TRAINYARD_ALLOWED_IP_MIN_PREFIX_V6
 TRAINYARD_TOKEN_CACHE_SECONDS = env_int("TRAINYARD_TOKEN_CACHE_SECONDS", 10)
 # Wall-time limit for VCs that set none (seconds).
 TRAINYARD_DEFAULT_MAX_WALL_TIME = env_int("TRAINYARD_DEFAULT_MAX_WALL_TIME", 7 * 24 * 3600)
+# --- Email (alerts to cluster admins, notes to users): SMTP when TRAINYARD_EMAIL_HOST is
+# set, else printed to the log ---------------------------------------------------------------
+TRAINYARD_EMAIL_HOST = env("TRAINYARD_EMAIL_HOST", "")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if TRAINYARD_EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = TRAINYARD_EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("TRAINYARD_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("TRAINYARD_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env("TRAINYARD_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("TRAINYARD_EMAIL_USE_TLS", False)  # STARTTLS
+EMAIL_TIMEOUT = env_int("TRAINYARD_EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env("TRAINYARD_EMAIL_FROM", "trainyard@localhost")
+EMAIL_SUBJECT_PREFIX = env("TRAINYARD_EMAIL_SUBJECT_PREFIX", "[Trainyard] ")
+
+# --- Storage manager (docs/operations.md) ------------------------------------------------
+# Extra addresses for storage alerts, besides the cluster admins' own.
+TRAINYARD_STORAGE_ALERT_EMAILS = env_list("TRAINYARD_STORAGE_ALERT_EMAILS", [])
+# Rows an expiry dry run keeps for its report (its totals count every file).
+TRAINYARD_STORAGE_REPORT_ROWS = env_int("TRAINYARD_STORAGE_REPORT_ROWS", 10000)
+# A running scan records its progress every this many files.
+TRAINYARD_STORAGE_PROGRESS_FILES = env_int("TRAINYARD_STORAGE_PROGRESS_FILES", 50000)
+# Lustre's tools, for quotas and OST pools on Lustre roots.
+TRAINYARD_LFS_COMMAND = env("TRAINYARD_LFS_COMMAND", "lfs")
+TRAINYARD_LCTL_COMMAND = env("TRAINYARD_LCTL_COMMAND", "lctl")
+
+# --- Allowlist manager (docs/operations.md) ------------------------------------------------
+# Where users' allowed networks are enforced: gateway (the SSH gateway reads the database),
+# nftables (sets on the endpoint hosts), kubernetes (NetworkPolicy ipBlocks), cloud (a
+# security group from TRAINYARD_ALLOWLIST_SECURITY_GROUP, "module.factory").
+TRAINYARD_ALLOWLIST_POINTS = env_list("TRAINYARD_ALLOWLIST_POINTS", ["gateway"])
+TRAINYARD_ALLOWLIST_RECONCILE_SECONDS = env_int("TRAINYARD_ALLOWLIST_RECONCILE_SECONDS", 60)
+TRAINYARD_ALLOWLIST_SECURITY_GROUP = env("TRAINYARD_ALLOWLIST_SECURITY_GROUP", "")
+TRAINYARD_NFT_COMMAND = env("TRAINYARD_NFT_COMMAND", "nft")
+TRAINYARD_NFT_TABLE = env("TRAINYARD_NFT_TABLE", "trainyard")
+TRAINYARD_JOB_SSH_PORT = env_int("TRAINYARD_JOB_SSH_PORT", 22)
 
 # Repair manager (docs/operations.md, "Repair manager"): Prometheus to ask ("" turns the
 # PromQL rules off), the rules file, the node label naming nodes in PromQL results, the
@@ -276,16 +316,6 @@ TRAINYARD_REPAIR_MAX_OUT_SHARE = env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1
 TRAINYARD_REPAIR_DRAIN_SECONDS = env_int("TRAINYARD_REPAIR_DRAIN_SECONDS", 4 * 3600)
 TRAINYARD_REPAIR_INTERVAL = env_int("TRAINYARD_REPAIR_INTERVAL", 15)
 TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])
-
-# Email (alerts to cluster admins, notes to job owners) over SMTP.
-EMAIL_HOST = env("TRAINYARD_EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("TRAINYARD_EMAIL_PORT", 25)
-EMAIL_HOST_USER = env("TRAINYARD_EMAIL_USER", "")
-EMAIL_HOST_PASSWORD = env("TRAINYARD_EMAIL_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("TRAINYARD_EMAIL_USE_TLS", False)
-EMAIL_TIMEOUT = env_int("TRAINYARD_EMAIL_TIMEOUT", 10)
-DEFAULT_FROM_EMAIL = env("TRAINYARD_EMAIL_FROM", "trainyard@localhost")
-EMAIL_SUBJECT_PREFIX = env("TRAINYARD_EMAIL_SUBJECT_PREFIX", "[Trainyard] ")
 
 # Beat: the job manager every few seconds (it also runs on every submit and end).
 CELERY_BEAT_SCHEDULE = {
@@ -307,5 +337,23 @@ CELERY_BEAT_SCHEDULE = {
         "task": "backend.repairs.tasks.run_repair_manager",
         "schedule": float(TRAINYARD_REPAIR_INTERVAL),
         "options": {"expires": 30},
+    },
+    "allowlist-reconcile": {
+        "task": "backend.accounts.tasks.reconcile_allowlist",
+        "schedule": float(TRAINYARD_ALLOWLIST_RECONCILE_SECONDS),
+        "options": {"expires": TRAINYARD_ALLOWLIST_RECONCILE_SECONDS},
+    },
+    "storage-scans": {
+        "task": "backend.storage.tasks.queue_due_scans",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "storage-expiry": {
+        "task": "backend.storage.tasks.queue_due_expiry",
+        "schedule": 3600.0,
+    },
+    "lustre-quotas": {
+        "task": "backend.storage.tasks.apply_lustre_quotas",
+        "schedule": 3600.0,
     },
 }

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from backend.accounts.api.views import (
+    AllowedIpEventViewSet,
     AllowedIpViewSet,
     ApiTokenViewSet,
     SshKeyViewSet,
@@ -19,6 +20,14 @@ from backend.clusters.api.views import (
 from backend.core.views import health_view, home_view
 from backend.jobs.api.views import JobViewSet
 from backend.repairs.api.views import NodeFaultViewSet, NodeRepairViewSet
+from backend.storage.api.views import (
+    ExpiringFileViewSet,
+    ExpiryRunViewSet,
+    LargestPathViewSet,
+    ScanViewSet,
+    StorageRootViewSet,
+    UsageViewSet,
+)
 from backend.vcs.api.views import VirtualClusterViewSet
 
 router = DefaultRouter()
@@ -32,6 +41,13 @@ router.register("node-faults", NodeFaultViewSet, basename="node-fault")
 router.register("me/tokens", ApiTokenViewSet, basename="token")
 router.register("me/ssh-keys", SshKeyViewSet, basename="ssh-key")
 router.register("me/allowed-ips", AllowedIpViewSet, basename="allowed-ip")
+router.register("me/allowed-ip-events", AllowedIpEventViewSet, basename="allowed-ip-event")
+router.register("storage/roots", StorageRootViewSet, basename="storage-root")
+router.register("storage/scans", ScanViewSet, basename="storage-scan")
+router.register("storage/usage", UsageViewSet, basename="storage-usage")
+router.register("storage/largest-paths", LargestPathViewSet, basename="storage-largest-path")
+router.register("storage/expiry-runs", ExpiryRunViewSet, basename="storage-expiry-run")
+router.register("storage/expiring-files", ExpiringFileViewSet, basename="storage-expiring-file")
 
 urlpatterns = [
     path("", home_view, name="home"),

@@ -6,7 +6,9 @@
 # given as arguments are installed too (`make bench` asks for wrk).
 set -euo pipefail
 
-packages=(default-libmysqlclient-dev pkg-config prometheus "$@")
+# prometheus: the repair manager's tests scrape node agents with the real server.
+# nftables: the allowlist tests drive the real `nft` in a network namespace of their own.
+packages=(default-libmysqlclient-dev pkg-config prometheus nftables "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -16,7 +16,13 @@ from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 from django.utils import timezone
 
-from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.accounts.models import (
+    AllowedIp,
+    AllowedIpEvent,
+    AllowedIpEventKind,
+    ApiToken,
+    SshKey,
+)
 from backend.accounts.validators import parse_allowed_network, parse_ssh_public_key
 
 User = get_user_model()
@@ -131,6 +137,7 @@ def default_allowed_ip_expiry() -> datetime:
     return timezone.now() + timedelta(days=settings.TRAINYARD_ALLOWED_IP_DAYS)
 
 
+@transaction.atomic
 def add_allowed_ip(
     user: AbstractUser,
     address: str,
@@ -152,12 +159,47 @@ def add_allowed_ip(
         raise ValueError(
             f"The expiry can be at most {settings.TRAINYARD_ALLOWED_IP_DAYS} days from now."
         )
-    allowed, _ = AllowedIp.objects.update_or_create(
+    allowed, created = AllowedIp.objects.update_or_create(
         user=user,
         network=network,
         defaults={"description": description, "expires_at": expires_at},
     )
+    AllowedIpEvent.objects.create(
+        user=user,
+        network=network,
+        kind=AllowedIpEventKind.ADDED if created else AllowedIpEventKind.RENEWED,
+        expires_at=expires_at,
+    )
     return allowed
+
+
+@transaction.atomic
+def remove_allowed_ip(allowed: AllowedIp) -> None:
+    """The user withdraws a network; the enforcement points drop it at the next reconcile
+    (the SSH gateway, which reads the database, at once)."""
+    AllowedIpEvent.objects.create(
+        user=allowed.user, network=allowed.network, kind=AllowedIpEventKind.REMOVED
+    )
+    allowed.delete()
+
+
+@transaction.atomic
+def expire_allowed_ips(now: datetime | None = None) -> list[AllowedIpEvent]:
+    """Delete every allowed network past its expiry, each with an "expired" event."""
+    moment = now or timezone.now()
+    expired = list(AllowedIp.objects.select_for_update().filter(expires_at__lte=moment))
+    events = AllowedIpEvent.objects.bulk_create(
+        AllowedIpEvent(
+            user_id=allowed.user_id,
+            network=allowed.network,
+            kind=AllowedIpEventKind.EXPIRED,
+            at=moment,
+            expires_at=allowed.expires_at,
+        )
+        for allowed in expired
+    )
+    AllowedIp.objects.filter(pk__in=[allowed.pk for allowed in expired]).delete()
+    return events
 
 
 @transaction.atomic

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
 
 
 @admin.register(ApiToken)
@@ -19,4 +19,11 @@ class SshKeyAdmin(admin.ModelAdmin):
 @admin.register(AllowedIp)
 class AllowedIpAdmin(admin.ModelAdmin):
     list_display = ["user", "network", "expires_at", "created_at"]
+    search_fields = ["user__username", "network"]
+
+
+@admin.register(AllowedIpEvent)
+class AllowedIpEventAdmin(admin.ModelAdmin):
+    list_display = ["user", "network", "kind", "at"]
+    list_filter = ["kind"]
     search_fields = ["user__username", "network"]

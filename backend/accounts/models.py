@@ -96,3 +96,30 @@ class AllowedIp(models.Model):
     @property
     def expired(self) -> bool:
         return self.expires_at <= timezone.now()
+
+
+class AllowedIpEventKind(models.TextChoices):
+    ADDED = "added"
+    RENEWED = "renewed"
+    EXPIRED = "expired"
+    REMOVED = "removed"
+
+
+class AllowedIpEvent(models.Model):
+    """What happened to one of a user's allowed networks; kept after the network goes."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="allowed_ip_events"
+    )
+    network = models.CharField(max_length=50)
+    kind = models.CharField(max_length=10, choices=AllowedIpEventKind.choices)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.network} {self.kind}"

@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from rest_framework import serializers
 
-from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
 from backend.accounts.validators import parse_allowed_network
 
 User = get_user_model()
@@ -55,6 +55,12 @@ class AllowedIpSerializer(serializers.ModelSerializer):
             return parse_allowed_network(address)
         except ValueError as error:
             raise serializers.ValidationError(str(error)) from error
+
+
+class AllowedIpEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AllowedIpEvent
+        fields = ["id", "network", "kind", "at", "expires_at"]
 
 
 class UserSerializer(serializers.ModelSerializer):

@@ -13,6 +13,7 @@ from rest_framework.viewsets import GenericViewSet
 
 from backend.accounts import actions
 from backend.accounts.api.serializers import (
+    AllowedIpEventSerializer,
     AllowedIpSerializer,
     ApiTokenSerializer,
     MeSerializer,
@@ -20,7 +21,7 @@ from backend.accounts.api.serializers import (
     SshKeySerializer,
     UserSerializer,
 )
-from backend.accounts.models import AllowedIp, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
 from backend.core.scoping import TenantScopedViewSet
 
 User = get_user_model()
@@ -90,6 +91,17 @@ class AllowedIpViewSet(OwnCredentialViewSet):
         except ValueError as error:
             # The address was checked by the serializer; what is left is about the expiry.
             raise serializers.ValidationError({"expires_at": [str(error)]}) from error
+
+    def perform_destroy(self, instance: AllowedIp) -> None:
+        actions.remove_allowed_ip(instance)
+
+
+class AllowedIpEventViewSet(mixins.ListModelMixin, TenantScopedViewSet):
+    """What happened to the user's allowed networks: added, renewed, expired, removed."""
+
+    queryset = AllowedIpEvent.objects.all()
+    serializer_class = AllowedIpEventSerializer
+    filterset_fields = ["kind"]
 
 
 class UserViewSet(

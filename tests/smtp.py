@@ -1,0 +1,58 @@
+"""A real SMTP server (aiosmtpd) on a free port, with Django's email pointed at it.
+
+Use it from a test module with ``pytest_plugins = ["tests.smtp"]`` and the ``smtp``
+fixture: ``smtp.messages`` are the ``email.message.Message`` objects it received.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from email import message_from_bytes
+from email.message import Message
+
+import pytest
+from aiosmtpd.controller import Controller
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def handle_DATA(self, server, session, envelope) -> str:
+        message = message_from_bytes(envelope.content)
+        message["X-Rcpt-To"] = ", ".join(envelope.rcpt_tos)
+        self.messages.append(message)
+        return "250 Message accepted for delivery"
+
+    def wait_for(self, count: int, timeout: float = 10) -> list[Message]:
+        """The messages, once at least ``count`` have arrived (polled, with a deadline)."""
+        deadline = time.monotonic() + timeout
+        while len(self.messages) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(self.messages)} emails arrived, not {count}")
+            time.sleep(0.01)
+        return list(self.messages)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def smtp(settings) -> Iterator[Inbox]:
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = controller.port
+    settings.EMAIL_USE_TLS = False
+    settings.DEFAULT_FROM_EMAIL = "trainyard@cluster.test"
+    try:
+        yield inbox
+    finally:
+        controller.stop()

@@ -1,12 +1,14 @@
 """A real SMTP server (aiosmtpd) on a free port, with Django's email pointed at it.
 
 Use it from a test module with ``pytest_plugins = ["tests.smtp"]`` and the ``smtp``
-fixture: ``smtp.messages`` are the ``email.message.Message`` objects it received.
+fixture: ``smtp.messages`` are the ``email.message.Message`` objects it received (each
+with an ``X-Rcpt-To`` header naming its envelope recipients), ``smtp.to(address)`` those
+sent to one address.
 """
 
 from __future__ import annotations
 
-import socket
+import threading
 import time
 from collections.abc import Iterator
 from email import message_from_bytes
@@ -15,16 +17,28 @@ from email.message import Message
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.servers import free_port
+
 
 class Inbox:
     def __init__(self) -> None:
-        self.messages: list[Message] = []
+        self._messages: list[Message] = []
+        self._lock = threading.Lock()  # the server runs in a thread of its own
 
     async def handle_DATA(self, server, session, envelope) -> str:
         message = message_from_bytes(envelope.content)
         message["X-Rcpt-To"] = ", ".join(envelope.rcpt_tos)
-        self.messages.append(message)
+        with self._lock:
+            self._messages.append(message)
         return "250 Message accepted for delivery"
+
+    @property
+    def messages(self) -> list[Message]:
+        with self._lock:
+            return list(self._messages)
+
+    def to(self, address: str) -> list[Message]:
+        return [m for m in self.messages if address in m["X-Rcpt-To"].split(", ")]
 
     def wait_for(self, count: int, timeout: float = 10) -> list[Message]:
         """The messages, once at least ``count`` have arrived (polled, with a deadline)."""
@@ -33,19 +47,13 @@ class Inbox:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{len(self.messages)} emails arrived, not {count}")
             time.sleep(0.01)
-        return list(self.messages)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return self.messages
 
 
 @pytest.fixture
 def smtp(settings) -> Iterator[Inbox]:
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
     controller.start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST = "127.0.0.1"

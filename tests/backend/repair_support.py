@@ -1,6 +1,6 @@
 """Real parts for the repair manager's tests: node agents, Prometheus scraping them, and an
 SMTP server that keeps what it receives. A test module imports the ``*_fixture`` names to
-use the fixtures ``smtp_server``, ``eager_celery`` and ``stop_at_end``."""
+use the fixtures ``eager_celery`` and ``stop_at_end`` (and ``smtp`` from tests.smtp)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from email import message_from_bytes
-from email.message import Message
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
-from aiosmtpd.controller import Controller
 
 from tests.servers import ROOT, free_port, kill_process_group, wait_until
 
@@ -113,36 +109,6 @@ def start_prometheus(directory: Path, targets: list[str]) -> Prometheus:
         prometheus.stop()
         raise
     return prometheus
-
-
-@dataclass
-class Mailbox:
-    """What a real SMTP server (aiosmtpd) received."""
-
-    messages: list[tuple[list[str], Message]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    async def handle_DATA(self, server, session, envelope) -> str:
-        with self.lock:
-            self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
-        return "250 Message accepted for delivery"
-
-    def to(self, address: str) -> list[Message]:
-        with self.lock:
-            return [message for rcpt, message in self.messages if address in rcpt]
-
-
-@pytest.fixture(name="smtp_server")
-def smtp_server_fixture(settings) -> Iterator[Mailbox]:
-    """An SMTP server on a free port, and Django's email pointed at it."""
-    mailbox = Mailbox()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST = "127.0.0.1"
-    settings.EMAIL_PORT = controller.port
-    yield mailbox
-    controller.stop()
 
 
 @pytest.fixture(name="eager_celery")

@@ -16,8 +16,9 @@ from backend.repairs.models import NodeFault, NodeRepairEvent, OutgoingEmail
 from jobmanager.backends.memory import MemoryBackend
 from repairmanager.rules import load_rules
 from tests.backend.jobs_support import JobManager, make_job
-from tests.backend.repair_support import smtp_server_fixture  # noqa: F401 - the fixture
 from tests.servers import free_port
+
+pytest_plugins = ["tests.smtp"]
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +122,7 @@ def test_a_silent_node_drains_its_jobs_until_the_deadline(world, settings, redis
     assert (first.failure_class, first.failure_rule) == ("infrastructure", "node-repair")
 
 
-def test_an_email_smtp_refused_stays_owed_and_goes_out_later(settings, smtp_server):
+def test_an_email_smtp_refused_stays_owed_and_goes_out_later(settings, smtp):
     settings.EMAIL_PORT, working_port = free_port(), settings.EMAIL_PORT  # nobody listens
     assert queue_email("fault:1", ["root@example.com"], "a100-1: ECC", "body")
     assert not queue_email("fault:1", ["root@example.com"], "a100-1: ECC", "body")  # once
@@ -131,7 +132,7 @@ def test_an_email_smtp_refused_stays_owed_and_goes_out_later(settings, smtp_serv
     settings.EMAIL_PORT = working_port
     assert send_pending_emails() == 1
     assert send_pending_emails() == 0
-    assert [message["Subject"] for message in smtp_server.to("root@example.com")] == [
+    assert [message["Subject"] for message in smtp.to("root@example.com")] == [
         "[Trainyard] a100-1: ECC"
     ]
 

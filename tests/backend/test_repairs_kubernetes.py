@@ -71,7 +71,7 @@ def test_a_node_out_of_service_is_cordoned_in_kubernetes_until_it_returns(
     assert summary.taken_out == [node]
     assert fake_kubernetes.get("nodes", node)["spec"]["unschedulable"] is True
     job.refresh_from_db()
-    assert (job.status, job.stop_outcome) == (JobStatus.PAUSING, StopOutcome.REQUEUE)
+    assert (job.status, job.stop_outcome) == (JobStatus.PAUSING, StopOutcome.MOVED)
 
     with django_capture_on_commit_callbacks(execute=True):
         for state in (RepairState.READY_FOR_REPAIR, RepairState.IN_REPAIR):

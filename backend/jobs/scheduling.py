@@ -40,6 +40,15 @@ def epoch(moment: datetime | None) -> float:
     return moment.timestamp() if moment is not None else 0.0
 
 
+# What the scheduler reads of each running or queued job.
+JOB_COLUMNS = (
+    "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
+    "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
+    "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
+    "max_wall_time", "node_selector", "reserved_placement",
+)  # fmt: skip
+
+
 def load_snapshot(now: datetime | None = None) -> Snapshot:
     """Nodes, VCs with quotas, jobs holding resources and jobs ready to start."""
     now = now or timezone.now()
@@ -74,20 +83,14 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
             "id", "name", "policy", "max_interactive_gpus"
         )
     )
-    columns = (
-        "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
-        "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
-        "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
-        "max_wall_time", "node_selector", "reserved_placement",
-    )  # fmt: skip
     running = tuple(
         _running_job(row)
-        for row in Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*columns)
+        for row in Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
     )
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
-    queued = tuple(_queued_job(row) for row in ready.order_by().values(*columns))
+    queued = tuple(queued_job(row) for row in ready.order_by().values(*JOB_COLUMNS))
     return Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -131,7 +134,8 @@ def _running_job(row: dict) -> RunningJob:
     )
 
 
-def _queued_job(row: dict) -> QueuedJob:
+def queued_job(row: dict) -> QueuedJob:
+    """The scheduler's view of a waiting job, from a row of ``JOB_COLUMNS``."""
     return QueuedJob(
         id=row["job_id"],
         vc=row["vc__name"],

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import F, Sum
+from django.db.models import Count, F, Sum
 
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
 
@@ -16,6 +16,7 @@ class Resources:
     gpus: int = 0
     cpus: Decimal = field(default_factory=Decimal)
     memory: int = 0
+    jobs: int = 0  # how many jobs the totals are of (not part of as_dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"gpus": self.gpus, "cpus": float(self.cpus), "memory": self.memory}
@@ -45,12 +46,14 @@ def _totals_by_gpu_type(jobs) -> dict[str, Resources]:
         gpus=Sum(F("workers") * F("gpus_per_worker")),
         cpus=Sum(F("workers") * F("cpus_per_worker")),
         memory=Sum(F("workers") * F("memory_per_worker")),
+        jobs=Count("id"),
     )
     return {
         row["gpu_type__name"]: Resources(
             gpus=int(row["gpus"] or 0),
             cpus=Decimal(str(row["cpus"] or 0)),
             memory=int(row["memory"] or 0),
+            jobs=row["jobs"],
         )
         for row in rows
     }
@@ -59,6 +62,13 @@ def _totals_by_gpu_type(jobs) -> dict[str, Resources]:
 def vc_used(vc_id: int) -> dict[str, Resources]:
     """Resources a VC's jobs hold now, per GPU type."""
     return _totals_by_gpu_type(Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES))
+
+
+def vc_borrowed(vc_id: int) -> dict[str, Resources]:
+    """Resources a VC's jobs hold beyond its quota (as preemptible work), per GPU type."""
+    return _totals_by_gpu_type(
+        Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES, borrowing=True)
+    )
 
 
 def vc_queued(vc_id: int) -> dict[str, Resources]:

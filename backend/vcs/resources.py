@@ -1,48 +1,80 @@
-"""A VC's quota, use, queued demand and free resources per GPU type."""
+"""A VC's quota, use, queued demand and free resources per GPU type; every VC's use."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from backend.clusters.capacity import node_capacities
-from backend.jobs.usage import Resources, vc_queued, vc_used
-from backend.vcs.models import VirtualCluster
+from django.db.models import F, Sum
 
-
-def idle_gpus_by_type() -> dict[str, int]:
-    idle: dict[str, int] = defaultdict(int)
-    for capacity in node_capacities():
-        idle[capacity.node.gpu_type.name] += capacity.free_gpus
-    return idle
+from backend.clusters.capacity import fragmentation, free_gpu_histograms, node_capacities
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
+from backend.jobs.usage import Resources, vc_borrowed, vc_queued, vc_used
+from backend.vcs.models import Quota, VirtualCluster
 
 
 def vc_resources(vc: VirtualCluster) -> list[dict[str, object]]:
     """One row per GPU type the VC has a quota for or uses.
 
     ``free`` is what the VC may still start as guaranteed work (quota less use);
-    ``cluster_idle_gpus`` is what it could borrow, as preemptible work, right now.
+    ``cluster_idle_gpus`` is what it could borrow, as preemptible work, right now, and
+    ``fragmentation`` how those idle GPUs lie: schedulable nodes by their free GPUs.
     """
     quotas = {quota.gpu_type.name: quota for quota in vc.quotas.select_related("gpu_type")}
     used = vc_used(vc.id)
+    borrowed = vc_borrowed(vc.id)
     queued = vc_queued(vc.id)
-    idle = idle_gpus_by_type()
+    histograms = free_gpu_histograms(node_capacities())
     rows = []
     for name in sorted(set(quotas) | set(used) | set(queued)):
         quota = quotas.get(name)
         quota_resources = Resources(quota.gpus, quota.cpus, quota.memory) if quota else Resources()
         in_use = used.get(name, Resources())
+        waiting = queued.get(name, Resources())
+        histogram = histograms.get(name, Counter())
         rows.append(
             {
                 "gpu_type": name,
                 "quota": quota_resources.as_dict(),
                 "used": in_use.as_dict(),
-                "queued": queued.get(name, Resources()).as_dict(),
+                "queued": waiting.as_dict(),
                 "free": Resources(
                     max(quota_resources.gpus - in_use.gpus, 0),
                     max(quota_resources.cpus - in_use.cpus, 0),
                     max(quota_resources.memory - in_use.memory, 0),
                 ).as_dict(),
-                "cluster_idle_gpus": idle.get(name, 0),
+                "running_jobs": in_use.jobs,
+                "queued_jobs": waiting.jobs,
+                "borrowed_gpus": borrowed.get(name, Resources()).gpus,
+                "cluster_idle_gpus": sum(free * nodes for free, nodes in histogram.items()),
+                "fragmentation": fragmentation(histogram),
             }
         )
     return rows
+
+
+def every_vc_usage() -> list[dict[str, object]]:
+    """Per VC and GPU type: quota, GPUs in use and GPUs asked for by waiting jobs.
+    Aggregates only: no job of another tenant is named."""
+    gpus = Sum(F("workers") * F("gpus_per_worker"))
+    rows: dict[tuple[str, str], dict[str, object]] = defaultdict(dict)
+    for quota in Quota.objects.values("vc__name", "gpu_type__name", "gpus"):
+        rows[(quota["vc__name"], quota["gpu_type__name"])]["quota_gpus"] = quota["gpus"]
+    for key, statuses in (("used_gpus", ACTIVE_STATUSES), ("queued_gpus", (JobStatus.QUEUED,))):
+        totals = (
+            Job.objects.filter(status__in=statuses)
+            .order_by()
+            .values("vc__name", "gpu_type__name")
+            .annotate(gpus=gpus)
+        )
+        for total in totals:
+            rows[(total["vc__name"], total["gpu_type__name"])][key] = int(total["gpus"] or 0)
+    return [
+        {
+            "vc": vc,
+            "gpu_type": gpu_type,
+            "quota_gpus": row.get("quota_gpus", 0),
+            "used_gpus": row.get("used_gpus", 0),
+            "queued_gpus": row.get("queued_gpus", 0),
+        }
+        for (vc, gpu_type), row in sorted(rows.items())
+    ]

@@ -86,7 +86,14 @@ def test_detail_shows_quota_use_queue_and_free_per_gpu_type(world):
             "used": {"gpus": 8, "cpus": 64.0, "memory": 512 * GIB},
             "queued": {"gpus": 8, "cpus": 64.0, "memory": 512 * GIB},
             "free": {"gpus": 8, "cpus": 64.0, "memory": 512 * GIB},
+            "running_jobs": 2,
+            "queued_jobs": 1,
+            "borrowed_gpus": 0,
             "cluster_idle_gpus": 32 - 4 - 4 - 8,
+            # a100-3 is full, a100-1 and a100-2 have 4 GPUs free, a100-4 all 8
+            "fragmentation": [
+                {"free_gpus": k, "nodes": {0: 1, 4: 2, 8: 1}.get(k, 0)} for k in range(9)
+            ],
         },
         {
             "gpu_type": "cpu",
@@ -94,7 +101,11 @@ def test_detail_shows_quota_use_queue_and_free_per_gpu_type(world):
             "used": {"gpus": 0, "cpus": 0.0, "memory": 0},
             "queued": {"gpus": 0, "cpus": 0.0, "memory": 0},
             "free": {"gpus": 0, "cpus": 32.0, "memory": 128 * GIB},
+            "running_jobs": 0,
+            "queued_jobs": 0,
+            "borrowed_gpus": 0,
             "cluster_idle_gpus": 0,
+            "fragmentation": [{"free_gpus": 0, "nodes": 2}],  # two CPU-only nodes
         },
     ]
 
@@ -105,7 +116,7 @@ def test_borrowing_beyond_the_quota_leaves_nothing_free(world):
 
     (a100,) = world.client(world.outsider).get(f"{VCS}nlp/").json()["resources"]
 
-    assert (a100["used"]["gpus"], a100["free"]["gpus"]) == (12, 0)
+    assert (a100["used"]["gpus"], a100["free"]["gpus"], a100["borrowed_gpus"]) == (12, 0, 0)
     assert a100["free"]["memory"] == 0
 
 

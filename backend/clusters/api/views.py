@@ -18,6 +18,7 @@ from backend.clusters.api.serializers import (
 from backend.clusters.capacity import cluster_summary, node_capacities
 from backend.clusters.models import GpuType, Node
 from backend.core.scoping import TenantScopedViewSet
+from backend.vcs.resources import every_vc_usage
 
 
 class ClusterInventoryViewSet(
@@ -98,3 +99,11 @@ def cluster_summary_view(request: Request) -> Response:
     """Per GPU type: nodes, GPUs/CPUs/memory total, used and free, and how many schedulable
     nodes have k free GPUs (the fragmentation histogram)."""
     return Response({"gpu_types": cluster_summary()}, status=status.HTTP_200_OK)
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def vc_usage_view(request: Request) -> Response:
+    """Per VC and GPU type: quota, GPUs in use and GPUs waiting jobs ask for (aggregates:
+    no job is named), for the cluster status page."""
+    return Response({"vcs": every_vc_usage()})

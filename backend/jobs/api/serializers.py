@@ -241,6 +241,28 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class JobEndpointsSerializer(serializers.Serializer):
+    ssh = serializers.CharField(required=False, help_text="SSH command line (running jobs).")
+    vscode = serializers.CharField(required=False, help_text="VS Code Remote-SSH link.")
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job's detail: the job and, while it runs, how to reach it (documentation only:
+    the view adds ``endpoints`` to what JobSerializer answers)."""
+
+    endpoints = JobEndpointsSerializer(read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "endpoints"]
+        read_only_fields = fields
+
+
+class StartPreviewSerializer(serializers.Serializer):
+    can_start_now = serializers.BooleanField()
+    reason = serializers.CharField(allow_null=True)
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+
+
 class JobSummarySerializer(JobSerializer):
     """A job as lists answer it: what a table of jobs shows. The command, environment,
     paths, placement and messages are in the job's detail (as OpenPAI and DLTS lists do),

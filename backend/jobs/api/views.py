@@ -21,6 +21,7 @@ from backend.jobs.api.serializers import (
     JobActionSerializer,
     JobAttemptSerializer,
     JobBatchSerializer,
+    JobDetailSerializer,
     JobEventSerializer,
     JobPrioritySerializer,
     JobSerializer,
@@ -28,7 +29,9 @@ from backend.jobs.api.serializers import (
     JobSummarySerializer,
     LogTailQuerySerializer,
     LogTailSerializer,
+    StartPreviewSerializer,
 )
+from backend.jobs.insight import job_endpoints, preview_start
 from backend.jobs.logs import job_log_dir, job_log_files, read_log_chunk, stream_full_log
 from backend.jobs.models import Job
 from backend.vcs.permissions import is_vc_admin
@@ -113,6 +116,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             request.user, submission.validated_data["spec"], idempotency_key=key
         )
         return self._submitted(job, replayed=not created)
+
+    @extend_schema(request=JobSubmitSerializer, responses=StartPreviewSerializer)
+    @action(detail=False, methods=["post"], filterset_class=None, pagination_class=None)
+    def preview(self, request: Request) -> Response:
+        """Whether a job would start now if submitted, and if not why and when it likely
+        would: the submission's body, validated as a submission; nothing is stored."""
+        submission = JobSubmitSerializer(data=request.data, context={"request": request})
+        submission.is_valid(raise_exception=True)
+        preview = preview_start(submission.validated_data["spec"], request.user.id)
+        return Response(StartPreviewSerializer(preview).data)
+
+    @extend_schema(responses=JobDetailSerializer)
+    def retrieve(self, request: Request, id: str) -> Response:
+        """The job, and while it runs an SSH command line and a VS Code link to reach it."""
+        job = self.get_object()
+        return Response(self.get_serializer(job).data | {"endpoints": job_endpoints(job)})
 
     def _submitted(self, job: Job, replayed: bool) -> Response:
         if replayed:

@@ -135,3 +135,22 @@ class MembershipChangeSerializer(serializers.Serializer):
         if user is None:
             raise serializers.ValidationError(f"No active user named {username!r}.")
         return user
+
+
+class QueuedJobSerializer(serializers.Serializer):
+    """A waiting job in its VC's queue."""
+
+    position = serializers.IntegerField()
+    job_id = serializers.CharField()
+    name = serializers.CharField()
+    owner = serializers.CharField()
+    gpu_type = serializers.CharField()
+    workers = serializers.IntegerField()
+    gpus_per_worker = serializers.IntegerField()
+    priority = serializers.IntegerField()
+    preemptible = serializers.BooleanField()
+    status = serializers.CharField()
+    status_message = serializers.CharField()
+    submitted_at = serializers.DateTimeField()
+    not_before = serializers.DateTimeField(allow_null=True, help_text="Retry back-off until.")
+    estimated_start_at = serializers.DateTimeField(allow_null=True)

@@ -11,10 +11,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from backend.core.scoping import TenantScopedViewSet
+from backend.jobs.insight import vc_queue
 from backend.vcs import actions
 from backend.vcs.api.serializers import (
     MembershipChangeSerializer,
     MembershipSerializer,
+    QueuedJobSerializer,
     QuotaListSerializer,
     QuotaOutSerializer,
     VirtualClusterCreateSerializer,
@@ -99,6 +101,14 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
             actions.set_vc_quotas(vc, [_spec(item) for item in body.validated_data])
         quotas = vc.quotas.select_related("gpu_type").order_by("gpu_type__name")
         return Response(QuotaOutSerializer(quotas, many=True).data)
+
+    @extend_schema(responses=QueuedJobSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def queue(self, request: Request, name: str) -> Response:
+        """The VC's waiting jobs in the order its scheduler considers them, with why each
+        waits and when it is likely to start (VC members and cluster admins)."""
+        vc = self.get_object()
+        return Response(QueuedJobSerializer(vc_queue(vc), many=True).data)
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
     @extend_schema(

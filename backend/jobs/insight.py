@@ -1,0 +1,129 @@
+"""What a user sees before and while a job waits: the VC's queue in the order the
+scheduler takes it, whether a job not yet submitted could start now, and how to reach a
+running job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from backend.jobs.actions import JobSpec
+from backend.jobs.models import Job, JobStatus, JobType
+from backend.jobs.scheduling import JOB_COLUMNS, load_snapshot, millicpus, queued_job
+from backend.jobs.submission import needs_approval
+from backend.vcs.models import VirtualCluster
+from jobmanager.core import QueuedJob, Resources, schedule
+from jobmanager.core.scheduler import queue_order
+from jobmanager.core.snapshot import JobShape
+from jobmanager.core.timeline import estimate_start_times
+
+PREVIEW_ID = "(preview)"  # no real job id has parentheses
+
+
+def vc_queue(vc: VirtualCluster) -> list[dict[str, object]]:
+    """The VC's waiting jobs, in the order its scheduler considers them (priority, then
+    submission time, which preempted jobs keep, then the largest gang)."""
+    rows = list(
+        Job.objects.filter(vc=vc, status=JobStatus.QUEUED)
+        .order_by()
+        .values(*JOB_COLUMNS, "name", "owner__username", "status", "status_message",
+                "submitted_at", "estimated_start_at", "not_before")
+    )  # fmt: skip
+    rows.sort(key=lambda row: queue_order(queued_job(row)))
+    return [
+        {
+            "position": position,
+            "job_id": row["job_id"],
+            "name": row["name"],
+            "owner": row["owner__username"],
+            "gpu_type": row["gpu_type__name"],
+            "workers": row["workers"],
+            "gpus_per_worker": row["gpus_per_worker"],
+            "priority": row["priority"],
+            "preemptible": row["preemptible"],
+            "status": row["status"],
+            "status_message": row["status_message"],
+            "submitted_at": row["submitted_at"],
+            "not_before": row["not_before"],
+            "estimated_start_at": row["estimated_start_at"],
+        }
+        for position, row in enumerate(rows, start=1)
+    ]
+
+
+@dataclass(frozen=True)
+class StartPreview:
+    can_start_now: bool
+    reason: str | None
+    estimated_start_at: datetime | None
+
+
+def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
+    """Whether the job, submitted now, would start on the next scheduling pass, and if not
+    why and when it is likely to. Nothing is stored."""
+    approval = needs_approval(spec.as_request(), user_id)
+    if approval:
+        return StartPreview(False, approval, None)
+    now = timezone.now()
+    candidate = QueuedJob(
+        id=PREVIEW_ID,
+        vc=spec.vc.name,
+        shape=JobShape(
+            gpu_type=spec.gpu_type.name,
+            workers=spec.workers,
+            per_worker=Resources(
+                spec.gpus_per_worker, millicpus(spec.cpus_per_worker), spec.memory_per_worker
+            ),
+            node_selector=tuple(sorted(spec.node_selector.items())),
+        ),
+        queued_at=now.timestamp(),
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        interactive=spec.type == JobType.INTERACTIVE,
+        max_wall_time=float(min(spec.max_wall_time, spec.vc.max_wall_time)),
+    )
+    snapshot = load_snapshot(now)
+    snapshot = replace(snapshot, queued=(*snapshot.queued, candidate))
+    decisions = schedule(snapshot)
+    start = next((start for start in decisions.starts if start.job_id == PREVIEW_ID), None)
+    if start is not None:
+        reason = (
+            "Starts as preemptible work, borrowing idle GPUs beyond the VC's quota."
+            if start.borrowing
+            else None
+        )
+        return StartPreview(True, reason, None)
+    victims = [p for p in decisions.preemptions if p.for_job == PREVIEW_ID]
+    if victims:
+        reason = (
+            f"Starts once {len(victims)} job(s) borrowing the VC's quota are preempted, "
+            "in about the time they take to stop."
+        )
+        return StartPreview(False, reason, None)
+    wait = next((wait.reason for wait in decisions.waits if wait.job_id == PREVIEW_ID), None)
+    starts = estimate_start_times(
+        snapshot, default_run_time=settings.TRAINYARD_DEFAULT_MAX_WALL_TIME
+    )
+    estimate = starts.get(PREVIEW_ID)
+    when = datetime.fromtimestamp(estimate, tz=UTC).replace(microsecond=0) if estimate else None
+    return StartPreview(False, wait or "It would wait in the queue.", when)
+
+
+def job_endpoints(job: Job) -> dict[str, str]:
+    """How the owner reaches a running job's first worker through the SSH gateway: an SSH
+    command line and a VS Code Remote-SSH link (empty while the job is not running)."""
+    if job.status != JobStatus.RUNNING:
+        return {}
+    gateway = settings.TRAINYARD_SSH_GATEWAY
+    port = settings.TRAINYARD_SSH_PORT
+    login = f"{job.owner.username}+{job.job_id}"
+    port_option = f" -p {port}" if port != 22 else ""
+    host = f"{gateway}:{port}" if port != 22 else gateway
+    folder = job.working_dir or "/"
+    return {
+        "ssh": f"ssh{port_option} {login}@{gateway}",
+        "vscode": f"vscode://vscode-remote/ssh-remote+{login}@{host}{folder}",
+    }

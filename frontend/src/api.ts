@@ -121,6 +121,9 @@ export interface Vc {
     used: Resources;
     queued: Resources;
     free: Resources;
+    running_jobs?: number;
+    queued_jobs?: number;
+    borrowed_gpus?: number;
     cluster_idle_gpus: number;
   }[];
 }

@@ -28,7 +28,7 @@ interface VcUsage {
 export function ClusterPage() {
   const summary = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
   const nodes = useApi<Page<NodeRow>>("nodes/?page_size=500&ordering=name", 30000);
-  const usage = useApi<VcUsage[]>("cluster/vc-usage/", 30000);
+  const usage = useApi<{ vcs: VcUsage[] }>("cluster/vc-usage/", 30000);
   const rows = summary.data?.gpu_types ?? [];
   return (
     <section>
@@ -101,7 +101,7 @@ export function ClusterPage() {
               </tr>
             </thead>
             <tbody>
-              {(usage.data ?? []).map((row) => (
+              {(usage.data?.vcs ?? []).map((row) => (
                 <tr key={`${row.vc}/${row.gpu_type}`}>
                   <td>{row.vc}</td>
                   <td>{row.gpu_type}</td>

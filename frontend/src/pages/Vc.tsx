@@ -90,6 +90,7 @@ function VcOverview({ vc }: { vc: Vc }) {
               <th>Quota GPUs</th>
               <th>Used</th>
               <th>Queued</th>
+              <th>Borrowed</th>
               <th>Free in quota</th>
               <th>Idle in cluster</th>
               <th>CPUs used / quota</th>
@@ -104,7 +105,11 @@ function VcOverview({ vc }: { vc: Vc }) {
                 <td>
                   <Meter used={row.used.gpus} total={row.quota.gpus} /> {row.used.gpus}
                 </td>
-                <td>{row.queued.gpus}</td>
+                <td>
+                  {row.queued.gpus}
+                  {row.queued_jobs ? ` (${row.queued_jobs} jobs)` : ""}
+                </td>
+                <td>{row.borrowed_gpus ?? 0}</td>
                 <td>{row.free.gpus}</td>
                 <td>{row.cluster_idle_gpus}</td>
                 <td>

@@ -11,6 +11,7 @@ from backend.accounts.api.views import (
     login_view,
     logout_view,
     me_view,
+    session_view,
 )
 from backend.clusters.api.views import (
     GpuTypeViewSet,
@@ -38,6 +39,7 @@ urlpatterns = [
     path("api/v1/me/", me_view, name="me"),
     path("api/v1/auth/login/", login_view, name="login"),
     path("api/v1/auth/logout/", logout_view, name="logout"),
+    path("api/v1/auth/session/", session_view, name="session"),
     path("api/v1/cluster/summary/", cluster_summary_view, name="cluster-summary"),
     path("api/v1/cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
     path("api/v1/", include(router.urls)),

@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useState } from "react";
 import { NavLink, Navigate, Route, Routes, useLocation, useNavigate } from "react-router";
-import { ApiError, api, type Me, type Page, type Vc } from "./api";
+import { api, type Me, type Page, type Vc } from "./api";
 import { SessionContext, useMe, useSession } from "./auth";
 import { ErrorBox, Loading, useApi } from "./components/common";
 import { AllowedIpsPage } from "./pages/AllowedIps";
@@ -20,12 +20,13 @@ export function App() {
   const navigate = useNavigate();
 
   const load = useCallback(() => {
-    api<Me>("me/")
-      .then((who) => setMe(who))
+    api<{ me: Me | null }>("/api/v1/auth/session/")
+      .then((session) => {
+        setMe(session.me);
+        setError(null);
+      })
       .catch((reason) => {
-        if (!(reason instanceof ApiError && (reason.status === 401 || reason.status === 403))) {
-          setError(reason);
-        }
+        setError(reason);
         setMe(null);
       })
       .finally(() => setChecked(true));

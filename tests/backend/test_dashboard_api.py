@@ -25,6 +25,13 @@ def test_sign_in_answers_who_i_am_and_the_session_then_reaches_the_api(world):
     assert browser.get("/api/v1/me/").json()["username"] == "vera"
 
 
+def test_the_session_says_who_is_signed_in_and_answers_200_when_nobody_is(world):
+    browser = Client()
+    assert browser.get("/api/v1/auth/session/").json() == {"me": None}
+    browser.force_login(world.vc_admin)
+    assert browser.get("/api/v1/auth/session/").json()["me"]["username"] == "vera"
+
+
 def test_a_wrong_password_is_a_400_that_says_so_and_signs_nobody_in(world):
     browser = Client()
     response = browser.post(
@@ -90,3 +97,13 @@ def test_without_a_build_the_landing_page_points_to_the_api(settings, tmp_path):
     response = Client().get("/")
     assert response.status_code == 200
     assert b"/api/docs/" in response.content
+
+
+def test_the_vc_queue_says_why_each_job_waits_in_the_schedulers_words(world):
+    from tests.backend.jobs_support import make_job
+
+    make_job(world, insight_message="Waiting: needs 3 x 8 A100 on separate nodes.")
+    queue = world.client(world.member).get("/api/v1/vcs/vision/queue/").json()
+    assert [row["insight_message"] for row in queue] == [
+        "Waiting: needs 3 x 8 A100 on separate nodes."
+    ]

@@ -89,3 +89,7 @@ class MeSerializer(serializers.Serializer):
             {"name": name, "role": role}
             for name, role in user.memberships.order_by("vc__name").values_list("vc__name", "role")  # type: ignore[attr-defined]
         ]
+
+
+class SessionSerializer(serializers.Serializer):
+    me = MeSerializer(allow_null=True)

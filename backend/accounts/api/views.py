@@ -18,6 +18,7 @@ from backend.accounts.api.serializers import (
     LoginSerializer,
     MeSerializer,
     NewApiTokenSerializer,
+    SessionSerializer,
     SshKeySerializer,
     UserSerializer,
 )
@@ -149,6 +150,16 @@ def login_view(request: Request) -> Response:
         )
     login(request._request, user)
     return Response(MeSerializer(user).data)
+
+
+@extend_schema(responses=SessionSerializer)
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def session_view(request: Request) -> Response:
+    """Who is signed in on this session: ``{"me": ...}``, or ``{"me": null}`` (not a 401, so
+    that a signed-out browser's first page load logs no error)."""
+    user = request.user
+    return Response({"me": MeSerializer(user).data if user.is_authenticated else None})
 
 
 @extend_schema(request=None, responses={204: None})

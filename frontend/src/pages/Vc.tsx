@@ -17,6 +17,7 @@ interface QueueEntry {
   submitted_at: string;
   status: string;
   status_message: string;
+  insight_message?: string;
   estimated_start_at: string | null;
 }
 
@@ -72,6 +73,7 @@ function VcOverview({ vc }: { vc: Vc }) {
       submitted_at: job.submitted_at,
       status: job.status,
       status_message: job.status_message,
+      insight_message: job.insight_message,
       estimated_start_at: job.estimated_start_at,
     }));
   return (
@@ -160,7 +162,7 @@ function VcOverview({ vc }: { vc: Vc }) {
                   <td>
                     <StatusBadge status={entry.status} />
                   </td>
-                  <td>{entry.status_message}</td>
+                  <td>{entry.insight_message || entry.status_message}</td>
                   <td>{when(entry.estimated_start_at)}</td>
                 </tr>
               ))}

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-sqlite lint format install schema bench clean frontend frontend-test
+.PHONY: run test test-sqlite lint format install schema bench clean frontend frontend-test screenshots
 
 # The dashboard: npm ci when the lock file changed, a Vite build when its sources changed.
 FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts -type f 2>/dev/null)
@@ -57,6 +57,10 @@ format: install
 schema: install
 	$(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 	$(PY) manage.py api_reference --output docs/api.md
+
+# Photograph every dashboard page (the browser e2e run) into docs/screenshots/.
+screenshots: install frontend
+	TRAINYARD_SCREENSHOT_DIR=docs/screenshots ./deploy/run-tests.sh tests/e2e -q
 
 bench: install
 	./deploy/install-system-packages.sh wrk

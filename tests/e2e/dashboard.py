@@ -4,6 +4,7 @@ bench/dashboard_load)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from tests.servers import ROOT, kill_process_group, session_database_url, start_gunicorn
@@ -101,6 +103,19 @@ def live_servers(
     finally:
         for process in servers.processes:
             kill_process_group(process)
+        kill_jobs_started_under(directory)
+
+
+def kill_jobs_started_under(directory: Path) -> None:
+    """After a failed test, leave no job behind: the local backend's processes run detached
+    from the servers, and are found by the state and log folders named on their command line."""
+    for process in psutil.process_iter(["cmdline"]):
+        if any(str(directory) in part for part in process.info["cmdline"] or []):
+            for child in process.children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-import { useState } from "react";
+import { useEffect, useState } from "react";
 import { Link, useParams } from "react-router";
 import { api, type Job } from "../api";
 import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
@@ -33,6 +33,16 @@ export function JobDetailPage() {
   const events = useApi<JobEvent[]>(`jobs/${id}/events/`, active ? 3000 : 0);
   const attempts = useApi<Attempt[] | { results: Attempt[] }>(`jobs/${id}/attempts/`, active ? 5000 : 0);
   const [actionError, setActionError] = useState<unknown>(null);
+  // A change of status brings new events and attempts (polling stops once the job ended).
+  const status = job.data?.status;
+  const reloadEvents = events.reload;
+  const reloadAttempts = attempts.reload;
+  useEffect(() => {
+    if (status) {
+      reloadEvents();
+      reloadAttempts();
+    }
+  }, [status, reloadEvents, reloadAttempts]);
 
   async function act(action: string) {
     setActionError(null);

@@ -46,29 +46,32 @@ export function SubmitPage() {
   const quotaRow = vc.data?.resources?.find((row) => row.gpu_type === form.gpu_type);
   const maxMinutes = vc.data ? Math.floor(vc.data.max_wall_time / 60) : undefined;
 
-  // Ask the server whether the job could start now; without that endpoint, judge locally.
-  const [preview, setPreview] = useState<Preview | null>(null);
-  const [previewMissing, setPreviewMissing] = useState(false);
+  // Ask the server whether the job could start now, for the form as it is; without that
+  // endpoint (or while the form is incomplete), judge from the cluster's free GPUs.
   const body = useMemo(() => submission(form), [form]);
+  const bodyKey = JSON.stringify(body);
+  const [preview, setPreview] = useState<{ key: string; answer: Preview | null }>({ key: "", answer: null });
+  const [previewMissing, setPreviewMissing] = useState(false);
   useEffect(() => {
-    if (!form.vc || !form.command.trim() || previewMissing) {
-      setPreview(null);
-      return;
-    }
+    if (!form.vc || !form.command.trim() || previewMissing) return;
     const controller = new AbortController();
     const timer = window.setTimeout(() => {
-      api<Preview>("jobs/preview/", { method: "POST", body, signal: controller.signal })
-        .then(setPreview)
+      api<Preview>("jobs/preview/", { method: "POST", body: JSON.parse(bodyKey), signal: controller.signal })
+        .then((answer) => setPreview({ key: bodyKey, answer }))
         .catch((reason) => {
+          if ((reason as Error).name === "AbortError") return;
           if (reason instanceof ApiError && (reason.status === 404 || reason.status === 405)) setPreviewMissing(true);
-          setPreview(null);
+          setPreview({ key: bodyKey, answer: null });
         });
-    }, 400);
+    }, 300);
     return () => {
       window.clearTimeout(timer);
       controller.abort();
     };
-  }, [body, form.vc, form.command, previewMissing]);
+  }, [bodyKey, form.vc, form.command, previewMissing]);
+  const asked = !previewMissing && !!form.command.trim();
+  const answered = preview.key === bodyKey;
+  const serverAnswer = answered ? preview.answer : null;
   const localReason = localStartCheck(
     Number(form.workers) || 1,
     Number(form.gpus_per_worker) || 0,
@@ -76,7 +79,15 @@ export function SubmitPage() {
     quotaRow?.free.gpus,
     form.preemptible,
   );
-  const reason = preview ? (preview.can_start_now ? null : preview.reason ?? "it must wait for resources") : localReason;
+  const checking = asked && !answered;
+  const reason = serverAnswer
+    ? serverAnswer.can_start_now
+      ? null
+      : (serverAnswer.reason ?? "it must wait for resources")
+    : checking
+      ? null
+      : localReason;
+  const startNote = serverAnswer?.can_start_now ? serverAnswer.reason : null;
 
   function set<K extends keyof SubmitForm>(key: K, value: SubmitForm[K]) {
     setForm((f) => ({ ...f, [key]: value }));
@@ -233,15 +244,19 @@ export function SubmitPage() {
             </p>
           )}
           {clusterRow && <FragmentationChart gpuType={clusterRow.gpu_type} histogram={clusterRow.fragmentation} />}
-          {reason ? (
+          {checking ? (
+            <p className="hint" role="status">
+              Checking whether this job can start now…
+            </p>
+          ) : reason ? (
             <div className="warning" role="status">
-              This job cannot start now: {reason}.
-              {preview?.estimated_start_at && <> Estimated start: {when(preview.estimated_start_at)}.</>}
+              This job cannot start now: {reason.replace(/\.$/, "")}.
+              {serverAnswer?.estimated_start_at && <> Estimated start: {when(serverAnswer.estimated_start_at)}.</>}
             </div>
           ) : (
             clusterRow && (
               <p className="ok" role="status">
-                Resources are free: this job can start now.
+                Resources are free: this job can start now.{startNote && ` ${startNote}`}
               </p>
             )
           )}

@@ -35,6 +35,13 @@ export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void 
   if (!error) return null;
   const message = error instanceof Error ? error.message : String(error);
   const status = error instanceof ApiError ? error.status : 0;
+  if (status === 401) {
+    return (
+      <div className="error" role="alert">
+        <strong>Your session has ended.</strong> <a href={`/login?next=${encodeURIComponent(window.location.pathname)}`}>Sign in again</a>.
+      </div>
+    );
+  }
   const hint =
     status === 404
       ? "It does not exist, or it is not in one of your VCs."

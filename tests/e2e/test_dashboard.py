@@ -148,7 +148,6 @@ def test_a_member_signs_in_submits_a_job_that_runs_and_finishes_and_reads_its_lo
     page.get_by_role("link", name="Jobs", exact=True).click()
     row = page.get_by_role("row").filter(has_text="hello-dashboard")
     expect(row.locator(".badge")).to_have_text("finished")
-    window.shot("jobs")
 
 
 def test_a_job_beyond_the_quota_waits_and_says_why_then_two_jobs_are_killed_at_once(
@@ -198,6 +197,9 @@ def test_a_job_beyond_the_quota_waits_and_says_why_then_two_jobs_are_killed_at_o
     for name in ("holder", "waiter"):
         page.get_by_role("row").filter(has_text=name).get_by_role("checkbox").check()
     expect(page.get_by_text("2 selected")).to_be_visible()
+    holder = page.get_by_role("row").filter(has_text="holder")
+    expect(holder.get_by_role("cell").last).to_have_text(re.compile(r"^6d 23h$"))  # time left
+    window.shot("jobs")
     page.get_by_role("button", name="Kill").click()
     results = page.get_by_role("status", name="Results")
     expect(results.locator("li.ok")).to_have_count(2)

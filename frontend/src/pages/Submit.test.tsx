@@ -12,11 +12,19 @@ const BASE = {
 
 afterEach(() => vi.unstubAllGlobals());
 
+/** The form once the VC, its GPU types and the cluster have loaded. */
+async function ready() {
+  await screen.findByText(/at most 2h 00m/);
+  await screen.findByRole("group", { name: "T-shirt sizes" });
+  await screen.findByRole("img", { name: /A100 nodes by free GPUs/ });
+}
+
 describe("the submit form", () => {
   it("shows the VC's wall-time cap and fills CPUs and memory from a t-shirt size", async () => {
     fakeApi(BASE);
     renderPage(<SubmitPage />, "/submit");
-    expect(await screen.findByText(/at most 2h 00m \(120 min\) in VC vision/)).toBeInTheDocument();
+    await ready();
+    expect(screen.getByText(/at most 2h 00m \(120 min\) in VC vision/)).toBeInTheDocument();
     expect(screen.getByLabelText("Wall time (minutes)")).toHaveAttribute("max", "120");
     await userEvent.click(screen.getByRole("button", { name: /4 GPU · 32 CPU · 256 GiB/ }));
     expect(screen.getByLabelText("GPUs per worker")).toHaveValue(4);
@@ -30,7 +38,7 @@ describe("the submit form", () => {
       "POST /api/v1/jobs/": [400, { command: ["Give a command to run."], max_wall_time: ["At most 7200 s in VC vision."] }],
     });
     renderPage(<SubmitPage />, "/submit");
-    await screen.findByText(/at most 2h/);
+    await ready();
     await userEvent.type(screen.getByLabelText("Wall time (minutes)"), "500");
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     expect(await screen.findByText("Give a command to run.")).toBeInTheDocument();
@@ -44,7 +52,7 @@ describe("the submit form", () => {
   it("refuses environment lines that are not KEY=value before sending anything", async () => {
     const api = fakeApi(BASE);
     renderPage(<SubmitPage />, "/submit");
-    await screen.findByText(/at most 2h/);
+    await ready();
     fireEvent.change(screen.getByLabelText("Environment"), { target: { value: "OK=1\nnot a pair" } });
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     expect(await screen.findByText(/not: not a pair/)).toBeInTheDocument();
@@ -54,7 +62,7 @@ describe("the submit form", () => {
   it("submits and goes to the new job's page", async () => {
     const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { id: "j-new" }] });
     renderPage(<SubmitPage />, "/submit");
-    await screen.findByText(/at most 2h/);
+    await ready();
     fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
     fireEvent.change(screen.getByLabelText("Environment"), { target: { value: "EPOCHS=3" } });
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
@@ -88,7 +96,7 @@ describe("the submit form", () => {
       "POST /api/v1/jobs/preview/": { can_start_now: false, reason: "needs 2 x 4 A100 on separate nodes; largest free block is 3", estimated_start_at: null },
     });
     renderPage(<SubmitPage />, "/submit");
-    await screen.findByText(/at most 2h/);
+    await ready();
     fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
     expect(await screen.findByText(/cannot start now: needs 2 x 4 A100 on separate nodes; largest free block is 3/)).toBeInTheDocument();
     expect(screen.getByRole("img", { name: /A100 nodes by free GPUs: 1 with 0 free, 1 with 1 free, 0 with 2 free, 2 with 3 free/ })).toBeInTheDocument();
@@ -97,7 +105,7 @@ describe("the submit form", () => {
   it("judges from the fragmentation when the server has no preview", async () => {
     fakeApi(BASE);
     renderPage(<SubmitPage />, "/submit");
-    await screen.findByText(/at most 2h/);
+    await ready();
     fireEvent.change(screen.getByLabelText("GPUs per worker"), { target: { value: "4" } });
     expect(await screen.findByText(/cannot start now: needs 1 x 4 A100 on free nodes; largest free block is 3/)).toBeInTheDocument();
     fireEvent.change(screen.getByLabelText("GPUs per worker"), { target: { value: "3" } });

@@ -144,6 +144,12 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
+# The dashboard (frontend/, built by `npm run build`): its index page is served for `/`
+# and its client routes, its hashed assets as static files under /static/dashboard/.
+DASHBOARD_BUILD_DIR = Path(env("TRAINYARD_DASHBOARD_DIR", str(BASE_DIR / "frontend" / "dist")))
+STATICFILES_DIRS = [("dashboard", DASHBOARD_BUILD_DIR)] if DASHBOARD_BUILD_DIR.is_dir() else []
+WHITENOISE_USE_FINDERS = True  # serve a fresh build without a collectstatic
+
 LOGIN_URL = "/api/auth/login/"
 LOGIN_REDIRECT_URL = "/"
 

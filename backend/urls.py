@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
@@ -9,7 +9,10 @@ from backend.accounts.api.views import (
     ApiTokenViewSet,
     SshKeyViewSet,
     UserViewSet,
+    login_view,
+    logout_view,
     me_view,
+    session_view,
 )
 from backend.clusters.api.views import (
     GpuTypeViewSet,
@@ -53,6 +56,9 @@ urlpatterns = [
     path("", home_view, name="home"),
     path("healthz", health_view, name="health"),
     path("api/v1/me/", me_view, name="me"),
+    path("api/v1/auth/login/", login_view, name="login"),
+    path("api/v1/auth/logout/", logout_view, name="logout"),
+    path("api/v1/auth/session/", session_view, name="session"),
     path("api/v1/cluster/summary/", cluster_summary_view, name="cluster-summary"),
     path("api/v1/cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
     path("api/v1/", include(router.urls)),
@@ -60,4 +66,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
+    # The dashboard's client-side routes, so that its URLs can be shared and bookmarked.
+    re_path(r"^(?:login|submit|jobs|cluster|vcs|quotas|me)(?:/.*)?$", home_view, name="dashboard"),
 ]

@@ -30,7 +30,7 @@ def vc_queue(vc: VirtualCluster) -> list[dict[str, object]]:
         Job.objects.filter(vc=vc, status=JobStatus.QUEUED)
         .order_by()
         .values(*JOB_COLUMNS, "name", "owner__username", "status", "status_message",
-                "submitted_at", "estimated_start_at", "not_before")
+                "insight_message", "submitted_at", "estimated_start_at", "not_before")
     )  # fmt: skip
     rows.sort(key=lambda row: queue_order(queued_job(row)))
     return [
@@ -46,6 +46,7 @@ def vc_queue(vc: VirtualCluster) -> list[dict[str, object]]:
             "preemptible": row["preemptible"],
             "status": row["status"],
             "status_message": row["status_message"],
+            "insight_message": row["insight_message"],
             "submitted_at": row["submitted_at"],
             "not_before": row["not_before"],
             "estimated_start_at": row["estimated_start_at"],

@@ -77,6 +77,13 @@ class UserSerializer(serializers.ModelSerializer):
         return password
 
 
+class LoginSerializer(serializers.Serializer):
+    """A username and password, as the dashboard's sign-in form sends them."""
+
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, trim_whitespace=False)
+
+
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     email = serializers.EmailField()
@@ -88,3 +95,7 @@ class MeSerializer(serializers.Serializer):
             {"name": name, "role": role}
             for name, role in user.memberships.order_by("vc__name").values_list("vc__name", "role")  # type: ignore[attr-defined]
         ]
+
+
+class SessionSerializer(serializers.Serializer):
+    me = MeSerializer(allow_null=True)

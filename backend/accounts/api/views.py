@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth import authenticate, get_user_model, login, logout
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status
-from rest_framework.decorators import action, api_view
-from rest_framework.permissions import IsAdminUser
+from rest_framework.decorators import action, api_view, permission_classes
+from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
@@ -16,8 +16,10 @@ from backend.accounts.api.serializers import (
     AllowedIpEventSerializer,
     AllowedIpSerializer,
     ApiTokenSerializer,
+    LoginSerializer,
     MeSerializer,
     NewApiTokenSerializer,
+    SessionSerializer,
     SshKeySerializer,
     UserSerializer,
 )
@@ -139,3 +141,43 @@ class UserViewSet(
 def me_view(request: Request) -> Response:
     """Who I am, whether I am a cluster admin, and my VCs with my role in each."""
     return Response(MeSerializer(request.user).data)
+
+
+@extend_schema(request=LoginSerializer, responses=MeSerializer)
+@api_view(["POST"])
+@permission_classes([AllowAny])
+def login_view(request: Request) -> Response:
+    """Sign in with a username and password; the answer is who I am, the session a cookie."""
+    body = LoginSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    user = authenticate(
+        request._request,
+        username=body.validated_data["username"],
+        password=body.validated_data["password"],
+    )
+    if user is None:
+        return Response(
+            {"detail": "Wrong username or password, or the account is deactivated."},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    login(request._request, user)
+    return Response(MeSerializer(user).data)
+
+
+@extend_schema(responses=SessionSerializer)
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def session_view(request: Request) -> Response:
+    """Who is signed in on this session: ``{"me": ...}``, or ``{"me": null}`` (not a 401, so
+    that a signed-out browser's first page load logs no error)."""
+    user = request.user
+    return Response({"me": MeSerializer(user).data if user.is_authenticated else None})
+
+
+@extend_schema(request=None, responses={204: None})
+@api_view(["POST"])
+@permission_classes([AllowAny])
+def logout_view(request: Request) -> Response:
+    """End the session (signing out twice is not an error)."""
+    logout(request._request)
+    return Response(status=status.HTTP_204_NO_CONTENT)

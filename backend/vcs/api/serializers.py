@@ -151,6 +151,7 @@ class QueuedJobSerializer(serializers.Serializer):
     preemptible = serializers.BooleanField()
     status = serializers.CharField()
     status_message = serializers.CharField()
+    insight_message = serializers.CharField(help_text="Why it waits, in the scheduler's words.")
     submitted_at = serializers.DateTimeField()
     not_before = serializers.DateTimeField(allow_null=True, help_text="Retry back-off until.")
     estimated_start_at = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,69 @@
+import { screen, waitFor, within } from "@testing-library/react";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { fakeApi, renderPage } from "../test-utils";
+import { JobDetailPage } from "./JobDetail";
+
+const FAILED = {
+  id: "f1", name: "bert", owner: "mia", vc: "vision", type: "batch", status: "failed",
+  status_message: "Failed: exit code 1 (user error: python-syntax-error).",
+  insight_message: "", repair_message: "Node a100-2 was drained for repair after this attempt.",
+  image: "", command: "python bert.py", env: {}, workers: 1, gpu_type: "A100", gpus_per_worker: 1,
+  cpus_per_worker: 8, memory_per_worker: 65536, preemptible: false, priority: 0, max_retries: 2,
+  retries_used: 1, max_wall_time: 3600, exit_code: 1, failure_class: "user",
+  failure_rule: "python-syntax-error", attempt: 2, estimated_start_at: null,
+  submitted_at: "2026-11-29T10:00:00Z", started_at: "2026-11-29T10:00:05Z",
+  finished_at: "2026-11-29T10:01:00Z", endpoints: {},
+};
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("a job's page", () => {
+  it("shows why it failed, the repair note and each attempt with its failure class", async () => {
+    fakeApi({
+      "GET /api/v1/jobs/f1/": FAILED,
+      "GET /api/v1/jobs/f1/events/": [
+        { from_status: "", to_status: "queued", actor: "mia", reason: "submitted", created_at: "2026-11-29T10:00:00Z" },
+        { from_status: "running", to_status: "failed", actor: "trainyard", reason: "exit code 1", created_at: "2026-11-29T10:01:00Z" },
+      ],
+      "GET /api/v1/jobs/f1/attempts/": [
+        { number: 1, started_at: "2026-11-29T10:00:05Z", ended_at: "2026-11-29T10:00:30Z", nodes: ["a100-2"], exit_code: 137, failure_class: "infrastructure", failure_rule: "xid-79", message: "GPU fell off the bus" },
+        { number: 2, started_at: "2026-11-29T10:00:40Z", ended_at: "2026-11-29T10:01:00Z", nodes: ["a100-3"], exit_code: 1, failure_class: "user", failure_rule: "python-syntax-error", message: "" },
+      ],
+      "GET /api/v1/jobs/f1/log/tail/": { text: "SyntaxError: invalid syntax\n", next_offset: 28, size: 28, complete: true },
+    });
+    renderPage(<JobDetailPage />, "/jobs/f1", "/jobs/:id");
+    expect(await screen.findByLabelText("Status message")).toHaveTextContent("python-syntax-error");
+    expect(screen.getByLabelText("Repair message")).toHaveTextContent("drained for repair");
+    const attempts = await screen.findByRole("table", { name: "Attempts" });
+    expect(within(attempts).getByText("infrastructure (xid-79)")).toBeInTheDocument();
+    expect(within(attempts).getByText("user (python-syntax-error)")).toBeInTheDocument();
+    expect(await screen.findByLabelText("Log")).toHaveTextContent("SyntaxError: invalid syntax");
+    expect(screen.getByRole("link", { name: "Download full log" })).toHaveAttribute("href", "/api/v1/jobs/f1/log/");
+    expect(screen.getByRole("link", { name: "Clone" })).toHaveAttribute("href", "/submit?clone=f1");
+    expect(screen.queryByLabelText("Endpoints")).not.toBeInTheDocument();
+  });
+
+  it("follows a running job's log from where it left off, and shows how to reach the job", async () => {
+    const offsets: (string | null)[] = [];
+    const chunks = ["epoch 1\n", "epoch 2\n", "epoch 3\n"];
+    fakeApi({
+      "GET /api/v1/jobs/r1/": {
+        ...FAILED, id: "r1", status: "running", exit_code: null, failure_class: "", repair_message: "",
+        status_message: "running on a100-1", finished_at: null,
+        endpoints: { ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia" },
+      },
+      "GET /api/v1/jobs/r1/events/": [],
+      "GET /api/v1/jobs/r1/attempts/": [],
+      "GET /api/v1/jobs/r1/log/tail/": (_body: unknown, url: URL) => {
+        offsets.push(url.searchParams.get("offset"));
+        const index = offsets.length - 1;
+        return [200, { text: chunks[index] ?? "", next_offset: 8 * Math.min(index + 1, 3), size: 24, complete: index >= 2 }];
+      },
+    });
+    renderPage(<JobDetailPage />, "/jobs/r1", "/jobs/:id");
+    expect(await screen.findByText("ssh -p 2222 mia+r1@gateway")).toBeInTheDocument();
+    expect(screen.getByRole("link", { name: "Open in VS Code" })).toHaveAttribute("href", expect.stringContaining("vscode://"));
+    await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("epoch 1 epoch 2 epoch 3"), { timeout: 4000 });
+    expect(offsets).toEqual([null, "8", "16"]);
+  });
+});

@@ -1,0 +1,250 @@
+import { useEffect, useState } from "react";
+import { Link, useParams } from "react-router";
+import { api, type Job } from "../api";
+import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
+import { LogViewer } from "../components/LogViewer";
+import { duration, memory, timeLeft, when } from "../format";
+
+interface JobEvent {
+  from_status: string;
+  to_status: string;
+  actor: string;
+  reason: string;
+  created_at: string;
+}
+
+interface Attempt {
+  number: number;
+  started_at: string | null;
+  ended_at: string | null;
+  nodes: string[];
+  exit_code: number | null;
+  failure_class: string;
+  failure_rule: string;
+  message: string;
+}
+
+const ACTIVE = ["unapproved", "queued", "scheduling", "running", "pausing", "killing"];
+
+export function JobDetailPage() {
+  const { id = "" } = useParams();
+  const job = useApi<Job>(`jobs/${id}/`, 3000);
+  const active = job.data ? ACTIVE.includes(job.data.status) : true;
+  const events = useApi<JobEvent[]>(`jobs/${id}/events/`, active ? 3000 : 0);
+  const attempts = useApi<Attempt[] | { results: Attempt[] }>(`jobs/${id}/attempts/`, active ? 5000 : 0);
+  const [actionError, setActionError] = useState<unknown>(null);
+  // A change of status brings new events and attempts (polling stops once the job ended).
+  const status = job.data?.status;
+  const reloadEvents = events.reload;
+  const reloadAttempts = attempts.reload;
+  useEffect(() => {
+    if (status) {
+      reloadEvents();
+      reloadAttempts();
+    }
+  }, [status, reloadEvents, reloadAttempts]);
+
+  async function act(action: string) {
+    setActionError(null);
+    try {
+      await api(`jobs/${id}/${action}/`, { method: "POST", body: {} });
+      job.reload();
+      events.reload();
+    } catch (reason) {
+      setActionError(reason);
+    }
+  }
+
+  if (job.loading && !job.data) return <Loading what={`job ${id}`} />;
+  if (!job.data) return <ErrorBox error={job.error} retry={job.reload} />;
+  const j = job.data;
+  const left = timeLeft(j);
+  const attemptRows = attempts.data ? (Array.isArray(attempts.data) ? attempts.data : attempts.data.results) : [];
+  const endpoints = j.endpoints ?? {};
+
+  return (
+    <section>
+      <div className="heading">
+        <h1>
+          {j.name} <small>{j.id}</small> <StatusBadge status={j.status} />
+        </h1>
+        <div className="actions">
+          <Link className="button" to={`/submit?clone=${j.id}`}>
+            Clone
+          </Link>
+          {["running", "queued", "scheduling", "unapproved"].includes(j.status) && (
+            <button type="button" onClick={() => act("pause")}>
+              Pause
+            </button>
+          )}
+          {j.status === "paused" && (
+            <button type="button" onClick={() => act("resume")}>
+              Resume
+            </button>
+          )}
+          {ACTIVE.includes(j.status) || j.status === "paused" ? (
+            <button type="button" className="danger" onClick={() => act("kill")}>
+              Kill
+            </button>
+          ) : null}
+        </div>
+      </div>
+      <ErrorBox error={actionError} />
+      <div className="messages">
+        {j.status_message && (
+          <p className="message status-message" aria-label="Status message">
+            <strong>Status:</strong> {j.status_message}
+          </p>
+        )}
+        {j.insight_message && (
+          <p className="message insight" aria-label="Insight">
+            <strong>Insight:</strong> {j.insight_message}
+          </p>
+        )}
+        {j.repair_message && (
+          <p className="message repair" aria-label="Repair message">
+            <strong>Repair:</strong> {j.repair_message}
+          </p>
+        )}
+      </div>
+      <div className="detail-grid">
+        <dl className="spec" aria-label="Spec">
+          <dt>Owner</dt>
+          <dd>{j.owner}</dd>
+          <dt>VC</dt>
+          <dd>
+            <Link to={`/vcs/${j.vc}`}>{j.vc}</Link>
+          </dd>
+          <dt>Type</dt>
+          <dd>{j.type}{j.preemptible ? ", preemptible" : ""}</dd>
+          <dt>Resources</dt>
+          <dd>
+            {j.workers} worker(s) x {j.gpus_per_worker} {j.gpu_type} GPU, {j.cpus_per_worker} CPU, {memory(j.memory_per_worker)}
+          </dd>
+          <dt>Image</dt>
+          <dd>{j.image || "(the host's environment)"}</dd>
+          <dt>Command</dt>
+          <dd>
+            <code>{j.command}</code>
+          </dd>
+          {j.env && Object.keys(j.env).length > 0 && (
+            <>
+              <dt>Environment</dt>
+              <dd>
+                {Object.entries(j.env).map(([key, value]) => (
+                  <code key={key} className="env">
+                    {key}={value}
+                  </code>
+                ))}
+              </dd>
+            </>
+          )}
+          {j.data_path && (
+            <>
+              <dt>Data</dt>
+              <dd>{j.data_path}</dd>
+            </>
+          )}
+          {j.output_path && (
+            <>
+              <dt>Output</dt>
+              <dd>{j.output_path}</dd>
+            </>
+          )}
+          <dt>Priority</dt>
+          <dd>{j.priority}</dd>
+          <dt>Retries</dt>
+          <dd>
+            {j.retries_used} of {j.max_retries} used
+          </dd>
+          <dt>Wall time</dt>
+          <dd>
+            {duration(j.max_wall_time)}
+            {left !== null && `, ${duration(left)} left`}
+          </dd>
+          <dt>Submitted</dt>
+          <dd>{when(j.submitted_at)}</dd>
+          <dt>Started</dt>
+          <dd>{when(j.started_at)}</dd>
+          <dt>Finished</dt>
+          <dd>{when(j.finished_at)}</dd>
+          {j.estimated_start_at && (
+            <>
+              <dt>Estimated start</dt>
+              <dd>{when(j.estimated_start_at)}</dd>
+            </>
+          )}
+          {j.exit_code !== null && (
+            <>
+              <dt>Exit code</dt>
+              <dd>
+                {j.exit_code}
+                {j.failure_class && ` (${j.failure_class}${j.failure_rule ? `: ${j.failure_rule}` : ""})`}
+              </dd>
+            </>
+          )}
+        </dl>
+        <div>
+          {(endpoints.ssh || endpoints.vscode) && (
+            <div className="endpoints" aria-label="Endpoints">
+              <h2>Endpoints</h2>
+              {endpoints.ssh && (
+                <p>
+                  SSH: <code>{endpoints.ssh}</code>
+                </p>
+              )}
+              {endpoints.vscode && (
+                <p>
+                  <a href={endpoints.vscode}>Open in VS Code</a>
+                </p>
+              )}
+            </div>
+          )}
+          <h2>Status history</h2>
+          <ErrorBox error={events.error} />
+          <ol className="events" aria-label="Status history">
+            {(events.data ?? []).map((event, index) => (
+              <li key={index}>
+                <time>{when(event.created_at)}</time> {event.from_status || "new"} → <StatusBadge status={event.to_status} /> by {event.actor}
+                {event.reason && <span className="reason"> — {event.reason}</span>}
+              </li>
+            ))}
+          </ol>
+          <h2>Attempts</h2>
+          {attemptRows.length === 0 ? (
+            <p className="empty">Not run yet.</p>
+          ) : (
+            <table aria-label="Attempts">
+              <thead>
+                <tr>
+                  <th>#</th>
+                  <th>Nodes</th>
+                  <th>Started</th>
+                  <th>Ended</th>
+                  <th>Exit</th>
+                  <th>Failure class</th>
+                  <th>Message</th>
+                </tr>
+              </thead>
+              <tbody>
+                {attemptRows.map((attempt) => (
+                  <tr key={attempt.number}>
+                    <td>{attempt.number}</td>
+                    <td>{attempt.nodes.join(", ")}</td>
+                    <td>{when(attempt.started_at)}</td>
+                    <td>{when(attempt.ended_at)}</td>
+                    <td>{attempt.exit_code ?? "—"}</td>
+                    <td>{attempt.failure_class ? `${attempt.failure_class}${attempt.failure_rule ? ` (${attempt.failure_rule})` : ""}` : "—"}</td>
+                    <td>{attempt.message}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
+        </div>
+      </div>
+      <h2>Log</h2>
+      {j.started_at || j.attempt ? <LogViewer jobId={j.id} workers={j.workers} /> : <p className="empty">No log yet: the job has not started.</p>}
+    </section>
+  );
+}

@@ -1,0 +1,257 @@
+import { useEffect, useState } from "react";
+import { Link, useSearchParams } from "react-router";
+import { api, type BatchResult, type Job, type Page } from "../api";
+import { useMe } from "../auth";
+import { Empty, ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
+import { duration, when } from "../format";
+import { timeLeft } from "../format";
+
+export const STATUSES = [
+  "unapproved", "queued", "scheduling", "running", "pausing", "paused",
+  "killing", "killed", "finished", "failed", "timeout",
+];
+const TYPES = ["batch", "distributed", "interactive", "inference"];
+const SORTS: [string, string][] = [
+  ["-submitted_at", "newest first"],
+  ["submitted_at", "oldest first"],
+  ["-priority", "priority"],
+  ["name", "name"],
+  ["status", "status"],
+  ["-started_at", "recently started"],
+];
+const FILTERS = ["vc", "status", "owner", "type", "ordering", "page", "page_size"];
+
+/** The API query for the jobs list, from the page's own URL (so a view can be shared). */
+export function jobsQuery(params: URLSearchParams): string {
+  const query = new URLSearchParams();
+  for (const key of FILTERS) {
+    const value = params.get(key);
+    if (value) query.set(key, value);
+  }
+  if (!query.has("page_size")) query.set("page_size", "50");
+  return `jobs/?${query.toString()}`;
+}
+
+export function JobsPage() {
+  const me = useMe();
+  const [params, setParams] = useSearchParams();
+  const jobs = useApi<Page<Job>>(jobsQuery(params), 10000);
+  const [selected, setSelected] = useState<Set<string>>(new Set());
+  const [results, setResults] = useState<{ action: string; results: BatchResult[] } | null>(null);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const timer = window.setInterval(() => setNow(Date.now()), 1000);
+    return () => window.clearInterval(timer);
+  }, []);
+
+  function filter(key: string, value: string) {
+    const next = new URLSearchParams(params);
+    if (value) next.set(key, value);
+    else next.delete(key);
+    if (key !== "page") next.delete("page");
+    setParams(next);
+  }
+
+  async function act(action: string) {
+    setActionError(null);
+    try {
+      const answer = await api<{ action: string; results: BatchResult[] }>("jobs/batch/", {
+        method: "POST",
+        body: { action, ids: [...selected] },
+      });
+      setResults(answer);
+      setSelected(new Set());
+      jobs.reload();
+    } catch (reason) {
+      setActionError(reason);
+    }
+  }
+
+  const rows = jobs.data?.results ?? [];
+  const page = Number(params.get("page") ?? 1);
+  const pageSize = Number(params.get("page_size") ?? 50);
+  const pages = jobs.data ? Math.max(1, Math.ceil(jobs.data.count / pageSize)) : 1;
+  const allSelected = rows.length > 0 && rows.every((job) => selected.has(job.id));
+
+  return (
+    <section>
+      <div className="heading">
+        <h1>Jobs</h1>
+        <Link to="/submit" className="button primary">
+          Submit job
+        </Link>
+      </div>
+      <form className="filters" aria-label="Filter jobs" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          VC
+          <select value={params.get("vc") ?? ""} onChange={(e) => filter("vc", e.target.value)}>
+            <option value="">all</option>
+            {me.vcs.map((vc) => (
+              <option key={vc.name}>{vc.name}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Status
+          <select value={params.get("status") ?? ""} onChange={(e) => filter("status", e.target.value)}>
+            <option value="">all</option>
+            {STATUSES.map((status) => (
+              <option key={status}>{status}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Owner
+          <input
+            defaultValue={params.get("owner") ?? ""}
+            placeholder="username"
+            onKeyDown={(e) => e.key === "Enter" && filter("owner", e.currentTarget.value.trim())}
+            onBlur={(e) => filter("owner", e.currentTarget.value.trim())}
+          />
+        </label>
+        <label>
+          Type
+          <select value={params.get("type") ?? ""} onChange={(e) => filter("type", e.target.value)}>
+            <option value="">all</option>
+            {TYPES.map((type) => (
+              <option key={type}>{type}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Sort
+          <select value={params.get("ordering") ?? "-submitted_at"} onChange={(e) => filter("ordering", e.target.value)}>
+            {SORTS.map(([value, label]) => (
+              <option key={value} value={value}>
+                {label}
+              </option>
+            ))}
+          </select>
+        </label>
+      </form>
+      <div className="toolbar" role="toolbar" aria-label="Act on selected jobs">
+        <span>{selected.size} selected</span>
+        {["kill", "pause", "resume", "approve"].map((action) => (
+          <button type="button" key={action} disabled={!selected.size} onClick={() => act(action)}>
+            {action[0].toUpperCase() + action.slice(1)}
+          </button>
+        ))}
+      </div>
+      <ErrorBox error={actionError} />
+      {results && (
+        <div className="results" role="status" aria-label="Results">
+          <strong>{results.action}:</strong>
+          <ul>
+            {results.results.map((result) => (
+              <li key={result.id} className={result.ok ? "ok" : "failed"}>
+                {result.id}: {result.ok ? `ok, now ${result.status}` : result.error}
+              </li>
+            ))}
+          </ul>
+          <button type="button" className="link" onClick={() => setResults(null)}>
+            Dismiss
+          </button>
+        </div>
+      )}
+      <ErrorBox error={jobs.error} retry={jobs.reload} />
+      {jobs.loading && !jobs.data ? (
+        <Loading what="jobs" />
+      ) : rows.length === 0 ? (
+        <Empty>
+          No jobs match. <Link to="/submit">Submit one</Link>
+          {params.toString() && (
+            <>
+              {" "}
+              or <Link to="/jobs">clear the filters</Link>
+            </>
+          )}
+          .
+        </Empty>
+      ) : (
+        <div className="table-wrap">
+          <table className="jobs" aria-label="Jobs">
+            <thead>
+              <tr>
+                <th>
+                  <input
+                    type="checkbox"
+                    aria-label="Select all jobs on this page"
+                    checked={allSelected}
+                    onChange={() => setSelected(allSelected ? new Set() : new Set(rows.map((job) => job.id)))}
+                  />
+                </th>
+                <th>Job</th>
+                <th>Name</th>
+                <th>Owner</th>
+                <th>VC</th>
+                <th>Type</th>
+                <th>Status</th>
+                <th>Resources</th>
+                <th>Submitted</th>
+                <th>Time left</th>
+              </tr>
+            </thead>
+            <tbody>
+              {rows.map((job) => {
+                const left = timeLeft(job, now);
+                return (
+                  <tr key={job.id}>
+                    <td>
+                      <input
+                        type="checkbox"
+                        aria-label={`Select job ${job.id}`}
+                        checked={selected.has(job.id)}
+                        onChange={() => {
+                          const next = new Set(selected);
+                          if (next.has(job.id)) next.delete(job.id);
+                          else next.add(job.id);
+                          setSelected(next);
+                        }}
+                      />
+                    </td>
+                    <td>
+                      <Link to={`/jobs/${job.id}`}>{job.id}</Link>
+                    </td>
+                    <td className="name">{job.name}</td>
+                    <td>{job.owner}</td>
+                    <td>{job.vc}</td>
+                    <td>{job.type}</td>
+                    <td title={job.status_message}>
+                      <StatusBadge status={job.status} />
+                    </td>
+                    <td>
+                      {job.workers} x {job.gpus_per_worker} {job.gpu_type}
+                    </td>
+                    <td>{when(job.submitted_at)}</td>
+                    <td className={left !== null && left < 600 ? "urgent" : ""}>{left === null ? "—" : duration(left)}</td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {jobs.data && jobs.data.count > 0 && (
+        <nav className="pager" aria-label="Pages">
+          <button type="button" disabled={page <= 1} onClick={() => filter("page", String(page - 1))}>
+            Previous
+          </button>
+          <span>
+            Page {page} of {pages} · {jobs.data.count} jobs
+          </span>
+          <button type="button" disabled={page >= pages} onClick={() => filter("page", String(page + 1))}>
+            Next
+          </button>
+          <select aria-label="Jobs per page" value={pageSize} onChange={(e) => filter("page_size", e.target.value)}>
+            {[25, 50, 100, 200].map((size) => (
+              <option key={size} value={size}>
+                {size} per page
+              </option>
+            ))}
+          </select>
+        </nav>
+      )}
+    </section>
+  );
+}

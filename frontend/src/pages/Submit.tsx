@@ -1,0 +1,267 @@
+import { useEffect, useMemo, useState, type FormEvent } from "react";
+import { useNavigate, useSearchParams } from "react-router";
+import { ApiError, api, type ClusterRow, type FieldErrors, type GpuType, type Job, type Vc } from "../api";
+import { useMe } from "../auth";
+import { ErrorBox, Field, Loading, useApi } from "../components/common";
+import { FragmentationChart } from "../components/FragmentationChart";
+import { duration, memory, when } from "../format";
+import { emptyForm, formFromJob, localStartCheck, parseEnv, presets, submission, type SubmitForm } from "./submitModel";
+
+interface Preview {
+  can_start_now: boolean;
+  reason: string | null;
+  estimated_start_at: string | null;
+}
+
+export function SubmitPage() {
+  const me = useMe();
+  const [params] = useSearchParams();
+  const cloneId = params.get("clone");
+  const [form, setForm] = useState<SubmitForm>(() => emptyForm(params.get("vc") ?? me.vcs[0]?.name ?? ""));
+  const [errors, setErrors] = useState<FieldErrors>({});
+  const [failure, setFailure] = useState<unknown>(null);
+  const [busy, setBusy] = useState(false);
+  const navigate = useNavigate();
+
+  const clone = useApi<Job>(cloneId ? `jobs/${cloneId}/` : null);
+  useEffect(() => {
+    if (clone.data) setForm(formFromJob(clone.data));
+  }, [clone.data]);
+
+  const vc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  const gpuTypes = useApi<GpuType[] | { results: GpuType[] }>("gpu-types/");
+  const cluster = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
+  const typeList = useMemo(() => {
+    const all = gpuTypes.data ? (Array.isArray(gpuTypes.data) ? gpuTypes.data : gpuTypes.data.results) : [];
+    const withQuota = new Set((vc.data?.resources ?? []).map((row) => row.gpu_type));
+    return withQuota.size ? all.filter((type) => withQuota.has(type.name)) : all;
+  }, [gpuTypes.data, vc.data]);
+
+  useEffect(() => {
+    if (!form.gpu_type && typeList.length) setForm((f) => ({ ...f, gpu_type: typeList[0].name }));
+  }, [typeList, form.gpu_type]);
+
+  const gpuType = typeList.find((type) => type.name === form.gpu_type);
+  const clusterRow = cluster.data?.gpu_types.find((row) => row.gpu_type === form.gpu_type);
+  const quotaRow = vc.data?.resources?.find((row) => row.gpu_type === form.gpu_type);
+  const maxMinutes = vc.data ? Math.floor(vc.data.max_wall_time / 60) : undefined;
+
+  // Ask the server whether the job could start now, for the form as it is; without that
+  // endpoint (or while the form is incomplete), judge from the cluster's free GPUs.
+  const body = useMemo(() => submission(form), [form]);
+  const bodyKey = JSON.stringify(body);
+  const [preview, setPreview] = useState<{ key: string; answer: Preview | null }>({ key: "", answer: null });
+  const [previewMissing, setPreviewMissing] = useState(false);
+  useEffect(() => {
+    if (!form.vc || !form.command.trim() || previewMissing) return;
+    const controller = new AbortController();
+    const timer = window.setTimeout(() => {
+      api<Preview>("jobs/preview/", { method: "POST", body: JSON.parse(bodyKey), signal: controller.signal })
+        .then((answer) => setPreview({ key: bodyKey, answer }))
+        .catch((reason) => {
+          if ((reason as Error).name === "AbortError") return;
+          if (reason instanceof ApiError && (reason.status === 404 || reason.status === 405)) setPreviewMissing(true);
+          setPreview({ key: bodyKey, answer: null });
+        });
+    }, 300);
+    return () => {
+      window.clearTimeout(timer);
+      controller.abort();
+    };
+  }, [bodyKey, form.vc, form.command, previewMissing]);
+  const asked = !previewMissing && !!form.command.trim();
+  const answered = preview.key === bodyKey;
+  const serverAnswer = answered ? preview.answer : null;
+  const localReason = localStartCheck(
+    Number(form.workers) || 1,
+    Number(form.gpus_per_worker) || 0,
+    clusterRow,
+    quotaRow?.free.gpus,
+    form.preemptible,
+  );
+  const checking = asked && !answered;
+  const reason = serverAnswer
+    ? serverAnswer.can_start_now
+      ? null
+      : (serverAnswer.reason ?? "it must wait for resources")
+    : checking
+      ? null
+      : localReason;
+  const startNote = serverAnswer?.can_start_now ? serverAnswer.reason : null;
+
+  function set<K extends keyof SubmitForm>(key: K, value: SubmitForm[K]) {
+    setForm((f) => ({ ...f, [key]: value }));
+  }
+
+  async function submit(event: FormEvent) {
+    event.preventDefault();
+    const { bad } = parseEnv(form.env);
+    if (bad.length) {
+      setErrors({ env: [`Write one KEY=value per line; not: ${bad.join(", ")}`] });
+      return;
+    }
+    setBusy(true);
+    setFailure(null);
+    try {
+      const job = await api<Job>("jobs/", { method: "POST", body });
+      navigate(`/jobs/${job.id}`);
+    } catch (reason) {
+      const fields = reason instanceof ApiError ? { ...reason.fields } : {};
+      if (fields.max_wall_time) fields.wall_minutes = fields.max_wall_time;
+      setErrors(fields);
+      setFailure(reason);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  if (!me.vcs.length) {
+    return (
+      <section>
+        <h1>Submit a job</h1>
+        <p className="empty">You are in no virtual cluster yet. Ask a cluster admin to add you to one.</p>
+      </section>
+    );
+  }
+  return (
+    <section>
+      <h1>Submit a job{clone.data ? ` (clone of ${clone.data.id})` : ""}</h1>
+      {clone.loading && <Loading what="the job to clone" />}
+      <ErrorBox error={clone.error} />
+      <div className="submit-grid">
+        <form onSubmit={submit} aria-label="Submit a job" noValidate>
+          {failure !== null && <ErrorBox error={failure} />}
+          <div className="row">
+            <Field label="Virtual cluster" name="vc" errors={errors}>
+              <select id="f-vc" value={form.vc} onChange={(e) => setForm({ ...form, vc: e.target.value, gpu_type: "" })}>
+                {me.vcs.map((m) => (
+                  <option key={m.name}>{m.name}</option>
+                ))}
+              </select>
+            </Field>
+            <Field label="Job type" name="type" errors={errors}>
+              <select id="f-type" value={form.type} onChange={(e) => set("type", e.target.value)}>
+                <option value="batch">batch</option>
+                <option value="interactive">interactive</option>
+                <option value="distributed">distributed</option>
+              </select>
+            </Field>
+            <Field label="Name" name="name" errors={errors}>
+              <input id="f-name" value={form.name} onChange={(e) => set("name", e.target.value)} placeholder="from the command" />
+            </Field>
+          </div>
+          <div className="row">
+            <Field label="GPU type" name="gpu_type" errors={errors}>
+              <select id="f-gpu_type" value={form.gpu_type} onChange={(e) => set("gpu_type", e.target.value)}>
+                {typeList.map((type) => (
+                  <option key={type.name}>{type.name}</option>
+                ))}
+              </select>
+            </Field>
+            <Field label="Workers" name="workers" errors={errors}>
+              <input id="f-workers" type="number" min={1} value={form.workers} onChange={(e) => set("workers", e.target.value)} />
+            </Field>
+            <Field label="GPUs per worker" name="gpus_per_worker" errors={errors}>
+              <input id="f-gpus_per_worker" type="number" min={0} value={form.gpus_per_worker} onChange={(e) => set("gpus_per_worker", e.target.value)} />
+            </Field>
+          </div>
+          {gpuType && (
+            <div className="presets" role="group" aria-label="T-shirt sizes">
+              <span>Sizes for {gpuType.name}:</span>
+              {presets(gpuType).map((size) => (
+                <button
+                  type="button"
+                  key={size.cpus}
+                  onClick={() =>
+                    setForm({
+                      ...form,
+                      gpus_per_worker: String(size.gpus),
+                      cpus_per_worker: String(size.cpus),
+                      memory_per_worker: String(size.memory),
+                    })
+                  }
+                >
+                  {size.gpus ? `${size.gpus} GPU` : "CPU"} · {size.cpus} CPU · {memory(size.memory)}
+                </button>
+              ))}
+            </div>
+          )}
+          <div className="row">
+            <Field label="CPUs per worker" name="cpus_per_worker" errors={errors} hint="empty: the t-shirt size">
+              <input id="f-cpus_per_worker" inputMode="decimal" value={form.cpus_per_worker} onChange={(e) => set("cpus_per_worker", e.target.value)} />
+            </Field>
+            <Field label="Memory per worker" name="memory_per_worker" errors={errors} hint="MiB, or e.g. 64Gi">
+              <input id="f-memory_per_worker" value={form.memory_per_worker} onChange={(e) => set("memory_per_worker", e.target.value)} />
+            </Field>
+          </div>
+          <Field label="Image" name="image" errors={errors}>
+            <input id="f-image" value={form.image} onChange={(e) => set("image", e.target.value)} placeholder="e.g. pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime" />
+          </Field>
+          <Field label="Command" name="command" errors={errors}>
+            <textarea id="f-command" rows={3} value={form.command} onChange={(e) => set("command", e.target.value)} required />
+          </Field>
+          <Field label="Environment" name="env" errors={errors} hint="one KEY=value per line">
+            <textarea id="f-env" rows={2} value={form.env} onChange={(e) => set("env", e.target.value)} />
+          </Field>
+          <div className="row">
+            <Field label="Data path" name="data_path" errors={errors}>
+              <input id="f-data_path" value={form.data_path} onChange={(e) => set("data_path", e.target.value)} />
+            </Field>
+            <Field label="Output path" name="output_path" errors={errors}>
+              <input id="f-output_path" value={form.output_path} onChange={(e) => set("output_path", e.target.value)} />
+            </Field>
+          </div>
+          <div className="row">
+            <Field label="Max retry count" name="max_retries" errors={errors} hint={vc.data ? `empty: the VC's default, ${vc.data.default_max_retries}` : undefined}>
+              <input id="f-max_retries" type="number" min={0} max={20} value={form.max_retries} onChange={(e) => set("max_retries", e.target.value)} />
+            </Field>
+            <Field
+              label="Wall time (minutes)"
+              name="wall_minutes"
+              errors={errors}
+              hint={vc.data ? `at most ${duration(vc.data.max_wall_time)} (${maxMinutes} min) in VC ${vc.data.name}` : undefined}
+            >
+              <input id="f-wall_minutes" type="number" min={1} max={maxMinutes} value={form.wall_minutes} onChange={(e) => set("wall_minutes", e.target.value)} />
+            </Field>
+            <div className="field checkbox">
+              <label>
+                <input type="checkbox" checked={form.preemptible} onChange={(e) => set("preemptible", e.target.checked)} /> Preemptible (may borrow
+                idle GPUs beyond the quota)
+              </label>
+            </div>
+          </div>
+          <button type="submit" className="primary" disabled={busy}>
+            {busy ? "Submitting…" : "Submit job"}
+          </button>
+        </form>
+        <aside className="availability" aria-label="Availability">
+          <h2>Availability</h2>
+          <ErrorBox error={vc.error || cluster.error} />
+          {quotaRow && (
+            <p>
+              VC {form.vc}: <strong>{quotaRow.free.gpus}</strong> of {quotaRow.quota.gpus} {quotaRow.gpu_type} GPUs free in its quota;{" "}
+              {quotaRow.cluster_idle_gpus} idle in the cluster.
+            </p>
+          )}
+          {clusterRow && <FragmentationChart gpuType={clusterRow.gpu_type} histogram={clusterRow.fragmentation} />}
+          {checking ? (
+            <p className="hint" role="status">
+              Checking whether this job can start now…
+            </p>
+          ) : reason ? (
+            <div className="warning" role="status">
+              This job cannot start now: {reason.replace(/\.$/, "")}.
+              {serverAnswer?.estimated_start_at && <> Estimated start: {when(serverAnswer.estimated_start_at)}.</>}
+            </div>
+          ) : (
+            clusterRow && (
+              <p className="ok" role="status">
+                Resources are free: this job can start now.{startNote && ` ${startNote}`}
+              </p>
+            )
+          )}
+        </aside>
+      </div>
+    </section>
+  );
+}

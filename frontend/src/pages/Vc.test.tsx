@@ -1,0 +1,56 @@
+import { screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { MEMBER, VISION, fakeApi, renderPage } from "../test-utils";
+import { VcPage } from "./Vc";
+
+const ADMIN = { ...MEMBER, username: "vera", vcs: [{ name: "vision", role: "admin" as const }] };
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("the VC page", () => {
+  it("shows quota against use and queued demand, and the queue in order", async () => {
+    fakeApi({
+      "GET /api/v1/vcs/vision/": VISION,
+      "GET /api/v1/vcs/vision/queue/": [
+        { position: 1, job_id: "q1", name: "big", owner: "mia", gpu_type: "A100", workers: 2, gpus_per_worker: 8, priority: 0, submitted_at: "2026-11-29T10:00:00Z", status: "queued", status_message: "waits for 16 A100 GPUs", estimated_start_at: null },
+      ],
+    });
+    renderPage(<VcPage tab="overview" />, "/vcs/vision", "/vcs/:name");
+    expect(await screen.findByRole("img", { name: "12 of 16 used" })).toBeInTheDocument();
+    expect(await screen.findByText("waits for 16 A100 GPUs")).toBeInTheDocument();
+    expect(screen.queryByRole("link", { name: "Settings" })).not.toBeInTheDocument();
+  });
+
+  it("refuses the settings tab to a member", async () => {
+    fakeApi({ "GET /api/v1/vcs/vision/": VISION });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings");
+    expect(await screen.findByText(/Only admins of VC vision can change its settings/)).toBeInTheDocument();
+    expect(screen.queryByRole("form", { name: "VC settings" })).not.toBeInTheDocument();
+  });
+
+  it("lets a VC admin change the policy and max job time, and shows a refused value on its field", async () => {
+    let patches = 0;
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin" },
+      "GET /api/v1/vcs/vision/members/": [{ username: "vera", email: "", role: "admin" }],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) =>
+        ++patches === 1
+          ? [400, { max_wall_time: ["Ensure this value is greater than or equal to 60."] }]
+          : [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const hours = await screen.findByLabelText("Max job time (hours)");
+    await userEvent.selectOptions(screen.getByLabelText("Scheduling policy"), "RF");
+    await userEvent.clear(hours);
+    await userEvent.type(hours, "0.001");
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    const refusal = await screen.findByText("Ensure this value is greater than or equal to 60.");
+    expect(refusal.closest(".field")).toContainElement(hours);
+    await userEvent.clear(hours);
+    await userEvent.type(hours, "4");
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    expect(await screen.findByText("Saved: policy RF, jobs run at most 4h 00m.")).toBeInTheDocument();
+    await waitFor(() => expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ policy: "RF", max_wall_time: 14400 }));
+  });
+});

@@ -1,0 +1,181 @@
+import { useState, type FormEvent } from "react";
+import { ApiError, api, type FieldErrors, type Vc } from "../api";
+import { ErrorBox, Field, useApi } from "../components/common";
+import { duration } from "../format";
+
+interface Member {
+  username: string;
+  email: string;
+  role: "member" | "admin";
+}
+
+/** The settings a VC admin changes, and the VC's members and roles. */
+export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
+  const [values, setValues] = useState({
+    policy: vc.policy,
+    max_wall_hours: String(vc.max_wall_time / 3600),
+    max_interactive_gpus: String(vc.max_interactive_gpus),
+    default_max_retries: String(vc.default_max_retries),
+    user_gpu_limit: vc.user_gpu_limit === null ? "" : String(vc.user_gpu_limit),
+    notification: vc.notification,
+  });
+  const [errors, setErrors] = useState<FieldErrors>({});
+  const [failure, setFailure] = useState<unknown>(null);
+  const [saved, setSaved] = useState("");
+
+  async function save(event: FormEvent) {
+    event.preventDefault();
+    setSaved("");
+    setFailure(null);
+    try {
+      const body = {
+        policy: values.policy,
+        max_wall_time: Math.round(Number(values.max_wall_hours) * 3600),
+        max_interactive_gpus: Number(values.max_interactive_gpus),
+        default_max_retries: Number(values.default_max_retries),
+        user_gpu_limit: values.user_gpu_limit.trim() === "" ? null : Number(values.user_gpu_limit),
+        notification: values.notification,
+      };
+      const updated = await api<Vc>(`vcs/${vc.name}/`, { method: "PATCH", body });
+      setErrors({});
+      setSaved(`Saved: policy ${updated.policy}, jobs run at most ${duration(updated.max_wall_time)}.`);
+      onSaved();
+    } catch (reason) {
+      const fields = reason instanceof ApiError ? { ...reason.fields } : {};
+      if (fields.max_wall_time) fields.max_wall_hours = fields.max_wall_time;
+      setErrors(fields);
+      setFailure(reason);
+    }
+  }
+
+  const set = (key: keyof typeof values) => (e: { target: { value: string } }) =>
+    setValues({ ...values, [key]: e.target.value });
+
+  return (
+    <div className="settings">
+      <form onSubmit={save} aria-label="VC settings" noValidate>
+        <h2>Scheduling</h2>
+        <Field label="Scheduling policy" name="policy" errors={errors} hint="FIFO: in submission order; RF: the smallest jobs first when resources are short">
+          <select id="f-policy" value={values.policy} onChange={set("policy")}>
+            <option value="FIFO">FIFO</option>
+            <option value="RF">RF</option>
+          </select>
+        </Field>
+        <div className="row">
+          <Field label="Max job time (hours)" name="max_wall_hours" errors={errors}>
+            <input id="f-max_wall_hours" type="number" min={0.02} step="any" value={values.max_wall_hours} onChange={set("max_wall_hours")} />
+          </Field>
+          <Field label="Max interactive GPUs" name="max_interactive_gpus" errors={errors}>
+            <input id="f-max_interactive_gpus" type="number" min={0} value={values.max_interactive_gpus} onChange={set("max_interactive_gpus")} />
+          </Field>
+          <Field label="Default retries" name="default_max_retries" errors={errors}>
+            <input id="f-default_max_retries" type="number" min={0} max={20} value={values.default_max_retries} onChange={set("default_max_retries")} />
+          </Field>
+          <Field label="GPUs per user before approval" name="user_gpu_limit" errors={errors} hint="empty: no limit">
+            <input id="f-user_gpu_limit" type="number" min={0} value={values.user_gpu_limit} onChange={set("user_gpu_limit")} />
+          </Field>
+        </div>
+        <Field label="Notification (shown to members as a banner)" name="notification" errors={errors}>
+          <textarea id="f-notification" rows={2} value={values.notification} onChange={set("notification")} />
+        </Field>
+        {failure !== null && <ErrorBox error={failure} />}
+        {saved && (
+          <p className="ok" role="status">
+            {saved}
+          </p>
+        )}
+        <button type="submit" className="primary">
+          Save settings
+        </button>
+      </form>
+      <Members vc={vc.name} />
+    </div>
+  );
+}
+
+function Members({ vc }: { vc: string }) {
+  const members = useApi<Member[]>(`vcs/${vc}/members/`);
+  const [username, setUsername] = useState("");
+  const [role, setRole] = useState<"member" | "admin">("member");
+  const [errors, setErrors] = useState<FieldErrors>({});
+  const [failure, setFailure] = useState<unknown>(null);
+
+  async function change(name: string, newRole: string) {
+    setFailure(null);
+    try {
+      await api(`vcs/${vc}/members/`, { method: "POST", body: { username: name, role: newRole } });
+      setErrors({});
+      setUsername("");
+      members.reload();
+    } catch (reason) {
+      setErrors(reason instanceof ApiError ? reason.fields : {});
+      setFailure(reason);
+    }
+  }
+
+  async function remove(name: string) {
+    if (!window.confirm(`Remove ${name} from VC ${vc}? Their jobs stay.`)) return;
+    try {
+      await api(`vcs/${vc}/members/${name}/`, { method: "DELETE" });
+      members.reload();
+    } catch (reason) {
+      setFailure(reason);
+    }
+  }
+
+  return (
+    <div>
+      <h2>Members and roles</h2>
+      <ErrorBox error={members.error} />
+      <table aria-label="Members">
+        <thead>
+          <tr>
+            <th>User</th>
+            <th>Email</th>
+            <th>Role</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {(members.data ?? []).map((member) => (
+            <tr key={member.username}>
+              <td>{member.username}</td>
+              <td>{member.email}</td>
+              <td>
+                <select aria-label={`Role of ${member.username}`} value={member.role} onChange={(e) => change(member.username, e.target.value)}>
+                  <option value="member">member</option>
+                  <option value="admin">admin</option>
+                </select>
+              </td>
+              <td>
+                <button type="button" className="link" onClick={() => remove(member.username)}>
+                  Remove
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <form
+        className="inline"
+        aria-label="Add a member"
+        onSubmit={(e) => {
+          e.preventDefault();
+          change(username.trim(), role);
+        }}
+      >
+        <Field label="Username" name="username" errors={errors}>
+          <input id="f-username" value={username} onChange={(e) => setUsername(e.target.value)} required />
+        </Field>
+        <Field label="Role" name="role" errors={errors}>
+          <select id="f-role" value={role} onChange={(e) => setRole(e.target.value as "member" | "admin")}>
+            <option value="member">member</option>
+            <option value="admin">admin</option>
+          </select>
+        </Field>
+        <button type="submit">Add member</button>
+      </form>
+      {failure !== null && Object.keys(errors).length === 0 && <ErrorBox error={failure} />}
+    </div>
+  );
+}

@@ -1,0 +1,137 @@
+// The submit form's values, how they become a submission, and why a job may not start now.
+import type { ClusterRow, GpuType, Job } from "../api";
+
+export interface SubmitForm {
+  vc: string;
+  name: string;
+  type: string;
+  gpu_type: string;
+  workers: string;
+  gpus_per_worker: string;
+  cpus_per_worker: string;
+  memory_per_worker: string;
+  image: string;
+  command: string;
+  env: string;
+  data_path: string;
+  output_path: string;
+  preemptible: boolean;
+  max_retries: string;
+  wall_minutes: string;
+}
+
+export function emptyForm(vc: string): SubmitForm {
+  return {
+    vc,
+    name: "",
+    type: "batch",
+    gpu_type: "",
+    workers: "1",
+    gpus_per_worker: "1",
+    cpus_per_worker: "",
+    memory_per_worker: "",
+    image: "",
+    command: "",
+    env: "",
+    data_path: "",
+    output_path: "",
+    preemptible: false,
+    max_retries: "",
+    wall_minutes: "",
+  };
+}
+
+/** The form filled from an earlier job ("Clone"). */
+export function formFromJob(job: Job): SubmitForm {
+  return {
+    vc: job.vc,
+    name: job.name,
+    type: job.type,
+    gpu_type: job.gpu_type,
+    workers: String(job.workers),
+    gpus_per_worker: String(job.gpus_per_worker),
+    cpus_per_worker: String(job.cpus_per_worker),
+    memory_per_worker: String(job.memory_per_worker),
+    image: job.image ?? "",
+    command: job.command ?? "",
+    env: Object.entries(job.env ?? {})
+      .map(([key, value]) => `${key}=${value}`)
+      .join("\n"),
+    data_path: job.data_path ?? "",
+    output_path: job.output_path ?? "",
+    preemptible: job.preemptible,
+    max_retries: String(job.max_retries),
+    wall_minutes: String(Math.round(job.max_wall_time / 60)),
+  };
+}
+
+/** "KEY=value" lines as an object; the lines that are not are reported. */
+export function parseEnv(text: string): { env: Record<string, string>; bad: string[] } {
+  const env: Record<string, string> = {};
+  const bad: string[] = [];
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (!line || line.startsWith("#")) continue;
+    const at = line.indexOf("=");
+    if (at <= 0) bad.push(line);
+    else env[line.slice(0, at).trim()] = line.slice(at + 1);
+  }
+  return { env, bad };
+}
+
+/** The body of POST /api/v1/jobs/: only what the user filled in, numbers as numbers. */
+export function submission(form: SubmitForm): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    vc: form.vc,
+    type: form.type,
+    command: form.command,
+    workers: Number(form.workers),
+    gpus_per_worker: Number(form.gpus_per_worker),
+    preemptible: form.preemptible,
+    env: parseEnv(form.env).env,
+  };
+  const text: (keyof SubmitForm)[] = ["name", "gpu_type", "image", "data_path", "output_path"];
+  for (const key of text) if (String(form[key]).trim()) body[key] = String(form[key]).trim();
+  if (form.cpus_per_worker.trim()) body.cpus_per_worker = Number(form.cpus_per_worker);
+  if (form.memory_per_worker.trim()) {
+    const memory = form.memory_per_worker.trim();
+    body.memory_per_worker = /^\d+$/.test(memory) ? Number(memory) : memory;
+  }
+  if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
+  if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
+  return body;
+}
+
+/** The VC's t-shirt sizes for a GPU type: 1, 2, 4 and 8 GPUs with their CPUs and memory. */
+export function presets(gpuType: GpuType | undefined): { gpus: number; cpus: number; memory: number }[] {
+  if (!gpuType) return [];
+  const cpuOnly = gpuType.name === "cpu";
+  return [1, 2, 4, 8].map((units) => ({
+    gpus: cpuOnly ? 0 : units,
+    cpus: Number(gpuType.cpus_per_gpu) * units,
+    memory: Number(gpuType.memory_per_gpu) * units,
+  }));
+}
+
+/** Why a job of this shape cannot start now, from the cluster's free GPUs; null if it can. */
+export function localStartCheck(
+  workers: number,
+  gpusPerWorker: number,
+  row: ClusterRow | undefined,
+  freeInQuota: number | undefined,
+  preemptible: boolean,
+): string | null {
+  if (!row || gpusPerWorker <= 0) return null;
+  const total = workers * gpusPerWorker;
+  const fitting = row.fragmentation
+    .filter((bucket) => bucket.free_gpus >= gpusPerWorker)
+    .reduce((sum, bucket) => sum + bucket.nodes * Math.floor(bucket.free_gpus / gpusPerWorker), 0);
+  const largest = Math.max(0, ...row.fragmentation.filter((b) => b.nodes > 0).map((b) => b.free_gpus));
+  if (!preemptible && freeInQuota !== undefined && total > freeInQuota) {
+    return `needs ${total} ${row.gpu_type} GPUs; the VC has ${freeInQuota} free in its quota`;
+  }
+  if (fitting < workers) {
+    return `needs ${workers} x ${gpusPerWorker} ${row.gpu_type} on free nodes; largest free block is ${largest}`;
+  }
+  return null;
+}

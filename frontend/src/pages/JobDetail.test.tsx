@@ -66,4 +66,42 @@ describe("a job's page", () => {
     await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("epoch 1 epoch 2 epoch 3"), { timeout: 4000 });
     expect(offsets).toEqual([null, "8", "16"]);
   });
+
+  it("charts the GPU utilisation of the job's GPUs when metrics exist, and leaves it out when not", async () => {
+    const running = { ...FAILED, id: "g1", status: "running", exit_code: null, failure_class: "", finished_at: null };
+    fakeApi({
+      "GET /api/v1/jobs/g1/": running,
+      "GET /api/v1/jobs/g1/events/": [],
+      "GET /api/v1/jobs/g1/attempts/": [],
+      "GET /api/v1/jobs/g1/log/tail/": { text: "", next_offset: 0, size: 0, complete: false },
+      "GET /api/v1/jobs/g1/metrics/": {
+        available: true, message: "", step_seconds: 15, mean: 49,
+        series: [
+          { attempt: 2, node: "a100-3", gpu: 0, points: [[1764410400, 90], [1764410415, 88]] },
+          { attempt: 2, node: "a100-3", gpu: 1, points: [[1764410400, 10], [1764410415, 8]] },
+        ],
+      },
+    });
+    renderPage(<JobDetailPage />, "/jobs/g1", "/jobs/:id");
+    const chart = await screen.findByRole("img", { name: /GPU utilisation of 2 GPU\(s\), mean 49 %/ });
+    expect(chart.querySelectorAll("polyline")).toHaveLength(2);
+    expect(screen.getByText("a100-3 GPU 1")).toBeInTheDocument();
+
+  });
+
+  it("leaves the chart out when there are no metrics, without an error", async () => {
+    const running = { ...FAILED, id: "g2", status: "running", exit_code: null, failure_class: "", finished_at: null };
+    const api = fakeApi({
+      "GET /api/v1/jobs/g2/": running,
+      "GET /api/v1/jobs/g2/events/": [],
+      "GET /api/v1/jobs/g2/attempts/": [],
+      "GET /api/v1/jobs/g2/log/tail/": { text: "", next_offset: 0, size: 0, complete: false },
+      "GET /api/v1/jobs/g2/metrics/": { available: false, message: "No metrics source is configured.", step_seconds: 0, series: [], mean: null },
+    });
+    renderPage(<JobDetailPage />, "/jobs/g2", "/jobs/:id");
+    await waitFor(() => expect(api.calls.map((call) => call.url.pathname)).toContain("/api/v1/jobs/g2/metrics/"));
+    expect(await screen.findByLabelText("Spec")).toBeInTheDocument();
+    expect(screen.queryByRole("heading", { name: "GPU utilisation" })).not.toBeInTheDocument();
+    expect(screen.queryByRole("alert")).not.toBeInTheDocument();
+  });
 });

@@ -2,6 +2,7 @@ import { useEffect, useState } from "react";
 import { Link, useParams } from "react-router";
 import { api, type Job } from "../api";
 import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
+import { type GpuUtilisation, GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { LogViewer } from "../components/LogViewer";
 import { duration, memory, timeLeft, when } from "../format";
 
@@ -32,6 +33,9 @@ export function JobDetailPage() {
   const active = job.data ? ACTIVE.includes(job.data.status) : true;
   const events = useApi<JobEvent[]>(`jobs/${id}/events/`, active ? 3000 : 0);
   const attempts = useApi<Attempt[] | { results: Attempt[] }>(`jobs/${id}/attempts/`, active ? 5000 : 0);
+  // GPU utilisation, once the job has run, while metrics exist (the chart is left out otherwise).
+  const ran = Boolean(job.data?.started_at || job.data?.attempt);
+  const metrics = useApi<GpuUtilisation>(ran ? `jobs/${id}/metrics/` : null, active ? 30000 : 0);
   const [actionError, setActionError] = useState<unknown>(null);
   // A change of status brings new events and attempts (polling stops once the job ended).
   const status = job.data?.status;
@@ -243,6 +247,12 @@ export function JobDetailPage() {
           )}
         </div>
       </div>
+      {metrics.data?.available && (
+        <>
+          <h2>GPU utilisation</h2>
+          <GpuUtilisationChart metrics={metrics.data} />
+        </>
+      )}
       <h2>Log</h2>
       {j.started_at || j.attempt ? <LogViewer jobId={j.id} workers={j.workers} /> : <p className="empty">No log yet: the job has not started.</p>}
     </section>

@@ -78,6 +78,17 @@ def start_gunicorn(
     return process, base_url
 
 
+def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:
+    """``celery -A backend <arguments>`` (a worker, beat) with ``env`` over this process's
+    environment, in a process group of its own (for ``kill_process_group``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "backend", *arguments, "--loglevel", "WARNING"],
+        cwd=ROOT,
+        env=os.environ | env,
+        start_new_session=True,
+    )
+
+
 def kill_process_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Signal a server and every process it started, then reap it."""
     with contextlib.suppress(ProcessLookupError):

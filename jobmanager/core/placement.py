@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from jobmanager.core.snapshot import (
     JobShape,
@@ -38,6 +39,12 @@ class FreeNode:
     pending_gpus: list[int] = field(default_factory=list)
     pending_millicpus: int = 0
     pending_memory: int = 0
+
+    # What scheduling changes (each change assigns anew, never mutates in place).
+    CHANGING: ClassVar[tuple[str, ...]] = (
+        "free_gpus", "free_millicpus", "free_memory",
+        "pending_gpus", "pending_millicpus", "pending_memory",
+    )  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -147,14 +154,8 @@ class ClusterState:
             for name, saved in journal.items():
                 node = self.nodes[name]
                 self._unfile(node)
-                (
-                    node.free_gpus,
-                    node.free_millicpus,
-                    node.free_memory,
-                    node.pending_gpus,
-                    node.pending_millicpus,
-                    node.pending_memory,
-                ) = saved
+                for attribute, value in zip(FreeNode.CHANGING, saved, strict=True):
+                    setattr(node, attribute, value)
                 self._file(node)
             self._pending = pending
             self.version += 1
@@ -162,14 +163,7 @@ class ClusterState:
     def _touch(self, node: FreeNode) -> None:
         """Note the node's state before its first change in a trial."""
         if self._journal is not None and node.name not in self._journal:
-            self._journal[node.name] = (
-                node.free_gpus,
-                node.free_millicpus,
-                node.free_memory,
-                node.pending_gpus,
-                node.pending_millicpus,
-                node.pending_memory,
-            )
+            self._journal[node.name] = tuple(getattr(node, name) for name in FreeNode.CHANGING)
 
     def free_by_node(self) -> dict[str, tuple[tuple[int, ...], int, int]]:
         """Each node's free GPUs, millicores and MiB (to compare states)."""

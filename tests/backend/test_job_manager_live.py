@@ -33,6 +33,7 @@ from tests.servers import (
     ROOT,
     kill_process_group,
     session_database_url,
+    start_celery,
     start_gunicorn,
     wait_until,
 )
@@ -82,15 +83,6 @@ def live_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
         "TRAINYARD_VAR_DIR": str(tmp_path / "var"),
         "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
     }
-
-
-def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "backend", *arguments, "--loglevel", "WARNING"],
-        cwd=ROOT,
-        env=os.environ | env,
-        start_new_session=True,
-    )
 
 
 def start_worker(env: dict[str, str], name: str) -> subprocess.Popen:

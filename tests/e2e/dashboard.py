@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,13 @@ from pathlib import Path
 import psutil
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from tests.servers import ROOT, kill_process_group, session_database_url, start_gunicorn
+from tests.servers import (
+    ROOT,
+    kill_process_group,
+    session_database_url,
+    start_celery,
+    start_gunicorn,
+)
 
 CHROMIUM = os.environ.get("TRAINYARD_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -69,15 +74,6 @@ def live_env(directory: Path, redis_url: str, nodes: str) -> dict[str, str]:
         "TRAINYARD_STOP_GRACE_SECONDS": "2",
         "TRAINYARD_TOKEN_CACHE_SECONDS": "0",
     }
-
-
-def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "backend", *arguments, "--loglevel", "WARNING"],
-        cwd=ROOT,
-        env=os.environ | env,
-        start_new_session=True,
-    )
 
 
 @contextmanager

@@ -107,6 +107,14 @@ def test_usage_answers_the_newest_snapshot_and_exports_as_csv(world, root):
     assert datetime.fromisoformat(rows[0]["snapshot_at"]) == newest.finished_at
 
 
+@pytest.mark.parametrize("scan", ["9223372036854775808", "1.5", "0"])
+def test_a_scan_id_that_cannot_be_one_is_a_400_naming_it(world, scan):
+    response = world.client(world.staff).get(USAGE, {"scan": scan})
+
+    assert response.status_code == 400
+    assert "scan" in response.json()
+
+
 def test_progress_is_visible_in_the_api_while_a_scan_runs(world, root, settings):
     settings.TRAINYARD_STORAGE_PROGRESS_FILES = 3
     seen: list[dict] = []

@@ -19,6 +19,7 @@ from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from backend.core.filters import IdFilter
 from backend.core.scoping import TenantScopedViewSet
 from backend.storage import actions, tasks
 from backend.storage.api.serializers import (
@@ -126,7 +127,7 @@ class SnapshotFilter(django_filters.FilterSet):
     root = django_filters.CharFilter(field_name="scan__root__name")
     user = django_filters.CharFilter(field_name="user__username")
     vc = django_filters.CharFilter(field_name="vc__name")
-    scan = django_filters.NumberFilter(
+    scan = IdFilter(
         field_name="scan_id", help_text="A past scan; by default the newest of each root."
     )
 
@@ -194,7 +195,7 @@ class ExpiringFileFilter(django_filters.FilterSet):
     root = django_filters.CharFilter(field_name="run__root__name")
     user = django_filters.CharFilter(field_name="user__username")
     vc = django_filters.CharFilter(field_name="vc__name")
-    run = django_filters.NumberFilter(
+    run = IdFilter(
         field_name="run_id", help_text="A past run; by default each root's newest dry run."
     )
 

@@ -37,18 +37,20 @@ export function SubmitPage() {
     return withQuota.size ? all.filter((type) => withQuota.has(type.name)) : all;
   }, [gpuTypes.data, vc.data]);
 
-  useEffect(() => {
-    if (!form.gpu_type && typeList.length) setForm((f) => ({ ...f, gpu_type: typeList[0].name }));
-  }, [typeList, form.gpu_type]);
-
-  const gpuType = typeList.find((type) => type.name === form.gpu_type);
-  const clusterRow = cluster.data?.gpu_types.find((row) => row.gpu_type === form.gpu_type);
-  const quotaRow = vc.data?.resources?.find((row) => row.gpu_type === form.gpu_type);
+  // The GPU type the form shows is the one it sends: the one chosen if the VC offers it,
+  // else the VC's first (derived on each render, so that a submit never races an update).
+  const gpuTypeName =
+    typeList.length === 0 || typeList.some((type) => type.name === form.gpu_type)
+      ? form.gpu_type
+      : typeList[0].name;
+  const gpuType = typeList.find((type) => type.name === gpuTypeName);
+  const clusterRow = cluster.data?.gpu_types.find((row) => row.gpu_type === gpuTypeName);
+  const quotaRow = vc.data?.resources?.find((row) => row.gpu_type === gpuTypeName);
   const maxMinutes = vc.data ? Math.floor(vc.data.max_wall_time / 60) : undefined;
 
   // Ask the server whether the job could start now, for the form as it is; without that
   // endpoint (or while the form is incomplete), judge from the cluster's free GPUs.
-  const body = useMemo(() => submission(form), [form]);
+  const body = useMemo(() => submission({ ...form, gpu_type: gpuTypeName }), [form, gpuTypeName]);
   const bodyKey = JSON.stringify(body);
   const [preview, setPreview] = useState<{ key: string; answer: Preview | null }>({ key: "", answer: null });
   const [previewMissing, setPreviewMissing] = useState(false);
@@ -152,7 +154,7 @@ export function SubmitPage() {
           </div>
           <div className="row">
             <Field label="GPU type" name="gpu_type" errors={errors}>
-              <select id="f-gpu_type" value={form.gpu_type} onChange={(e) => set("gpu_type", e.target.value)}>
+              <select id="f-gpu_type" value={gpuTypeName} onChange={(e) => set("gpu_type", e.target.value)}>
                 {typeList.map((type) => (
                   <option key={type.name}>{type.name}</option>
                 ))}

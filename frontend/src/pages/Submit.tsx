@@ -135,7 +135,10 @@ export function SubmitPage() {
           {failure !== null && <ErrorBox error={failure} />}
           <div className="row">
             <Field label="Virtual cluster" name="vc" errors={errors}>
-              <select id="f-vc" value={form.vc} onChange={(e) => setForm({ ...form, vc: e.target.value, gpu_type: "" })}>
+              <select id="f-vc" value={form.vc} onChange={(e) => {
+                  const vcName = e.target.value;
+                  setForm((f) => ({ ...f, vc: vcName, gpu_type: "" }));
+                }}>
                 {me.vcs.map((m) => (
                   <option key={m.name}>{m.name}</option>
                 ))}
@@ -175,12 +178,12 @@ export function SubmitPage() {
                   type="button"
                   key={size.cpus}
                   onClick={() =>
-                    setForm({
-                      ...form,
+                    setForm((f) => ({
+                      ...f,
                       gpus_per_worker: String(size.gpus),
                       cpus_per_worker: String(size.cpus),
                       memory_per_worker: String(size.memory),
-                    })
+                    }))
                   }
                 >
                   {size.gpus ? `${size.gpus} GPU` : "CPU"} · {size.cpus} CPU · {memory(size.memory)}

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -76,6 +77,22 @@ def start_gunicorn(
         kill_process_group(process)
         raise
     return process, base_url
+
+
+def live_env(directory: Path, redis_url: str, label: str) -> dict[str, str]:
+    """The environment of servers and workers started for one test: the test database,
+    Redis with a namespace and a Celery queue of their own, logs and var/ under
+    ``directory``, and the job manager woken by submissions."""
+    run = f"trainyard-{label}-{uuid.uuid4().hex}"
+    return {
+        "DATABASE_URL": session_database_url(),
+        "REDIS_URL": redis_url,
+        "TRAINYARD_REDIS_PREFIX": run,
+        "TRAINYARD_CELERY_QUEUE": run,
+        "TRAINYARD_LOG_DIR": str(directory / "logs"),
+        "TRAINYARD_VAR_DIR": str(directory / "var"),
+        "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
+    }
 
 
 def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import requests
 from backend.accounts.actions import create_api_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
+from tests import servers
 from tests.factories import (
     GpuTypeFactory,
     MembershipFactory,
@@ -32,7 +32,6 @@ from tests.factories import (
 from tests.servers import (
     ROOT,
     kill_process_group,
-    session_database_url,
     start_celery,
     start_gunicorn,
     wait_until,
@@ -71,17 +70,9 @@ class LiveSystem:
 
 
 def live_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
-    run = uuid.uuid4().hex
-    return {
-        "DATABASE_URL": session_database_url(),
-        "REDIS_URL": redis_url,
-        "TRAINYARD_REDIS_PREFIX": f"trainyard-live-{run}",
-        "TRAINYARD_CELERY_QUEUE": f"trainyard-live-{run}",
+    return servers.live_env(tmp_path, redis_url, "live") | {
         "TRAINYARD_BACKEND": "memory",
         "TRAINYARD_MEMORY_BACKEND_STATE": str(tmp_path / "memory-backend.json"),
-        "TRAINYARD_LOG_DIR": str(tmp_path / "logs"),
-        "TRAINYARD_VAR_DIR": str(tmp_path / "var"),
-        "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
     }
 
 

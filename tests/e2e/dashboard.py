@@ -17,10 +17,10 @@ from pathlib import Path
 import psutil
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
+from tests import servers
 from tests.servers import (
     ROOT,
     kill_process_group,
-    session_database_url,
     start_celery,
     start_gunicorn,
 )
@@ -56,20 +56,12 @@ class LiveServers:
 
 
 def live_env(directory: Path, redis_url: str, nodes: str) -> dict[str, str]:
-    run = uuid.uuid4().hex
-    return {
-        "DATABASE_URL": session_database_url(),
-        "REDIS_URL": redis_url,
-        "TRAINYARD_REDIS_PREFIX": f"trainyard-e2e-{run}",
-        "TRAINYARD_CELERY_QUEUE": f"trainyard-e2e-{run}",
+    return servers.live_env(directory, redis_url, "e2e") | {
         "TRAINYARD_BACKEND": "local",
         "TRAINYARD_LOCAL_NODES": nodes,
         "TRAINYARD_LOCAL_CGROUP_ROOT": "",
         "TRAINYARD_LOCAL_KILL_AFTER_SECONDS": "1",
         "TRAINYARD_LOCAL_STATE_DIR": str(directory / "local-backend"),
-        "TRAINYARD_LOG_DIR": str(directory / "logs"),
-        "TRAINYARD_VAR_DIR": str(directory / "var"),
-        "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
         "TRAINYARD_JOB_MANAGER_INTERVAL": "1",
         "TRAINYARD_STOP_GRACE_SECONDS": "2",
         "TRAINYARD_TOKEN_CACHE_SECONDS": "0",

@@ -412,7 +412,7 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
     classification = None
     if failed is not None:
         log = read_log_tail(job_log_dir(job.job_id) / f"worker-{failed.rank}.log")
-        classification = classify(failed.exit_code, log)
+        classification = classify(failed.exit_code, log, reason=failed.reason)
     with transaction.atomic():
         locked = _locked_if_unchanged(job)
         if locked is None:

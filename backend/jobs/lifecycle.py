@@ -159,8 +159,10 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
     changed: list[str] = []
     for node in Node.objects.all():
         seen = reported.pop(node.name, None)
-        if seen is None:
-            ready, reason = False, "the cluster backend does not know this node"
+        if seen is None and node.last_heartbeat is None:
+            ready, reason = False, "the cluster backend has not reported this node yet"
+        elif seen is None:
+            ready, reason = False, "the cluster backend no longer reports this node"
         elif not seen.ready:
             ready, reason = False, "the cluster backend reports it not ready"
         else:

@@ -240,7 +240,7 @@ function NodeRow({ node, shown, toggle, moved }: { node: RepairNode; shown: bool
       {shown && (
         <tr>
           <td colSpan={6}>
-            <History name={node.name} />
+            <History key={node.repair_state} name={node.name} />
           </td>
         </tr>
       )}

@@ -38,10 +38,15 @@ def agents(world, tmp_path, stop_at_end):
 
 
 @pytest.fixture
-def servers(world, tmp_path, redis_url, agents, stop_at_end):
-    prometheus = start_prometheus(tmp_path / "prometheus", [a.target for a in agents.values()])
-    stop_at_end.append(prometheus)
-    wait_until(lambda: prometheus.sees("count(DCGM_FI_DEV_GPU_TEMP)", 32), 30, "all GPUs scraped")
+def prometheus(tmp_path, agents, stop_at_end):
+    running = start_prometheus(tmp_path / "prometheus", [a.target for a in agents.values()])
+    stop_at_end.append(running)
+    wait_until(lambda: running.sees("count(DCGM_FI_DEV_GPU_TEMP)", 32), 30, "all GPUs scraped")
+    return running
+
+
+@pytest.fixture
+def servers(world, tmp_path, redis_url, prometheus):
     repair = {
         "TRAINYARD_PROMETHEUS_URL": prometheus.url,
         "TRAINYARD_REPAIR_INTERVAL": "1",
@@ -52,7 +57,7 @@ def servers(world, tmp_path, redis_url, agents, stop_at_end):
 
 
 def test_the_repair_page_shows_an_injected_fault_the_safety_valve_and_a_manual_move(
-    open_browser, agents
+    open_browser, agents, prometheus
 ):
     agents["a100-2"].inject(ECC)
     wait_until(
@@ -85,6 +90,8 @@ def test_the_repair_page_shows_an_injected_fault_the_safety_valve_and_a_manual_m
     expect(out.get_by_role("status")).to_have_text("Moved to in repair.")
     expect(history).to_contain_text(re.compile(r"ready for repair → in repair\s*GPU 3 reseated"))
     agents["a100-2"].clear()
+    ecc = 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname="a100-2"} > 0'
+    wait_until(lambda: not prometheus.query(ecc), 30, "the repaired GPU scraped healthy")
     out.get_by_role("button", name="Move").click()  # to after repair
     expect(out.get_by_role("status")).to_have_text("Moved to after repair.")
     expect(out.locator(".badge")).to_have_text("in service", timeout=WAIT_MS)  # validated

@@ -6,7 +6,6 @@ attempt after the start timeout."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.backend.jobs_support import JobManager
+from tests.servers import wait_until
 
 if TYPE_CHECKING:
     from tests.k8s_fake import FakeKubernetes
@@ -40,7 +40,7 @@ def fake(fake_kubernetes: FakeKubernetes, world) -> FakeKubernetes:
 
 
 @pytest.fixture
-def backend(fake, fake_api_client, settings, tmp_path):
+def backend(fake, fake_api_client, fake_clock, settings, tmp_path):
     # Imported once pytest has loaded the plugin, so that its asserts are rewritten.
     from tests.k8s_fake import fake_settings
 
@@ -50,21 +50,11 @@ def backend(fake, fake_api_client, settings, tmp_path):
         api_client=fake_api_client,
         watch_nodes=False,
         log_dir=settings.TRAINYARD_LOG_DIR,
-        clock=Clock(),
+        clock=fake_clock,
     )
     yield backend
     backend.logs.stop()
     backend.node_watcher.stop()
-
-
-class Clock:
-    """The backend's time, moved on by the test (the start timeout)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -192,10 +182,14 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_NAMESPACE = "jobs-here"
     settings.TRAINYARD_K8S_DATA_VOLUME = "nfs://nfs.example.com/datasets"
     settings.TRAINYARD_K8S_INIT_COMMAND = "/sbin/tini -s -g --"
+    settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS = 900
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
 
     backend = kubernetes_backend()
     try:
         assert backend.namespace == "jobs-here"
+        assert backend.settings.start_timeout_seconds == 900
+        assert backend.logs is not None  # pod logs go to TRAINYARD_LOG_DIR
         assert backend.settings.init_command == ("/sbin/tini", "-s", "-g", "--")
         assert backend.settings.data_volume.read_only
         assert backend.api_client.configuration.host == fake_kubernetes.url
@@ -205,14 +199,6 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_OUTPUT_VOLUME = "ftp://nowhere"
     with pytest.raises(ImproperlyConfigured, match="TRAINYARD_K8S_OUTPUT_VOLUME"):
         kubernetes_backend()
-
-
-def wait_until(condition, seconds: float = 10.0) -> None:
-    """Poll what the log follower's thread makes true, with a deadline."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        time.sleep(0.01)
 
 
 def tail(world, job: Job, worker: int = 0) -> dict:
@@ -229,7 +215,7 @@ def test_a_pods_log_shows_in_tail_and_download_and_survives_the_pods_deletion(wo
     fake.write_pod_log(NAMESPACE, name, "loading ImageNet shards\nepoch 1 top-1 0.31\n")
     jobs.run()
 
-    wait_until(lambda: "epoch 1 top-1 0.31" in tail(world, job)["text"])  # live, as it runs
+    wait_until(lambda: "epoch 1 top-1 0.31" in tail(world, job)["text"], 10, "the live log")
     fake.write_pod_log(NAMESPACE, name, "epoch 2 top-1 0.52\n")
     fake.set_pod_phase(NAMESPACE, name, "Succeeded", exit_code=0)
     jobs.run()

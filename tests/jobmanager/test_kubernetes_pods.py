@@ -4,7 +4,6 @@ reasons, disruptions), a worker that never starts, and the GPUs the device plugi
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,20 +13,11 @@ from jobmanager.backends import JobLaunch, WorkerSpec, WorkerState
 from jobmanager.backends.base import STOPPED
 from jobmanager.backends.k8s_logs import timestamp_key
 from jobmanager.backends.kubernetes import KubernetesBackend
+from tests.servers import wait_until
 
 pytest_plugins = ["tests.k8s_fake"]
 
 JOB = "p7x2k9m4qa"
-
-
-class Clock:
-    """The backend's time, moved by the test (the start timeout)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -36,8 +26,8 @@ def fake(k8s_cluster):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock(fake_clock):
+    return fake_clock
 
 
 @pytest.fixture
@@ -45,7 +35,7 @@ def log_dir(tmp_path) -> Path:
     return tmp_path / "logs"
 
 
-def make_backend(k8s_cluster, log_dir: Path, clock: Clock) -> KubernetesBackend:
+def make_backend(k8s_cluster, log_dir: Path, clock) -> KubernetesBackend:
     return KubernetesBackend(
         k8s_cluster.settings,
         api_client=k8s_cluster.api_client,
@@ -90,14 +80,6 @@ def log_text(log_dir: Path, rank: int = 0) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def wait_until(condition, seconds: float = 10.0) -> None:
-    """Poll a condition another thread (the log follower) makes true, with a deadline."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        time.sleep(0.01)
-
-
 # --- logs ---------------------------------------------------------------------------------
 
 
@@ -110,9 +92,9 @@ def test_a_running_pods_log_streams_into_the_store_and_outlives_the_pod(
     fake.write_pod_log(ns, pod(), "epoch 1 loss 2.31\n")
 
     assert worker(backend).state == WorkerState.RUNNING  # and its log is being followed
-    wait_until(lambda: "epoch 1 loss 2.31" in log_text(log_dir))
+    wait_until(lambda: "epoch 1 loss 2.31" in log_text(log_dir), 10, "the log follower")
     fake.write_pod_log(ns, pod(), "epoch 2 loss 1.87\n")
-    wait_until(lambda: "epoch 2 loss 1.87" in log_text(log_dir))  # as it is written
+    wait_until(lambda: "epoch 2 loss 1.87" in log_text(log_dir), 10, "the line as it comes")
     follows = [r for r in fake.requests_for("GET", "pods") if r.path.endswith("/log")]
     assert follows and follows[0].query["follow"] == "true"
 
@@ -158,14 +140,14 @@ def test_another_process_takes_over_a_dead_followers_log_without_repeating_a_lin
     fake.set_pod_phase(ns, pod(), "Running")
     fake.write_pod_log(ns, pod(), "one\ntwo\nthree\n")  # written within the same microseconds
     backend.reports()
-    wait_until(lambda: "three" in log_text(log_dir))
+    wait_until(lambda: "three" in log_text(log_dir), 10, "the log follower")
     backend.logs.stop()  # the process following it dies
 
     other = make_backend(k8s_cluster, log_dir, clock)  # another Celery worker's backend
     try:
         fake.write_pod_log(ns, pod(), "four\n")
         other.reports()
-        wait_until(lambda: "four" in log_text(log_dir))
+        wait_until(lambda: "four" in log_text(log_dir), 10, "the log follower")
         fake.set_pod_phase(ns, pod(), "Succeeded", exit_code=0)
         assert other.reports()[JOB].workers[0].state == WorkerState.SUCCEEDED
     finally:
@@ -188,7 +170,7 @@ def test_two_processes_never_follow_the_same_pod_at_once(
         backend.reports()
         other.reports()
         fake.write_pod_log(ns, pod(), "only once\n")
-        wait_until(lambda: "only once" in log_text(log_dir))
+        wait_until(lambda: "only once" in log_text(log_dir), 10, "the log follower")
         fake.set_pod_phase(ns, pod(), "Succeeded", exit_code=0)
         assert backend.reports()[JOB].workers[0].state == WorkerState.SUCCEEDED
         assert other.reports()[JOB].workers[0].state == WorkerState.SUCCEEDED

@@ -73,7 +73,11 @@ def test_a_manifest_submitted_with_wait_returns_the_jobs_exit_code(cli, tmp_path
     job = Job.objects.get(job_id=done.stdout.strip())
     assert (job.name, job.status, job.exit_code) == ("exits-three", JobStatus.FAILED, 3)
     assert job.max_wall_time == 600
-    assert "running" in done.stderr and "failed" in done.stderr  # the progress it showed
+    progress = done.stderr.splitlines()  # each change of status it saw, in order
+    seen = [line.split()[2].rstrip(":") for line in progress]
+    lifecycle = ["queued", "scheduling", "running", "failed"]
+    assert seen == sorted(set(seen), key=lifecycle.index) and seen[-1] == "failed"
+    assert "unknown cause: exit code 3" in progress[-1]
 
     finished = cli("submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--wait",
                    "--poll", "0.2", "--", "echo", "all good")  # fmt: skip

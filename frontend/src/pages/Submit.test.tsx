@@ -147,6 +147,7 @@ describe("where the submit form opens", () => {
     });
     renderPage(<SubmitPage />, "/submit", "*", TWO_VCS);
     await waitFor(() => expect(screen.getByLabelText("Virtual cluster")).toHaveValue("vision"));
+    await screen.findByText(/of 16 A100 GPUs free in its quota/);
     expect(screen.getByLabelText("GPU type")).toHaveValue("A100");
     expect(screen.getByLabelText("GPUs per worker")).toHaveValue(1);
     fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });

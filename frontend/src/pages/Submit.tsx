@@ -38,7 +38,10 @@ export function SubmitPage() {
     if (clone.data) setForm(formFromJob(clone.data));
   }, [clone.data]);
 
-  const vc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  const loadedVc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  // Only the chosen VC's answer: while another VC's is still shown, its GPU types are not
+  // this one's.
+  const vc = { ...loadedVc, data: loadedVc.data?.name === form.vc ? loadedVc.data : undefined };
   const gpuTypes = useApi<GpuType[] | { results: GpuType[] }>("gpu-types/");
   const cluster = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
   const allTypes = useMemo(

@@ -205,7 +205,8 @@ LOGGING = {
 # "memory" (jobs kept in a table; tests decide when they end).
 TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "local")
 # The local backend: where it keeps each job's state (so that a restart re-adopts running
-# jobs), the nodes it declares ("name:gpu_type:gpus[:cpus:memoryMiB],..."; empty: discover
+# jobs), the nodes it declares ("name:gpu_type:gpus[:cpus:memoryMiB],..."; "registered":
+# the nodes registered in Trainyard, followed live, as `make run` sets; empty: discover
 # GPUs with NVML), the cgroup v2 subtree for CPU and memory limits ("" for none), and how
 # long a command's leftover processes get between SIGTERM and SIGKILL.
 TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / "local-backend")))
@@ -230,6 +231,14 @@ TRAINYARD_K8S_INIT_COMMAND = env("TRAINYARD_K8S_INIT_COMMAND", "/usr/bin/tini -g
 TRAINYARD_K8S_BAD_NODE_CONDITIONS = env_list(
     "TRAINYARD_K8S_BAD_NODE_CONDITIONS", ["GpuUnhealthy", "XidError"]
 )
+# A worker whose pod is not running this long after its creation fails the attempt with
+# why (an image that cannot be pulled: a user error; unschedulable: infrastructure).
+TRAINYARD_K8S_START_TIMEOUT_SECONDS = env_int("TRAINYARD_K8S_START_TIMEOUT_SECONDS", 600)
+# The labels dcgm-exporter (in its Kubernetes mode) puts on a GPU's series for the pod
+# that holds the GPU: the job page charts exactly the GPUs its pods got. Prometheus keeps
+# them as they are with honorLabels (else exported_pod, exported_namespace).
+TRAINYARD_K8S_METRICS_POD_LABEL = env("TRAINYARD_K8S_METRICS_POD_LABEL", "pod")
+TRAINYARD_K8S_METRICS_NAMESPACE_LABEL = env("TRAINYARD_K8S_METRICS_NAMESPACE_LABEL", "namespace")
 # The memory backend's table, shared by the web, worker and beat processes.
 TRAINYARD_MEMORY_BACKEND_STATE = Path(
     env("TRAINYARD_MEMORY_BACKEND_STATE", str(VAR_DIR / "memory-backend.json"))

@@ -67,5 +67,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
     # The dashboard's client-side routes, so that its URLs can be shared and bookmarked.
-    re_path(r"^(?:login|submit|jobs|cluster|vcs|quotas|me)(?:/.*)?$", home_view, name="dashboard"),
+    re_path(
+        r"^(?:login|submit|jobs|cluster|vcs|quotas|storage|repairs|me)(?:/.*)?$",
+        home_view,
+        name="dashboard",
+    ),
 ]

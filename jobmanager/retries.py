@@ -1,11 +1,13 @@
 """Why a job attempt failed, and whether to run it again.
 
-A failed attempt is classified from its exit code and the tail of its log by rules read
-from YAML: the defaults in ``retry_rules.yaml`` next to this module, or a deployment's own
-file named by ``TRAINYARD_RETRY_RULES``. The first rule that matches decides the class;
-:func:`retry_decision` turns the class into what the job manager does next, and
-:func:`system_requeue` covers the jobs the system itself moved (preemption, node repair,
-node lost). Nothing here imports Django.
+A failed attempt is classified from its exit code, the tail of its log and, where the
+cluster backend can tell, the reason the cluster gave for the worker's end (a Kubernetes
+container's ``OOMKilled``, a pod's ``Evicted``, an image that could not be pulled), by
+rules read from YAML: the defaults in ``retry_rules.yaml`` next to this module, or a
+deployment's own file named by ``TRAINYARD_RETRY_RULES``. The first rule that matches
+decides the class; :func:`retry_decision` turns the class into what the job manager does
+next, and :func:`system_requeue` covers the jobs the system itself moved (preemption, node
+repair, node lost). Nothing here imports Django.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -51,10 +54,15 @@ SIGNAL_NUMBERS = {
 _SIGNAL_NAMES = {number: name for name, number in SIGNAL_NUMBERS.items()}
 
 _RULE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
-_RULE_KEYS = ("name", "class", "exit_codes", "patterns", "ignore_case", "description")
+_RULE_KEYS = (
+    "name", "class", "exit_codes", "reasons", "patterns", "ignore_case", "description",
+)  # fmt: skip
+_REASON_RE = re.compile(r"[A-Za-z0-9*?\[\]!._/-]+")
 _FILE_KEYS = ("rules", "extends_defaults")
 _ANSI_ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _EVIDENCE_MAX_CHARS = 160
+# Reasons that say no more than the exit code (Kubernetes' for any non-zero exit).
+_GENERIC_REASONS = frozenset({"", "Error", "Completed", "Failed"})
 
 
 class FailureClass(StrEnum):
@@ -84,8 +92,10 @@ _CLASS_POLICIES = {
 class Rule:
     """One classification rule; it matches when every condition it states holds.
 
-    ``exit_codes`` (when not empty) must contain the exit code, and one of ``patterns``
-    (when not empty) must be found in the log tail.
+    ``exit_codes`` (when not empty) must contain the exit code, one of ``reasons`` (shell
+    patterns, when not empty) must match the first word of the reason the cluster gave,
+    and one of ``patterns`` (when not empty) must be found in the log tail or in that
+    reason's text.
     """
 
     name: str
@@ -93,19 +103,29 @@ class Rule:
     exit_codes: frozenset[int] = frozenset()
     patterns: tuple[re.Pattern[str], ...] = ()
     description: str = ""
+    reasons: tuple[str, ...] = ()
 
-    def match(self, exit_code: int | None, log_tail: str) -> str | None:
+    def match(self, exit_code: int | None, log_tail: str, reason: str = "") -> str | None:
         """What of the attempt matched, in words for the message; None when nothing did."""
         if self.exit_codes and exit_code not in self.exit_codes:
             return None
+        word = reason_word(reason)
+        if self.reasons and not any(fnmatchcase(word, pattern) for pattern in self.reasons):
+            return None
         evidence = [describe_exit_code(exit_code)] if self.exit_codes else []
+        if self.reasons:
+            evidence.append(f'the cluster: "{_shortened(reason)}"')
         if self.patterns:
-            found = next(
-                (m for m in (p.search(log_tail) for p in self.patterns) if m is not None), None
-            )
-            if found is None:
+            for source, text in (("log", log_tail), ("the cluster", reason)):
+                found = next(
+                    (m for m in (p.search(text) for p in self.patterns) if m is not None), None
+                )
+                if found is not None:
+                    if source == "log" or not self.reasons:
+                        evidence.append(f'{source}: "{_line_of(text, found)}"')
+                    break
+            else:
                 return None
-            evidence.append(f'log: "{_line_of(log_tail, found)}"')
         return ", ".join(evidence)
 
 
@@ -134,33 +154,46 @@ class RetryDecision:
 
 
 def classify(
-    exit_code: int | None, log_tail: str, rules: Sequence[Rule] | None = None
+    exit_code: int | None,
+    log_tail: str,
+    rules: Sequence[Rule] | None = None,
+    reason: str = "",
 ) -> Classification | None:
     """Classify a failed attempt by the first of ``rules`` (default :func:`load_rules`) that
     matches; "unknown" with rule "" when none does.
 
-    Exit code 0 is not a failure: the answer is None. ``None`` means no exit code is known
-    (rules with exit codes then never match). A negative code, as Python's ``subprocess``
-    reports a death by signal N, is read as the shell's 128+N.
+    Exit code 0 is not a failure: the answer is None, unless the cluster gave a
+    ``reason`` for the end ("OOMKilled", or "ImagePullBackOff: Back-off pulling image
+    ..." for a worker that never started): a word, then ": " and its message. ``None``
+    means no exit code is known (rules with exit codes then never match). A negative code,
+    as Python's ``subprocess`` reports a death by signal N, is read as the shell's 128+N.
     """
-    if exit_code == 0:
+    if exit_code == 0 and not reason:
         return None
     exit_code = normalize_exit_code(exit_code)
     text = _clean_log(log_tail)
+    reason = " ".join((reason or "").split())
     for rule in load_rules() if rules is None else rules:
-        evidence = rule.match(exit_code, text)
+        evidence = rule.match(exit_code, text, reason)
         if evidence is not None:
             label = f"{_CLASS_LABELS[rule.failure_class]} ({rule.name})"
             parts = [rule.description, evidence, _CLASS_POLICIES[rule.failure_class]]
             return Classification(
                 rule.failure_class, rule.name, f"{label}: " + "; ".join(p for p in parts if p)
             )
+    said = f' (the cluster: "{_shortened(reason)}")' if reason not in _GENERIC_REASONS else ""
     return Classification(
         FailureClass.UNKNOWN,
         "",
-        f"unknown cause: {describe_exit_code(exit_code)} and the log matched no rule; "
+        f"unknown cause: {describe_exit_code(exit_code)}{said} and the log matched no rule; "
         f"{_CLASS_POLICIES[FailureClass.UNKNOWN]}",
     )
+
+
+def reason_word(reason: str) -> str:
+    """The word a cluster's reason starts with: "OOMKilled" of "OOMKilled", "ErrImagePull"
+    of "ErrImagePull: rpc error: ..."."""
+    return (reason or "").split(":", 1)[0].strip()
 
 
 def retry_decision(
@@ -369,19 +402,31 @@ def _parse_rule(raw: Any, number: int, source: str) -> Rule:
     exit_codes = frozenset(
         _parse_exit_code(code, where) for code in _list(raw, "exit_codes", where)
     )
+    reasons = tuple(_parse_reason(reason, where) for reason in _list(raw, "reasons", where))
 
     ignore_case = raw.get("ignore_case", False)
     if not isinstance(ignore_case, bool):
         raise ValueError(f"{where}: field 'ignore_case' must be true or false")
     flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
     patterns = tuple(_compile(p, flags, where) for p in _list(raw, "patterns", where))
-    if not exit_codes and not patterns:
-        raise ValueError(f"{where}: needs 'exit_codes' or 'patterns' (it would match anything)")
+    if not exit_codes and not patterns and not reasons:
+        raise ValueError(
+            f"{where}: needs 'exit_codes', 'reasons' or 'patterns' (it would match anything)"
+        )
 
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ValueError(f"{where}: field 'description' must be text")
-    return Rule(name, failure_class, exit_codes, patterns, " ".join(description.split()))
+    return Rule(name, failure_class, exit_codes, patterns, " ".join(description.split()), reasons)
+
+
+def _parse_reason(reason: Any, where: str) -> str:
+    if isinstance(reason, str) and _REASON_RE.fullmatch(reason):
+        return reason
+    raise ValueError(
+        f"{where}: field 'reasons': {reason!r} is not a reason (a word such as OOMKilled, "
+        "or a shell pattern such as 'OutOf*')"
+    )
 
 
 def _list(raw: Mapping[str, Any], field: str, where: str) -> list[Any]:
@@ -430,6 +475,10 @@ def _clean_log(log_tail: str) -> str:
     """Colour codes removed, and carriage returns (progress bars) read as line ends, so that
     patterns and ^ / $ see the lines a person sees."""
     return _ANSI_ESCAPE_RE.sub("", log_tail or "").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= _EVIDENCE_MAX_CHARS else text[: _EVIDENCE_MAX_CHARS - 1] + "…"
 
 
 def _line_of(text: str, found: re.Match[str]) -> str:

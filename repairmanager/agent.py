@@ -10,6 +10,11 @@ the GPUs; with ``--declared-gpus`` (machines without GPUs: tests, demos) it serv
 declared values. Either way a faults file, read at every scrape, overrides values:
 
     {"visible_gpus": 7, "gpus": {"3": {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1}}}
+
+and may name the pod holding a GPU, as dcgm-exporter's Kubernetes mode labels its series
+from the kubelet's pod-resources API (labels ``pod``, ``namespace``, ``container``):
+
+    {"pods": {"4": {"pod": "ty-k3m9-1-0", "namespace": "trainyard-jobs", "container": "worker"}}}
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ GPU_FIELDS: dict[str, str] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "Whether remapping of rows has failed.",
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "Total number of NVLink CRC flit errors.",
 }
+POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter's, in Kubernetes mode
 HEALTHY_DECLARED = {name: 0.0 for name in GPU_FIELDS} | {
     "DCGM_FI_DEV_GPU_TEMP": 40.0,
     "DCGM_FI_DEV_GPU_UTIL": 0.0,
@@ -124,11 +130,14 @@ class GpuHealthCollector(Collector):
                 gpus[int(index)].update(
                     {k: float(v) for k, v in overrides.items() if k in GPU_FIELDS}
                 )
+        pods = faults.get("pods") if isinstance(faults.get("pods"), dict) else {}
         for name, help_text in GPU_FIELDS.items():
-            family = GaugeMetricFamily(name, help_text, labels=["gpu", "Hostname"])
+            family = GaugeMetricFamily(name, help_text, labels=["gpu", "Hostname", *POD_LABELS])
             for index, values in sorted(gpus.items()):
+                holder = pods.get(str(index)) if isinstance(pods.get(str(index)), dict) else {}
                 if name in values:
-                    family.add_metric([str(index), self.node], values[name])
+                    held_by = [str(holder.get(label, "")) for label in POD_LABELS]
+                    family.add_metric([str(index), self.node, *held_by], values[name])
             yield family
         seen = GaugeMetricFamily(
             "trainyard_agent_gpus", "GPUs the agent sees.", labels=["Hostname"]

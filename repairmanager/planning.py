@@ -100,7 +100,9 @@ def observe(
         elif rule.check == Check.BACKEND_READY:
             observed.evaluated_rules.add(rule.name)
             for node in nodes:
-                if not node.ready:
+                # A node the backend has never reported (just registered, not joined
+                # yet) is not there yet, not failed.
+                if not node.ready and node.last_heartbeat is not None:
                     observed.observations.append(Observation(rule, node.name, node.ready_reason))
     return observed
 

@@ -72,6 +72,9 @@ class Node(models.Model):
     )
     ready_reason = models.CharField(max_length=300, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    removal_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="Draining to be removed: gone once no job runs there."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = NodeQuerySet.as_manager()

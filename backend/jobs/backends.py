@@ -15,6 +15,7 @@ BACKENDS = ("local", "kubernetes", "memory")
 @functools.cache
 def _backend(name: str, *configuration: object) -> ClusterBackend:
     if name == "local":
+        from backend.clusters.inventory import REGISTERED, registered_nodes
         from jobmanager.backends.local import LocalBackend
 
         state_dir, log_dir, nodes, cgroup_root, kill_after = configuration
@@ -22,7 +23,7 @@ def _backend(name: str, *configuration: object) -> ClusterBackend:
             return LocalBackend(
                 state_dir,
                 log_dir,
-                nodes=nodes or None,
+                nodes=registered_nodes if nodes == REGISTERED else (nodes or None),
                 cgroup_root=cgroup_root or None,
                 kill_after_seconds=kill_after,
             )
@@ -38,6 +39,17 @@ def _backend(name: str, *configuration: object) -> ClusterBackend:
 
         return kubernetes_backend()
     raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")
+
+
+def inventory_is_registered() -> bool:
+    """Whether the nodes jobs run on are the registered ones (the embedded default, the
+    memory backend), rather than ones the backend discovers (Kubernetes, NVML) and would
+    register again: only then may a node be removed through the API."""
+    from backend.clusters.inventory import REGISTERED
+
+    if settings.TRAINYARD_BACKEND == "local":
+        return settings.TRAINYARD_LOCAL_NODES == REGISTERED
+    return settings.TRAINYARD_BACKEND == "memory"
 
 
 def get_backend() -> ClusterBackend:

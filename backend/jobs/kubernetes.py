@@ -1,4 +1,5 @@
-"""The Kubernetes backend built from settings (``TRAINYARD_K8S_*``)."""
+"""The Kubernetes backend built from settings (``TRAINYARD_K8S_*``), and the names of the
+pods it runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shlex
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from jobmanager.backends.k8s_manifests import pod_name
 from jobmanager.backends.kubernetes import KubernetesBackend, KubernetesSettings, VolumeSettings
 
 
@@ -41,6 +43,13 @@ def kubernetes_backend() -> KubernetesBackend:
             gpu_type_labels=tuple(settings.TRAINYARD_K8S_GPU_TYPE_LABELS),
             init_command=tuple(shlex.split(settings.TRAINYARD_K8S_INIT_COMMAND)),
             grace_seconds=settings.TRAINYARD_STOP_GRACE_SECONDS,
+            start_timeout_seconds=settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS,
             bad_condition_types=tuple(settings.TRAINYARD_K8S_BAD_NODE_CONDITIONS),
-        )
+        ),
+        log_dir=settings.TRAINYARD_LOG_DIR,
     )
+
+
+def attempt_pods(job_id: str, attempt: int, workers: int) -> list[str]:
+    """The names of an attempt's worker pods, rank 0 first."""
+    return [pod_name(job_id, attempt, rank) for rank in range(workers)]

@@ -159,8 +159,10 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
     changed: list[str] = []
     for node in Node.objects.all():
         seen = reported.pop(node.name, None)
-        if seen is None:
-            ready, reason = False, "the cluster backend does not know this node"
+        if seen is None and node.last_heartbeat is None:
+            ready, reason = False, "the cluster backend has not reported this node yet"
+        elif seen is None:
+            ready, reason = False, "the cluster backend no longer reports this node"
         elif not seen.ready:
             ready, reason = False, "the cluster backend reports it not ready"
         else:
@@ -412,7 +414,7 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
     classification = None
     if failed is not None:
         log = read_log_tail(job_log_dir(job.job_id) / f"worker-{failed.rank}.log")
-        classification = classify(failed.exit_code, log)
+        classification = classify(failed.exit_code, log, reason=failed.reason)
     with transaction.atomic():
         locked = _locked_if_unchanged(job)
         if locked is None:

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backend.clusters.removal import remove_drained_nodes
 from backend.core.redis import redis_client, redis_key
 from backend.jobs.lease import LeaseLost, acquire_lease
 from backend.jobs.lifecycle import reconcile, sync_nodes
@@ -88,6 +89,7 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
 
 def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
     summary.rounds += 1
+    remove_drained_nodes()
     sync_nodes(backend)
     reconciled = reconcile(backend)
     summary.stopping = reconciled.stopping

@@ -1,6 +1,11 @@
 """A job's GPU utilisation over its attempts, read from Prometheus (the DCGM metric
 ``DCGM_FI_DEV_GPU_UTIL`` that dcgm-exporter and the repair manager's node agent serve,
-labelled ``Hostname`` and ``gpu``) for exactly the GPUs each attempt was given."""
+labelled ``Hostname`` and ``gpu``) for exactly the GPUs each attempt was given.
+
+On Kubernetes the device plugin, not Trainyard's scheduler, picks a pod's GPUs: the
+series are those dcgm-exporter labels with the attempt's pods (it asks the kubelet's
+pod-resources API which pod holds which GPU), so that the chart shows the GPUs the
+workers really got."""
 
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ def _quoted(value: str) -> str:
 
 def attempt_selector(attempt: JobAttempt) -> str:
     """PromQL for the utilisation of exactly the attempt's GPUs."""
+    if settings.TRAINYARD_BACKEND == "kubernetes":
+        return _pods_selector(attempt)
     gpus_by_node: dict[str, set[int]] = {}
     for worker in attempt.gpus:
         gpus_by_node.setdefault(worker["node"], set()).update(worker.get("gpus") or [])
@@ -43,6 +50,21 @@ def attempt_selector(attempt: JobAttempt) -> str:
         if gpus
     ]
     return " or ".join(parts)
+
+
+def _pods_selector(attempt: JobAttempt) -> str:
+    """The series of the GPUs held by the attempt's pods that have GPUs."""
+    from backend.jobs.kubernetes import attempt_pods
+
+    pods = attempt_pods(attempt.job.job_id, attempt.number, len(attempt.gpus))
+    with_gpus = [pod for pod, worker in zip(pods, attempt.gpus, strict=True) if worker.get("gpus")]
+    if not with_gpus:
+        return ""
+    namespace = settings.TRAINYARD_K8S_NAMESPACE
+    return (
+        f'{GPU_UTIL}{{{settings.TRAINYARD_K8S_METRICS_NAMESPACE_LABEL}="{_quoted(namespace)}",'
+        f'{settings.TRAINYARD_K8S_METRICS_POD_LABEL}=~"{"|".join(with_gpus)}"}}'
+    )
 
 
 def job_gpu_utilisation(job: Job) -> GpuUtilisation:

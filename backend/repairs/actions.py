@@ -84,10 +84,12 @@ def repair_message(node_name: str, fault: str, at: datetime) -> str:
 
 
 @transaction.atomic
-def move_jobs_off(node_name: str, fault: str, at: datetime) -> list[str]:
+def move_jobs_off(
+    node_name: str, fault: str, at: datetime, leaving: str = "a failing node"
+) -> list[str]:
     """Stop every job on the failing node and send it back to the head of its queue
     without spending a retry (as a preemption does); each carries a repair message and its
-    owner gets a note. Returns the jobs moved."""
+    owner gets a note (that it was moved off ``leaving``). Returns the jobs moved."""
     moved: list[str] = []
     base = repair_message(node_name, fault, at)
     for candidate in active_jobs_on(node_name):
@@ -111,9 +113,9 @@ def move_jobs_off(node_name: str, fault: str, at: datetime) -> list[str]:
             queue_email(
                 f"moved:{job.job_id}:{job.attempt}",
                 [job.owner.email],
-                f"Your job {job.name} ({job.job_id}) was moved off a failing node",
+                f"Your job {job.name} ({job.job_id}) was moved off {leaving}",
                 f"{job.repair_message}.\n\nIt keeps its place at the head of its queue and "
-                "restarts on a healthy node; no retry was spent.",
+                "restarts on another node; no retry was spent.",
             )
         moved.append(job.job_id)
     if moved:

@@ -185,8 +185,11 @@ def _outcome(fire: Firing, node: Node, taken: set, held: dict) -> str:
     return f"the node was already {node.repair_state}{moved}"
 
 
+HELD_BACK = "held back, the node stays in service"  # a fault's outcome: the safety valve
+
+
 def _held_back(why: str) -> str:
-    return f"held back, the node stays in service: {why}"
+    return f"{HELD_BACK}: {why}"
 
 
 def _alert_admins(fault: NodeFault) -> int:

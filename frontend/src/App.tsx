@@ -9,7 +9,9 @@ import { JobDetailPage } from "./pages/JobDetail";
 import { JobsPage } from "./pages/Jobs";
 import { LoginPage } from "./pages/Login";
 import { QuotasPage } from "./pages/Quotas";
+import { RepairsPage } from "./pages/Repairs";
 import { SshKeysPage } from "./pages/SshKeys";
+import { StoragePage } from "./pages/Storage";
 import { SubmitPage } from "./pages/Submit";
 import { VcPage } from "./pages/Vc";
 
@@ -63,6 +65,8 @@ export function App() {
           <Route path="/vcs/:name" element={<VcPage tab="overview" />} />
           <Route path="/vcs/:name/settings" element={<VcPage tab="settings" />} />
           <Route path="/quotas" element={<QuotasPage />} />
+          <Route path="/storage" element={<StoragePage />} />
+          <Route path="/repairs" element={<RepairsPage />} />
           <Route path="/me/ssh-keys" element={<SshKeysPage />} />
           <Route path="/me/allowed-ips" element={<AllowedIpsPage />} />
           <Route path="*" element={<NotFound />} />
@@ -113,7 +117,9 @@ function Layout({ children }: { children: React.ReactNode }) {
               VC {vc.name}
             </NavLink>
           ))}
+          <NavLink to="/storage">Storage</NavLink>
           {me.is_cluster_admin && <NavLink to="/quotas">Quotas</NavLink>}
+          {me.is_cluster_admin && <NavLink to="/repairs">Node repair</NavLink>}
           <NavLink to="/me/ssh-keys">My SSH keys</NavLink>
           <NavLink to="/me/allowed-ips">My allowed IPs</NavLink>
         </nav>

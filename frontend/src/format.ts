@@ -33,3 +33,15 @@ export function timeLeft(
   if (!job.started_at || !["running", "pausing", "killing"].includes(job.status)) return null;
   return (Date.parse(job.started_at) + job.max_wall_time * 1000 - now) / 1000;
 }
+
+/** Bytes as "812 B", "4.2 KiB", "1.5 GiB", "3 TiB". */
+export function size(bytes: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit === 0 ? value : +value.toFixed(1)} ${units[unit]}`;
+}

@@ -50,6 +50,9 @@ class JobLaunch:
 # A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed
 # health condition, taken out of service). The attempt cannot go on; requeue it at once.
 NODE_UNHEALTHY = "NodeUnhealthy"
+# A WorkerReport.reason of a worker the backend ended because it was asked to stop (its
+# peers failed, or the job was killed): its end explains nothing.
+STOPPED = "Stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +81,10 @@ class JobReport:
 
     @property
     def failed_worker(self) -> WorkerReport | None:
-        """The first worker that failed: its exit code and log explain the attempt."""
-        return next((w for w in self.workers if w.state == WorkerState.FAILED), None)
+        """The worker whose exit code, reason and log explain the attempt: the first that
+        failed by itself, else the first one stopped."""
+        failed = [w for w in self.workers if w.state == WorkerState.FAILED]
+        return next((w for w in failed if w.reason != STOPPED), failed[0] if failed else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ ROLE_GATEWAY = "gateway"
 ANNOTATION_JOB_ID = "trainyard.io/job-id"  # the job id as given, whatever its label became
 ANNOTATION_WORKERS = "trainyard.io/workers"
 ANNOTATION_DEPLOYED = "trainyard.io/deployed"  # on the Service, once every pod exists
+ANNOTATION_STOP_REQUESTED = "trainyard.io/stop-requested"  # on the Service, once asked
 ANNOTATION_GPUS = "trainyard.io/gpus"
 ANNOTATION_OWNER = "trainyard.io/owner"
 ANNOTATION_VC = "trainyard.io/vc-name"
@@ -104,6 +105,9 @@ class KubernetesSettings:
     # PID 1 of every worker: reaps zombies, forwards SIGTERM to the whole process group.
     init_command: tuple[str, ...] = ("/usr/bin/tini", "-g", "--")
     grace_seconds: int = 30
+    # A worker whose pod does not run within this long (an image that cannot be pulled
+    # once its back-off has had its tries, a pod no node takes) fails the attempt.
+    start_timeout_seconds: int = 600
     master_port: int = 29500
     cluster_domain: str = "cluster.local"
     # Node conditions that, when True, mean the node cannot run jobs (node problem detector).

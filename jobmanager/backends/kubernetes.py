@@ -5,7 +5,10 @@ a NetworkPolicy (see :mod:`jobmanager.backends.k8s_manifests`). Deployments are 
 nothing: the Service is marked deployed once every pod exists, and any failure removes
 what the attempt had created. A :class:`NodeWatcher` follows the Node objects, so that
 workers on a node that turned bad are reported failed at once, without waiting for a
-collective to time out.
+collective to time out. Workers' logs are streamed into the log store
+(:mod:`jobmanager.backends.k8s_logs`); why a worker failed, or never started within the
+start timeout, is reported in the words the retry rules read
+(:mod:`jobmanager.backends.k8s_reports`).
 """
 
 from __future__ import annotations
@@ -14,31 +17,27 @@ import json
 import logging
 import math
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from jobmanager.backends.base import (
-    NODE_UNHEALTHY,
     BackendNode,
     ClusterBackend,
     DeployError,
     JobLaunch,
     JobReport,
-    WorkerReport,
-    WorkerState,
 )
+from jobmanager.backends.k8s_logs import PodLog, PodLogCollector
 from jobmanager.backends.k8s_manifests import (
     ANNOTATION_DEPLOYED,
-    ANNOTATION_JOB_ID,
-    ANNOTATION_WORKERS,
+    ANNOTATION_STOP_REQUESTED,
     CONTAINER_NAME,
-    LABEL_ATTEMPT,
-    LABEL_JOB,
-    LABEL_RANK,
     KubernetesSettings,
     VolumeSettings,
     job_selector,
@@ -48,14 +47,22 @@ from jobmanager.backends.k8s_manifests import (
     service_name,
 )
 from jobmanager.backends.k8s_nodes import NodeWatcher, backend_node
+from jobmanager.backends.k8s_reports import (
+    ReportContext,
+    attempt_of,
+    ending,
+    job_id_of,
+    job_report,
+    marked,
+    not_started,
+    pod_ended,
+    rank_of,
+)
 
 __all__ = ["KubernetesBackend", "KubernetesSettings", "NodeWatcher", "VolumeSettings"]
 
 logger = logging.getLogger(__name__)
 
-# A pod waiting for one of these never starts; anything else (image pull back-off, a
-# missing secret) may still resolve, so the worker stays pending.
-FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 API_ERRORS = (ApiException, urllib3.exceptions.HTTPError)
 
 
@@ -71,88 +78,6 @@ def api_client_from_config() -> client.ApiClient:
             config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
         )
     return client.ApiClient(configuration)
-
-
-# --- pods -------------------------------------------------------------------------------
-
-
-def _attempt(obj) -> int:
-    return int((obj.metadata.labels or {}).get(LABEL_ATTEMPT, "0"))
-
-
-def _container_state(pod: client.V1Pod) -> client.V1ContainerState | None:
-    statuses = (pod.status and pod.status.container_statuses) or []
-    status = next((s for s in statuses if s.name == CONTAINER_NAME), None)
-    return status.state if status else None
-
-
-def pod_ended(pod: client.V1Pod) -> bool:
-    return bool(pod.status and pod.status.phase in ("Succeeded", "Failed"))
-
-
-def worker_report(rank: int, pod: client.V1Pod, bad_nodes: dict[str, str]) -> WorkerReport:
-    """A worker's state from its pod's phase, its exit code from the container's."""
-    phase = (pod.status and pod.status.phase) or "Pending"
-    state = _container_state(pod)
-    terminated = state.terminated if state else None
-    exit_code = terminated.exit_code if terminated else None
-    if phase == "Succeeded":
-        return WorkerReport(rank, WorkerState.SUCCEEDED, 0 if exit_code is None else exit_code)
-    if phase == "Failed":
-        reason = (terminated and terminated.reason) or pod.status.reason or "Failed"
-        return WorkerReport(rank, WorkerState.FAILED, exit_code, reason)
-    node = pod.spec.node_name
-    if node in bad_nodes:
-        return WorkerReport(
-            rank, WorkerState.FAILED, None, f"{NODE_UNHEALTHY}: node {node}: {bad_nodes[node]}"
-        )
-    if phase == "Unknown":  # the node stopped reporting on its pods
-        return WorkerReport(
-            rank, WorkerState.FAILED, None, f"{NODE_UNHEALTHY}: node {node}: pod phase Unknown"
-        )
-    if phase == "Running":
-        return WorkerReport(rank, WorkerState.RUNNING)
-    waiting = (state.waiting.reason if state and state.waiting else "") or ""
-    if waiting in FATAL_WAITING_REASONS:
-        return WorkerReport(rank, WorkerState.FAILED, None, waiting)
-    return WorkerReport(rank, WorkerState.PENDING, None, waiting)
-
-
-def job_report(
-    job_id: str,
-    pods: list[client.V1Pod],
-    services: dict[str, client.V1Service],
-    bad_nodes: dict[str, str],
-) -> JobReport:
-    """The latest attempt among ``pods``. A rank without a pod is pending while the
-    attempt is being deployed, and failed once it was (its pod was deleted or evicted)."""
-    attempt = max(_attempt(pod) for pod in pods)
-    current = [pod for pod in pods if _attempt(pod) == attempt]
-    by_rank = {int(pod.metadata.labels[LABEL_RANK]): pod for pod in current}
-    workers = max(
-        max(int((pod.metadata.annotations or {}).get(ANNOTATION_WORKERS, 0)) for pod in current),
-        max(by_rank) + 1,
-    )
-    service = services.get(service_name(job_id, attempt))
-    deployed = service is not None and _marked_deployed(service)
-    reports = []
-    for rank in range(workers):
-        pod = by_rank.get(rank)
-        if pod is not None:
-            reports.append(worker_report(rank, pod, bad_nodes))
-        elif deployed:
-            reports.append(WorkerReport(rank, WorkerState.FAILED, None, "PodMissing"))
-        else:
-            reports.append(WorkerReport(rank, WorkerState.PENDING, None, "Deploying"))
-    return JobReport(job_id=job_id, attempt=attempt, workers=tuple(reports))
-
-
-def _marked_deployed(service: client.V1Service) -> bool:
-    return (service.metadata.annotations or {}).get(ANNOTATION_DEPLOYED) == "true"
-
-
-def _job_id(obj) -> str:
-    return (obj.metadata.annotations or {}).get(ANNOTATION_JOB_ID) or obj.metadata.labels[LABEL_JOB]
 
 
 def describe_api_error(error: Exception) -> str:
@@ -176,16 +101,26 @@ class KubernetesBackend(ClusterBackend):
         settings: KubernetesSettings | None = None,
         api_client: client.ApiClient | None = None,
         watch_nodes: bool = True,
+        log_dir: Path | str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``watch_nodes``: follow the nodes in a thread started on first use (in the
         process that uses the backend, after any fork); without it the node cache is
-        listed once and then moves only by ``node_watcher.watch_once``."""
+        listed once and then moves only by ``node_watcher.watch_once``. ``log_dir``: the
+        log store that workers' logs are streamed into (none: logs stay in the cluster).
+        ``clock``: the time, for the start timeout."""
         self.settings = settings or KubernetesSettings()
         self.api_client = api_client or api_client_from_config()
         self.core = client.CoreV1Api(self.api_client)
         self.networking = client.NetworkingV1Api(self.api_client)
         self.node_watcher = NodeWatcher(self.core, self.settings)
         self.watch_nodes = watch_nodes
+        self.clock = clock
+        self.logs = (
+            PodLogCollector(self.core, self.namespace, CONTAINER_NAME, Path(log_dir), clock)
+            if log_dir
+            else None
+        )
 
     @property
     def namespace(self) -> str:
@@ -199,6 +134,8 @@ class KubernetesBackend(ClusterBackend):
 
     def close(self) -> None:
         self.node_watcher.stop()
+        if self.logs is not None:
+            self.logs.stop()
         self.api_client.close()
 
     # --- the interface ------------------------------------------------------------------
@@ -234,20 +171,32 @@ class KubernetesBackend(ClusterBackend):
         force-deleted first, so that nothing of it sticks in Terminating."""
         pods, services = self._job_objects(launch.job_id)
         self._delete_all(
-            [pod for pod in pods if _attempt(pod) != launch.attempt],
-            [service for service in services if _attempt(service) != launch.attempt],
+            [pod for pod in pods if attempt_of(pod) != launch.attempt],
+            [service for service in services if attempt_of(service) != launch.attempt],
         )
         name = service_name(launch.job_id, launch.attempt)
-        return any(s.metadata.name == name and _marked_deployed(s) for s in services)
+        return any(s.metadata.name == name and marked(s, ANNOTATION_DEPLOYED) for s in services)
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
         """Delete the job's running and pending pods with the grace period (at once for a
-        pod on a bad node, whose kubelet would never confirm); ended pods stay until
-        ``remove``, keeping their exit codes."""
+        pod on a bad node, whose kubelet would never confirm); ended pods, and pods that
+        will never start, stay until ``remove``, keeping their exit codes and reasons. The
+        attempt's Service records the stop, so that the workers it ends are told from
+        the one whose failure caused it."""
         grace = max(0, math.ceil(grace_seconds))
+        pods, services = self._job_objects(job_id)
+        stop_requested = {"metadata": {"annotations": {ANNOTATION_STOP_REQUESTED: "true"}}}
+        for service in services:
+            if not marked(service, ANNOTATION_STOP_REQUESTED):
+                _ignore_not_found(
+                    lambda name=service.metadata.name: self.core.patch_namespaced_service(
+                        name, self.namespace, stop_requested
+                    )
+                )
         bad_nodes = self._node_cache().bad_nodes()
-        for pod in self._pods(job_id):
-            if pod_ended(pod):
+        context = self._context(bad_nodes)
+        for pod in pods:
+            if pod_ended(pod) or not_started(pod, context) is not None:
                 continue
             pod_grace = 0 if pod.spec.node_name in bad_nodes else grace
             going = pod.metadata.deletion_grace_period_seconds
@@ -269,14 +218,44 @@ class KubernetesBackend(ClusterBackend):
             node = pod.spec.node_name
             if node and node not in known:
                 bad_nodes.setdefault(node, "node deleted")
+        context = self._context(bad_nodes)
+        if self.logs is not None:
+            context = ReportContext(
+                bad_nodes, context.now, context.start_timeout_seconds, self._collect(pods, context)
+            )
         pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
         for pod in pods:
-            pods_by_job[_job_id(pod)].append(pod)
+            pods_by_job[job_id_of(pod)].append(pod)
         services_by_name = {service.metadata.name: service for service in services}
         return {
-            job_id: job_report(job_id, job_pods, services_by_name, bad_nodes)
+            job_id: job_report(job_id, job_pods, services_by_name, context)
             for job_id, job_pods in pods_by_job.items()
         }
+
+    def _context(self, bad_nodes: dict[str, str]) -> ReportContext:
+        return ReportContext(bad_nodes, self.clock(), self.settings.start_timeout_seconds)
+
+    def _collect(self, pods: list[client.V1Pod], context: ReportContext) -> set[str]:
+        """Follow running pods' logs; the pods (by uid) that ended, or will never start,
+        whose log is complete in the store."""
+        complete: set[str] = set()
+        for pod in pods:
+            worker = PodLog(
+                job_id_of(pod),
+                attempt_of(pod),
+                rank_of(pod),
+                pod.metadata.name,
+                pod.metadata.uid,
+                pod.spec.node_name or "",
+            )
+            phase = pod.status and pod.status.phase
+            if phase == "Running":
+                self.logs.follow(worker)
+                continue
+            ended, never = pod_ended(pod), not_started(pod, context) is not None
+            if (ended or never) and self.logs.collect(worker, ending(pod, worker.attempt), ended):
+                complete.add(pod.metadata.uid)
+        return complete
 
     def remove(self, job_id: str) -> None:
         pods, services = self._job_objects(job_id)

@@ -15,8 +15,9 @@ rules decide what follows.
 
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
-work end to end on a laptop; CPU and memory limits are cgroup v2 where the host allows it
-(both in ``local_host``).
+work end to end on a laptop; a declared inventory may be a function, read at every call,
+so that it follows the nodes registered while the system runs. CPU and memory limits are
+cgroup v2 where the host allows it (both in ``local_host``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,21 +77,25 @@ class LocalBackend(ClusterBackend):
         self,
         state_dir: Path | str,
         log_dir: Path | str,
-        nodes: str | Sequence[BackendNode] | None = None,
+        nodes: str | Sequence[BackendNode] | Callable[[], Sequence[BackendNode]] | None = None,
         cgroup_root: Path | str | None = DEFAULT_CGROUP_ROOT,
         kill_after_seconds: float = 5.0,
     ) -> None:
-        """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``
-        or BackendNodes); without it the host is one node with the GPUs NVML finds.
+        """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
+        BackendNodes, or a function returning them, asked at every call); without it the
+        host is one node with the GPUs NVML finds.
         ``kill_after_seconds``: how long what a command leaves running when it exits gets
         between SIGTERM and SIGKILL. Raises ValueError for a malformed inventory."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.kill_after_seconds = kill_after_seconds
+        self._node_source = nodes if callable(nodes) else None
         if isinstance(nodes, str):
             nodes = parse_declared_nodes(nodes, *host_resources())
-        self._nodes: list[BackendNode] | None = list(nodes) if nodes is not None else None
+        self._nodes: list[BackendNode] | None = (
+            list(nodes) if nodes is not None and not callable(nodes) else None
+        )
         self._cgroups = Cgroups(Path(cgroup_root) if cgroup_root else None)
 
     @property
@@ -189,6 +194,8 @@ class LocalBackend(ClusterBackend):
             self._remove_locked(job_id)
 
     def nodes(self) -> list[BackendNode]:
+        if self._node_source is not None:
+            return list(self._node_source())
         if self._nodes is None:
             millicpus, memory = host_resources()
             devices = discover_gpus()

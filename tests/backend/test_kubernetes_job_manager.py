@@ -1,6 +1,8 @@
 """The job manager with the Kubernetes backend, against the fake API server: a job
 submitted through the API becomes pods on the nodes the scheduler chose, and ends when
-its pods do; a node that turns bad takes its job back to the queue."""
+its pods do; a node that turns bad takes its job back to the queue; a pod's log reaches
+the log viewer, the download and the retry classifier; a pod that never starts ends its
+attempt after the start timeout."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.backend.jobs_support import JobManager
+from tests.servers import wait_until
 
 if TYPE_CHECKING:
     from tests.k8s_fake import FakeKubernetes
@@ -37,15 +40,20 @@ def fake(fake_kubernetes: FakeKubernetes, world) -> FakeKubernetes:
 
 
 @pytest.fixture
-def backend(fake, fake_api_client, settings, tmp_path):
+def backend(fake, fake_api_client, fake_clock, settings, tmp_path):
     # Imported once pytest has loaded the plugin, so that its asserts are rewritten.
     from tests.k8s_fake import fake_settings
 
     settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
     backend = KubernetesBackend(
-        fake_settings(NAMESPACE), api_client=fake_api_client, watch_nodes=False
+        fake_settings(NAMESPACE),
+        api_client=fake_api_client,
+        watch_nodes=False,
+        log_dir=settings.TRAINYARD_LOG_DIR,
+        clock=fake_clock,
     )
     yield backend
+    backend.logs.stop()
     backend.node_watcher.stop()
 
 
@@ -174,10 +182,14 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_NAMESPACE = "jobs-here"
     settings.TRAINYARD_K8S_DATA_VOLUME = "nfs://nfs.example.com/datasets"
     settings.TRAINYARD_K8S_INIT_COMMAND = "/sbin/tini -s -g --"
+    settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS = 900
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
 
     backend = kubernetes_backend()
     try:
         assert backend.namespace == "jobs-here"
+        assert backend.settings.start_timeout_seconds == 900
+        assert backend.logs is not None  # pod logs go to TRAINYARD_LOG_DIR
         assert backend.settings.init_command == ("/sbin/tini", "-s", "-g", "--")
         assert backend.settings.data_volume.read_only
         assert backend.api_client.configuration.host == fake_kubernetes.url
@@ -187,3 +199,87 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_OUTPUT_VOLUME = "ftp://nowhere"
     with pytest.raises(ImproperlyConfigured, match="TRAINYARD_K8S_OUTPUT_VOLUME"):
         kubernetes_backend()
+
+
+def tail(world, job: Job, worker: int = 0) -> dict:
+    response = world.client(world.member).get(f"{JOBS}{job.job_id}/log/tail/?worker={worker}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_a_pods_log_shows_in_tail_and_download_and_survives_the_pods_deletion(world, jobs, fake):
+    job = submit(world, workers=1)
+    jobs.run()
+    name = f"ty-{job.job_id}-1-0"
+    fake.set_pod_phase(NAMESPACE, name, "Running")
+    fake.write_pod_log(NAMESPACE, name, "loading ImageNet shards\nepoch 1 top-1 0.31\n")
+    jobs.run()
+
+    wait_until(lambda: "epoch 1 top-1 0.31" in tail(world, job)["text"], 10, "the live log")
+    fake.write_pod_log(NAMESPACE, name, "epoch 2 top-1 0.52\n")
+    fake.set_pod_phase(NAMESPACE, name, "Succeeded", exit_code=0)
+    jobs.run()
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.FINISHED
+    assert pods_of(fake, job) == []  # the pod is gone; its log is not
+    answer = tail(world, job)
+    assert "epoch 2 top-1 0.52" in answer["text"] and answer["complete"] is True
+    download = world.client(world.member).get(f"{JOBS}{job.job_id}/log/")
+    text = b"".join(download.streaming_content).decode()
+    assert "loading ImageNet shards\nepoch 1 top-1 0.31\nepoch 2 top-1 0.52\n" in text
+    assert text.endswith("=== attempt 1 ended: exit code 0 ===\n")
+
+
+def test_an_oom_killed_container_is_a_user_error_and_is_not_retried(world, jobs, fake):
+    job = submit(world, workers=2, max_retries=3)
+    jobs.run()
+    names = [pod["metadata"]["name"] for pod in pods_of(fake, job)]
+    for name in names:
+        fake.set_pod_phase(NAMESPACE, name, "Running")
+    fake.write_pod_log(NAMESPACE, names[1], "building the sample index\n")
+
+    fake.set_pod_phase(NAMESPACE, names[1], "Failed", exit_code=137, reason="OOMKilled")
+    jobs.run()  # its peer is stopped
+    for pod in pods_of(fake, job):
+        if pod["metadata"].get("deletionTimestamp"):
+            fake.finish_deletion(NAMESPACE, pod["metadata"]["name"])
+    jobs.run()
+
+    job.refresh_from_db()
+    assert (job.status, job.exit_code) == (JobStatus.FAILED, 137)
+    assert (job.failure_class, job.failure_rule) == ("user", "oom-killed")
+    assert job.retries_used == 0
+    attempt = job.attempts.get()
+    assert "host memory" in attempt.message and "not retried" in attempt.message
+    assert pods_of(fake, job) == []
+
+
+def test_a_pod_stuck_pulling_its_image_ends_the_attempt_after_the_start_timeout(
+    world, jobs, fake, backend
+):
+    job = submit(world, workers=1, gpus_per_worker=8, image="nvcr.io/nvidia/pytorhc:24.08-py3")
+    jobs.run()
+    name = f"ty-{job.job_id}-1-0"
+    fake.set_pod_phase(
+        NAMESPACE, name, "Pending", waiting_reason="ImagePullBackOff",
+        message='Back-off pulling image "nvcr.io/nvidia/pytorhc:24.08-py3"',
+    )  # fmt: skip
+    jobs.run()
+    assert Job.objects.get(pk=job.pk).status in (JobStatus.SCHEDULING, JobStatus.RUNNING)
+    assert gpus_used(world) == 8
+
+    backend.clock.now += backend.settings.start_timeout_seconds + 1
+    jobs.run()
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert (job.failure_class, job.failure_rule) == ("user", "image-pull-failed")
+    assert "pytorhc:24.08-py3" in job.attempts.get().message
+    assert pods_of(fake, job) == [] and gpus_used(world) == 0  # the GPUs are free again
+    assert "did not start: ImagePullBackOff" in tail(world, job)["text"]
+
+
+def gpus_used(world) -> int:
+    summary = world.client(world.member).get("/api/v1/cluster/summary/").json()
+    return sum(row["gpus_used"] for row in summary["gpu_types"])

@@ -51,6 +51,65 @@ def stop_everything_started_under(process: subprocess.Popen, var_dir) -> None:
             leftover.kill()
 
 
+def signed_in(base_url: str, username: str, password: str) -> requests.Session:
+    """A session signed in through the browsable API's login form, sending its CSRF token."""
+    session = requests.Session()
+    session.get(f"{base_url}/api/auth/login/", timeout=10)
+    answer = session.post(
+        f"{base_url}/api/auth/login/",
+        data={"username": username, "password": password, "next": "/api/v1/me/",
+              "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+        headers={"Referer": f"{base_url}/api/auth/login/"},
+        timeout=10,
+    )  # fmt: skip
+    assert answer.json()["username"] == username
+    session.headers["X-CSRFToken"] = session.cookies["csrftoken"]
+    return session
+
+
+def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once(
+    trainyard, tmp_path
+):
+    _, output, _, base_url = trainyard
+    wait_until(lambda: "Press Ctrl-C to stop." in output.read_text(), 120, "the banner")
+    logins = dict(re.findall(r"^\s+(\w+)\s+/\s+(\S+)", output.read_text(), re.MULTILINE))
+    assert "registered nodes (a100-01 ...; nodes registered later too)" in output.read_text()
+    admin = signed_in(base_url, "admin", logins["admin"])
+    alice = signed_in(base_url, "alice", logins["alice"])
+    api = f"{base_url}/api/v1"
+
+    node = {"name": "a100-new", "gpu_type": "A100", "gpus": 8, "cpus": 96, "memory": "1000Gi",
+            "labels": {"pool": "fresh"}}  # fmt: skip
+    assert admin.post(f"{api}/nodes/", json=node, timeout=10).status_code == 201
+    release = tmp_path / "release"
+    job = {"vc": "vision", "gpu_type": "A100", "gpus_per_worker": 8,
+           "node_selector": {"pool": "fresh"},
+           "command": f"while [ ! -e {release} ]; do sleep 0.1; done; echo drained"}  # fmt: skip
+    first = alice.post(f"{api}/jobs/", json=job, timeout=10).json()["id"]
+
+    def status_of(job_id: str) -> dict:
+        return alice.get(f"{api}/jobs/{job_id}/", timeout=10).json()
+
+    wait_until(lambda: status_of(first)["status"] == "running", 60, "a job on the new node")
+    assert {worker["node"] for worker in status_of(first)["placement"]} == {"a100-new"}
+
+    assert admin.post(f"{api}/nodes/a100-new/cordon/", timeout=10).status_code == 200
+    second = alice.post(f"{api}/jobs/", json=job | {"gpus_per_worker": 4}, timeout=10).json()["id"]
+    wait_until(lambda: status_of(second)["insight_message"], 60, "the job manager's look")
+    assert status_of(second)["status"] == "queued"  # 4 GPUs free there, but cordoned
+
+    removal = admin.delete(f"{api}/nodes/a100-new/", timeout=10)
+    assert removal.status_code == 202 and removal.json()["removal_requested_at"]
+    assert status_of(first)["status"] == "running"  # drained, not killed
+    release.touch()
+    wait_until(lambda: status_of(first)["status"] == "finished", 60, "the job to finish")
+    wait_until(
+        lambda: admin.get(f"{api}/nodes/a100-new/", timeout=10).status_code == 404,
+        30,
+        "the drained node to go",
+    )
+
+
 def test_run_starts_the_whole_system_with_demo_logins_and_stops_cleanly(trainyard):
     process, output, env, base_url = trainyard
     wait_until(lambda: "Press Ctrl-C to stop." in output.read_text(), 120, "the banner")

@@ -70,11 +70,16 @@ def live_env(directory: Path, redis_url: str, nodes: str) -> dict[str, str]:
 
 @contextmanager
 def live_servers(
-    directory: Path, redis_url: str, nodes: str, job_manager: bool = True
+    directory: Path,
+    redis_url: str,
+    nodes: str,
+    job_manager: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[LiveServers]:
     """gunicorn (2 workers x 4 threads: a page loads several resources at once) and, unless
-    told otherwise, a Celery worker and beat running the job manager every second."""
-    env = live_env(directory, redis_url, nodes)
+    told otherwise, a Celery worker and beat running the job manager every second;
+    ``extra_env`` adds to (or overrides) their environment."""
+    env = live_env(directory, redis_url, nodes) | (extra_env or {})
     web, base_url = start_gunicorn(extra_env=env, workers=2, threads=4)
     servers = LiveServers(base_url, env, [web])
     try:

@@ -72,11 +72,15 @@ def pod_names(launch: JobLaunch) -> list[str]:
 
 
 @pytest.fixture
-def backend(k8s_cluster):
+def backend(k8s_cluster, tmp_path):
     backend = KubernetesBackend(
-        k8s_cluster.settings, api_client=k8s_cluster.api_client, watch_nodes=False
+        k8s_cluster.settings,
+        api_client=k8s_cluster.api_client,
+        watch_nodes=False,
+        log_dir=tmp_path / "logs",
     )
     yield backend
+    backend.logs.stop()
     backend.node_watcher.stop()
 
 
@@ -680,7 +684,8 @@ def test_the_rbac_in_the_docs_grants_exactly_the_verbs_the_backend_uses(k8s_clus
 
     backend.deploy(a_launch(k8s_cluster))  # updates the outdated policy
     backend.deploy(a_launch(k8s_cluster, job_id="nlpjob0001", vc="nlp"))  # creates one
-    backend.reports()
+    k8s_cluster.settle(f"ty-{JOB}-1-0", "Succeeded", 0)
+    backend.reports()  # reads the ended pod's log
     backend.stop(JOB, 5)
     backend.remove(JOB)
     backend.nodes()
@@ -693,9 +698,11 @@ def test_the_rbac_in_the_docs_grants_exactly_the_verbs_the_backend_uses(k8s_clus
 
 def _permission(request) -> tuple[str, str, str]:
     group = "networking.k8s.io" if request.path.startswith("/apis/networking.k8s.io/") else ""
-    resource, named = re.search(
-        r"/(pods|services|nodes|networkpolicies)(/[^/]+)?", request.path
+    resource, named, subresource = re.search(
+        r"/(pods|services|nodes|networkpolicies)(/[^/]+)?(/log)?$", request.path
     ).groups()
+    if subresource:
+        return group, f"{resource}{subresource}", "get"
     if request.method == "GET":
         verb = "get" if named else ("watch" if request.query.get("watch") == "true" else "list")
     else:

@@ -293,8 +293,69 @@ def test_default_rules_classify_realistic_logs(exit_code, log, rule, failure_cla
     assert "\n" not in classification.message
 
 
+# What the Kubernetes backend reports as a worker's reason: the container's termination
+# reason, the pod's reason or disruption, or why it never started (the start timeout).
+CLUSTER_REASON_CASES = [
+    (137, "epoch 3 step 120\n", "OOMKilled", "oom-killed", "user"),
+    # The reason is a fact: an OOM kill beats the storage error it caused in the log.
+    (137, NFS_STALE_HANDLE, "OOMKilled", "oom-killed", "user"),
+    (1, CUDA_OOM, "Error", "cuda-out-of-memory", "user"),  # GPU memory: the log tells
+    (137, "", "DisruptionTarget: TerminationByKubelet: The node was low on resource: memory.",
+     "pod-disrupted", "infrastructure"),
+    (None, "", "Evicted: The node had condition: [DiskPressure].", "pod-disrupted",
+     "infrastructure"),
+    (None, "", "OutOfnvidia.com/gpu: Pod was rejected: Node didn't have enough resource",
+     "node-rejected-pod", "infrastructure"),
+    (None, "", 'ErrImagePull: failed to pull and unpack image "nvcr.io/x:1": dial tcp '
+     "10.0.0.9:443: i/o timeout; not running after 600 s", "image-registry-unreachable",
+     "infrastructure"),
+    (None, "", 'ImagePullBackOff: Back-off pulling image "pytorch/pytorch:9.9"; not running '
+     "after 600 s", "image-pull-failed", "user"),
+    (None, "", "InvalidImageName: couldn't parse image name \"Bad:Name\"", "image-pull-failed",
+     "user"),
+    (None, "", "Unschedulable: 0/4 nodes are available; not running after 600 s",
+     "pod-not-started", "infrastructure"),
+    (None, "", "ContainerCreating: not running after 600 s", "pod-not-started",
+     "infrastructure"),
+    (137, "", "DeadlineExceeded: Pod was active on the node longer than the specified deadline",
+     "deadline-exceeded", "user"),
+    (128, "", 'StartError: exec: "python": executable file not found in $PATH',
+     "container-cannot-run", "user"),
+    # A container the runtime could not start for want of the GPU driver is the node's.
+    (128, "", "ContainerCannotRun: nvidia-container-cli: initialization error: load library "
+     "failed: libnvidia-ml.so.1: Driver/library version mismatch", "gpu-driver-unavailable",
+     "infrastructure"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "log", "reason", "rule", "failure_class"), CLUSTER_REASON_CASES
+)
+def test_default_rules_classify_what_the_cluster_said(exit_code, log, reason, rule, failure_class):
+    classification = classify(exit_code, log, reason=reason)
+
+    assert (classification.rule, classification.failure_class) == (rule, failure_class)
+    assert f"({rule})" in classification.message
+
+
 def test_every_default_rule_has_a_case_above():
-    assert {rule.name for rule in default_rules()} == {case[2] for case in DEFAULT_RULE_CASES}
+    cases = {case[2] for case in DEFAULT_RULE_CASES} | {case[3] for case in CLUSTER_REASON_CASES}
+    assert {rule.name for rule in default_rules()} == cases
+
+
+def test_host_and_gpu_out_of_memory_are_told_apart():
+    host = classify(137, "", reason="OOMKilled")
+    gpu = classify(1, CUDA_OOM, reason="Error")
+
+    assert (host.failure_class, gpu.failure_class) == ("user", "user")
+    assert host.rule != gpu.rule
+    assert "host memory" in host.message and "GPU memory" in gpu.message
+    assert retry_decision(host, retries_used=0, max_retries=3).retry is False
+
+
+def test_a_generic_reason_adds_nothing_to_the_message():
+    assert "the cluster" not in classify(1, "", reason="Error").message
+    assert 'the cluster: "NodeLost2"' in classify(1, "", reason="NodeLost2").message
 
 
 def test_message_says_what_matched_and_what_follows():
@@ -509,7 +570,8 @@ def test_a_missing_custom_file_is_an_error(tmp_path, monkeypatch):
         ("rules: [{name: a, class: user, patterns: 'x'}]", "rule 'a': field 'patterns' must be"),
         ("rules: [{name: a, class: user, exit_codes: [0]}]", "rule 'a': field 'exit_codes': 0"),
         ("rules: [{name: a, class: user, exit_codes: [SIGFOO]}]", "'SIGFOO' is not an exit"),
-        ("rules: [{name: a, class: user}]", "rule 'a': needs 'exit_codes' or 'patterns'"),
+        ("rules: [{name: a, class: user}]", "rule 'a': needs 'exit_codes', 'reasons' or 'pat"),
+        ("rules: [{name: a, class: user, reasons: ['two words']}]", "'two words' is not a reas"),
         ("rules: [{name: a, class: user, exit_code: [1]}]", "rule 'a': unknown field 'exit_code'"),
         ("rules: [{name: a, class: user, exit_codes: [1], ignore_case: 1}]", "'ignore_case'"),
         (

@@ -4,7 +4,9 @@
 ``fake_api_client`` a ``kubernetes.client.ApiClient`` pointing at it. ``k8s_cluster`` is
 what the backend tests run against: the fake, or the real cluster that ``KUBECONFIG``
 names (kind, k3s), in a namespace of its own that is deleted afterwards. Tests that need
-failure injection call ``k8s_cluster.require_fake()``, which skips them on a real cluster.
+failure injection call ``k8s_cluster.require_fake()``, which skips them on a real
+cluster. ``fake_clock`` is a time the test moves on, for the backend's ``clock`` (the
+start timeout).
 
 Use them from a test module with ``pytest_plugins = ["tests.k8s_fake"]``.
 """
@@ -24,10 +26,12 @@ from jobmanager.backends.k8s_manifests import KubernetesSettings, VolumeSettings
 from tests.k8s_fake.server import FakeKubernetes, RecordedRequest, matches_selector
 
 __all__ = [
+    "FakeClock",
     "FakeKubernetes",
     "KubernetesTestCluster",
     "RecordedRequest",
     "fake_api_client",
+    "fake_clock",
     "fake_kubernetes",
     "fake_settings",
     "k8s_cluster",
@@ -76,6 +80,21 @@ class KubernetesTestCluster:
                 return
             time.sleep(1)  # polling a real cluster, with a deadline
         raise AssertionError(f"pod {pod} did not reach {phase} in {REAL_CLUSTER_WAIT_SECONDS} s")
+
+
+class FakeClock:
+    """The backend's time, moved on by the test."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ __all__ = ["ApiError", "FakeKubernetes", "RecordedRequest", "matches_selector", 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/networking\.k8s\.io/v1)"
     r"(?:/namespaces/(?P<namespace>[^/]+)(?=/))?"
-    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>status))?$"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>status|log))?$"
 )
 _DEFAULT_WATCH_SECONDS = 60
 
@@ -153,9 +153,15 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             self._reply(404, status_body(404, "NotFound", f"no such path {url.path}"))
             return
+        if match["subresource"] == "log" and (plural != "pods" or method != "GET"):
+            self._reply(405, status_body(405, "MethodNotAllowed", f"{method} {url.path}"))
+            return
         try:
             if method == "GET" and name is None and query.get("watch") in ("true", "1"):
                 self._stream(plural, namespace, query)
+                return
+            if match["subresource"] == "log":
+                self._stream_log(namespace or "", name, query)
                 return
             self._reply(*self._answer(method, plural, namespace or "", name, match, query, body))
         except ApiError as error:
@@ -197,6 +203,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream_log(self, namespace: str, name: str, query: dict[str, str]) -> None:
+        """The pod log endpoint: text/plain, chunked as the container writes (``follow``)."""
+        chunks = self.fake.pod_log(namespace, name, query)  # raises a refusal (400, 404)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in chunks:
+                self._chunk(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped reading
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
     def _stream(self, plural: str, namespace: str | None, query: dict[str, str]) -> None:
         timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_SECONDS)

@@ -19,6 +19,8 @@ from http import HTTPStatus
 
 import kubernetes_validate
 
+from tests.k8s_fake.kubelet import Kubelet
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -116,8 +118,9 @@ def matches_selector(labels: dict[str, str], selector: str) -> bool:
     return True
 
 
-class ApiStore:
-    """What the API server holds, and the test's levers on it.
+class ApiStore(Kubelet):
+    """What the API server holds, and the test's levers on it (the kubelet's are in
+    :class:`~tests.k8s_fake.kubelet.Kubelet`).
 
     ``watch_idle_close``: end a watch that has sent everything and heard nothing new for
     that long (a real server may end a watch at any time; this one does it early so that
@@ -135,6 +138,7 @@ class ApiStore:
         self._creates: dict[str, int] = {}
         self._create_failures: dict[tuple[str, int], tuple[int, str]] = {}
         self._closing = False
+        self._init_kubelet()
 
     def close(self) -> None:
         """End every watch."""
@@ -216,43 +220,6 @@ class ApiStore:
     def delete_node(self, name: str) -> None:
         with self._changed:
             self._remove("nodes", "", name)
-
-    def set_pod_phase(
-        self,
-        namespace: str,
-        name: str,
-        phase: str,
-        exit_code: int | None = None,
-        reason: str = "",
-        waiting_reason: str = "",
-    ) -> None:
-        """Play the kubelet: the pod's phase, and its container's state to match."""
-
-        def change(pod: dict) -> None:
-            container = pod["spec"]["containers"][0]
-            if phase in ("Succeeded", "Failed"):
-                code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
-                default = "Completed" if code == 0 else "Error"
-                state = {"terminated": {"exitCode": code, "reason": reason or default}}
-            elif phase == "Running":
-                state = {"running": {"startedAt": _now()}}
-            else:
-                state = {"waiting": {"reason": waiting_reason or "ContainerCreating"}}
-            pod["status"] = {
-                "phase": phase,
-                "containerStatuses": [
-                    {
-                        "name": container["name"],
-                        "image": container.get("image", ""),
-                        "imageID": "",
-                        "ready": phase == "Running",
-                        "restartCount": 0,
-                        "state": state,
-                    }
-                ],
-            }
-
-        self._modify("pods", namespace, name, change)
 
     def finish_deletion(self, namespace: str, name: str) -> None:
         """The kubelet confirms a graceful deletion: the pod is gone."""
@@ -342,6 +309,8 @@ class ApiStore:
             obj = copy.deepcopy(body)
             if plural == "pods":
                 obj["status"] = {"phase": "Pending"}
+                obj.setdefault("metadata", {})["uid"] = str(uuid.uuid4())
+                self._allocate_devices(obj)
             if plural == "namespaces":
                 obj["status"] = {"phase": "Active"}
             return self._store(plural, namespace, obj, "ADDED")

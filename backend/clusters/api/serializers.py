@@ -31,10 +31,12 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "name", "gpu_type", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free", "created_at",
+            "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free",
+            "removal_requested_at", "created_at",
         ]  # fmt: skip
         read_only_fields = [
-            "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat", "created_at",
+            "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat",
+            "removal_requested_at", "created_at",
         ]  # fmt: skip
 
     def get_gpus_free(self, node: Node) -> int | None:

@@ -9,7 +9,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from backend.clusters import actions
+from backend.clusters import actions, removal
 from backend.clusters.api.serializers import (
     GpuTypeSerializer,
     NodeSerializer,
@@ -50,8 +50,8 @@ class GpuTypeViewSet(ClusterInventoryViewSet):
         serializer.instance = actions.create_gpu_type(**serializer.validated_data)
 
 
-class NodeViewSet(ClusterInventoryViewSet):
-    """Worker nodes: registered, labelled and cordoned by cluster admins."""
+class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
+    """Worker nodes: registered, labelled, cordoned and removed by cluster admins."""
 
     queryset = Node.objects.all()
     serializer_class = NodeSerializer
@@ -77,6 +77,18 @@ class NodeViewSet(ClusterInventoryViewSet):
 
     def perform_update(self, serializer: NodeSerializer) -> None:
         serializer.instance = actions.update_node(serializer.instance, serializer.validated_data)
+
+    @extend_schema(responses={204: None, 202: NodeSerializer})
+    def destroy(self, request: Request, name: str) -> Response:
+        """Remove the node: at once when no job runs there (204); else it is cordoned and
+        drained (202), and goes once its jobs have ended (moved to other nodes after the
+        drain deadline). 409 where the cluster backend reports its own nodes."""
+        node = self.get_object()
+        if removal.request_node_removal(node, request.user):
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        node.refresh_from_db()
+        data = NodeSerializer(node, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses=NodeSerializer)
     @action(detail=True, methods=["post"])

@@ -1,8 +1,10 @@
 import { fireEvent, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { A100, SUMMARY, VISION, currentLocation, fakeApi, renderPage } from "../test-utils";
+import type { Vc } from "../api";
+import { A100, MEMBER, SUMMARY, VISION, currentLocation, fakeApi, renderPage } from "../test-utils";
 import { SubmitPage } from "./Submit";
+import { defaultChoice } from "./submitModel";
 
 const BASE = {
   "GET /api/v1/vcs/vision/": VISION,
@@ -110,5 +112,80 @@ describe("the submit form", () => {
     expect(await screen.findByText(/cannot start now: needs 1 x 4 A100 on free nodes; largest free block is 3/)).toBeInTheDocument();
     fireEvent.change(screen.getByLabelText("GPUs per worker"), { target: { value: "3" } });
     expect(await screen.findByText("Resources are free: this job can start now.")).toBeInTheDocument();
+  });
+});
+
+const PLATFORM = {
+  ...VISION,
+  name: "platform",
+  resources: [
+    {
+      gpu_type: "cpu",
+      quota: { gpus: 0, cpus: 64, memory: 262144 },
+      used: { gpus: 0, cpus: 0, memory: 0 },
+      queued: { gpus: 0, cpus: 0, memory: 0 },
+      free: { gpus: 0, cpus: 64, memory: 262144 },
+      cluster_idle_gpus: 0,
+    },
+  ],
+};
+const CPU = { name: "cpu", cpus_per_gpu: 2, memory_per_gpu: 8192 };
+const CPU_ROW = {
+  gpu_type: "cpu", nodes: 2, schedulable_nodes: 2, gpus_total: 0, gpus_used: 0, gpus_free: 0,
+  cpus_total: 128, cpus_used: 0, memory_total: 524288, memory_used: 0, fragmentation: [{ free_gpus: 0, nodes: 2 }],
+};
+const TWO_VCS = { ...MEMBER, vcs: [{ name: "platform", role: "member" as const }, { name: "vision", role: "member" as const }] };
+
+describe("where the submit form opens", () => {
+  it("opens on the VC and GPU type where a job can start now, not on the first VC", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/platform/": PLATFORM,
+      "GET /api/v1/vcs/vision/": VISION,
+      "GET /api/v1/gpu-types/": [A100, CPU],
+      "GET /api/v1/cluster/summary/": { gpu_types: [...SUMMARY.gpu_types, CPU_ROW] },
+      "POST /api/v1/jobs/": [201, { id: "j-new" }],
+    });
+    renderPage(<SubmitPage />, "/submit", "*", TWO_VCS);
+    await waitFor(() => expect(screen.getByLabelText("Virtual cluster")).toHaveValue("vision"));
+    await screen.findByText(/of 16 A100 GPUs free in its quota/);
+    expect(screen.getByLabelText("GPU type")).toHaveValue("A100");
+    expect(screen.getByLabelText("GPUs per worker")).toHaveValue(1);
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(currentLocation).toBe("/jobs/j-new"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ vc: "vision", gpu_type: "A100", gpus_per_worker: 1 });
+  });
+
+  it("asks for no GPUs, and hides the field, on a CPU-only type", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/platform/": PLATFORM,
+      "GET /api/v1/gpu-types/": [A100, CPU],
+      "GET /api/v1/cluster/summary/": { gpu_types: [CPU_ROW] },
+      "POST /api/v1/jobs/": [201, { id: "j-cpu" }],
+    });
+    renderPage(<SubmitPage />, "/submit", "*", { ...MEMBER, vcs: [{ name: "platform", role: "member" }] });
+    await waitFor(() => expect(screen.getByLabelText("GPU type")).toHaveValue("cpu"));
+    expect(screen.queryByLabelText("GPUs per worker")).not.toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python etl.py" } });
+    expect(await screen.findByText("Resources are free: this job can start now.")).toBeInTheDocument();
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(currentLocation).toBe("/jobs/j-cpu"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ vc: "platform", gpu_type: "cpu", gpus_per_worker: 0 });
+  });
+
+  it("opens, where nothing can start now, on the most free quota", () => {
+    const full = (vc: typeof VISION, free: number) => ({
+      ...vc,
+      resources: vc.resources.map((row) => ({ ...row, free: { ...row.free, gpus: free } })),
+    });
+    const busy = { ...SUMMARY.gpu_types[0], gpus_free: 0, fragmentation: [{ free_gpus: 0, nodes: 4 }] };
+    const choice = defaultChoice(
+      [full({ ...VISION, name: "nlp" }, 2), full(VISION, 6)] as Vc[],
+      [A100],
+      [busy],
+    );
+    expect(choice).toEqual({ vc: "vision", gpu_type: "A100" });
   });
 });

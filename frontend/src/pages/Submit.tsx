@@ -1,11 +1,20 @@
-import { useEffect, useMemo, useState, type FormEvent } from "react";
+import { useEffect, useMemo, useRef, useState, type FormEvent } from "react";
 import { useNavigate, useSearchParams } from "react-router";
 import { ApiError, api, type ClusterRow, type FieldErrors, type GpuType, type Job, type Vc } from "../api";
 import { useMe } from "../auth";
 import { ErrorBox, Field, Loading, useApi } from "../components/common";
 import { FragmentationChart } from "../components/FragmentationChart";
 import { duration, memory, when } from "../format";
-import { emptyForm, formFromJob, localStartCheck, parseEnv, presets, submission, type SubmitForm } from "./submitModel";
+import {
+  defaultChoice,
+  emptyForm,
+  formFromJob,
+  localStartCheck,
+  parseEnv,
+  presets,
+  submission,
+  type SubmitForm,
+} from "./submitModel";
 
 interface Preview {
   can_start_now: boolean;
@@ -17,7 +26,8 @@ export function SubmitPage() {
   const me = useMe();
   const [params] = useSearchParams();
   const cloneId = params.get("clone");
-  const [form, setForm] = useState<SubmitForm>(() => emptyForm(params.get("vc") ?? me.vcs[0]?.name ?? ""));
+  const askedVc = params.get("vc");
+  const [form, setForm] = useState<SubmitForm>(() => emptyForm(askedVc ?? me.vcs[0]?.name ?? ""));
   const [errors, setErrors] = useState<FieldErrors>({});
   const [failure, setFailure] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
@@ -28,14 +38,45 @@ export function SubmitPage() {
     if (clone.data) setForm(formFromJob(clone.data));
   }, [clone.data]);
 
-  const vc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  const loadedVc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  // Only the chosen VC's answer: while another VC's is still shown, its GPU types are not
+  // this one's.
+  const vc = { ...loadedVc, data: loadedVc.data?.name === form.vc ? loadedVc.data : undefined };
   const gpuTypes = useApi<GpuType[] | { results: GpuType[] }>("gpu-types/");
   const cluster = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
+  const allTypes = useMemo(
+    () => (gpuTypes.data ? (Array.isArray(gpuTypes.data) ? gpuTypes.data : gpuTypes.data.results) : []),
+    [gpuTypes.data],
+  );
   const typeList = useMemo(() => {
-    const all = gpuTypes.data ? (Array.isArray(gpuTypes.data) ? gpuTypes.data : gpuTypes.data.results) : [];
     const withQuota = new Set((vc.data?.resources ?? []).map((row) => row.gpu_type));
-    return withQuota.size ? all.filter((type) => withQuota.has(type.name)) : all;
-  }, [gpuTypes.data, vc.data]);
+    return withQuota.size ? allTypes.filter((type) => withQuota.has(type.name)) : allTypes;
+  }, [allTypes, vc.data]);
+
+  // A new form (no clone, no ?vc=) opens where a job can start now: the user's VCs are
+  // read once, and the choice applies unless the user picked a VC meanwhile.
+  const picked = useRef(false);
+  const choosing = !cloneId && !askedVc && me.vcs.length > 0;
+  const [myVcs, setMyVcs] = useState<Vc[] | null>(null);
+  const vcNames = me.vcs.map((m) => m.name).join(",");
+  useEffect(() => {
+    if (!choosing) return;
+    const controller = new AbortController();
+    Promise.all(vcNames.split(",").map((name) => api<Vc>(`vcs/${name}/`, { signal: controller.signal })))
+      .then(setMyVcs)
+      .catch(() => setMyVcs([]));
+    return () => controller.abort();
+  }, [choosing, vcNames]);
+  const choice = useMemo(
+    () => (myVcs && allTypes.length && cluster.data ? defaultChoice(myVcs, allTypes, cluster.data.gpu_types) : null),
+    [myVcs, allTypes, cluster.data],
+  );
+  useEffect(() => {
+    if (choice && !picked.current) {
+      picked.current = true;
+      setForm((f) => ({ ...f, vc: choice.vc, gpu_type: choice.gpu_type }));
+    }
+  }, [choice]);
 
   // The GPU type the form shows is the one it sends: the one chosen if the VC offers it,
   // else the VC's first (derived on each render, so that a submit never races an update).
@@ -44,13 +85,18 @@ export function SubmitPage() {
       ? form.gpu_type
       : typeList[0].name;
   const gpuType = typeList.find((type) => type.name === gpuTypeName);
+  const cpuOnly = gpuTypeName === "cpu"; // a CPU-only type: no GPUs to ask for
+  const gpusPerWorker = cpuOnly ? "0" : form.gpus_per_worker;
   const clusterRow = cluster.data?.gpu_types.find((row) => row.gpu_type === gpuTypeName);
   const quotaRow = vc.data?.resources?.find((row) => row.gpu_type === gpuTypeName);
   const maxMinutes = vc.data ? Math.floor(vc.data.max_wall_time / 60) : undefined;
 
   // Ask the server whether the job could start now, for the form as it is; without that
   // endpoint (or while the form is incomplete), judge from the cluster's free GPUs.
-  const body = useMemo(() => submission({ ...form, gpu_type: gpuTypeName }), [form, gpuTypeName]);
+  const body = useMemo(
+    () => submission({ ...form, gpu_type: gpuTypeName, gpus_per_worker: gpusPerWorker }),
+    [form, gpuTypeName, gpusPerWorker],
+  );
   const bodyKey = JSON.stringify(body);
   const [preview, setPreview] = useState<{ key: string; answer: Preview | null }>({ key: "", answer: null });
   const [previewMissing, setPreviewMissing] = useState(false);
@@ -76,7 +122,7 @@ export function SubmitPage() {
   const serverAnswer = answered ? preview.answer : null;
   const localReason = localStartCheck(
     Number(form.workers) || 1,
-    Number(form.gpus_per_worker) || 0,
+    Number(gpusPerWorker) || 0,
     clusterRow,
     quotaRow?.free.gpus,
     form.preemptible,
@@ -137,6 +183,7 @@ export function SubmitPage() {
             <Field label="Virtual cluster" name="vc" errors={errors}>
               <select id="f-vc" value={form.vc} onChange={(e) => {
                   const vcName = e.target.value;
+                  picked.current = true;
                   setForm((f) => ({ ...f, vc: vcName, gpu_type: "" }));
                 }}>
                 {me.vcs.map((m) => (
@@ -157,7 +204,10 @@ export function SubmitPage() {
           </div>
           <div className="row">
             <Field label="GPU type" name="gpu_type" errors={errors}>
-              <select id="f-gpu_type" value={gpuTypeName} onChange={(e) => set("gpu_type", e.target.value)}>
+              <select id="f-gpu_type" value={gpuTypeName} onChange={(e) => {
+                  picked.current = true;
+                  set("gpu_type", e.target.value);
+                }}>
                 {typeList.map((type) => (
                   <option key={type.name}>{type.name}</option>
                 ))}
@@ -166,9 +216,11 @@ export function SubmitPage() {
             <Field label="Workers" name="workers" errors={errors}>
               <input id="f-workers" type="number" min={1} value={form.workers} onChange={(e) => set("workers", e.target.value)} />
             </Field>
-            <Field label="GPUs per worker" name="gpus_per_worker" errors={errors}>
-              <input id="f-gpus_per_worker" type="number" min={0} value={form.gpus_per_worker} onChange={(e) => set("gpus_per_worker", e.target.value)} />
-            </Field>
+            {!cpuOnly && (
+              <Field label="GPUs per worker" name="gpus_per_worker" errors={errors}>
+                <input id="f-gpus_per_worker" type="number" min={0} value={form.gpus_per_worker} onChange={(e) => set("gpus_per_worker", e.target.value)} />
+              </Field>
+            )}
           </div>
           {gpuType && (
             <div className="presets" role="group" aria-label="T-shirt sizes">

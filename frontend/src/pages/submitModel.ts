@@ -1,5 +1,5 @@
 // The submit form's values, how they become a submission, and why a job may not start now.
-import type { ClusterRow, GpuType, Job } from "../api";
+import type { ClusterRow, GpuType, Job, Vc } from "../api";
 
 export interface SubmitForm {
   vc: string;
@@ -134,4 +134,38 @@ export function localStartCheck(
     return `needs ${workers} x ${gpusPerWorker} ${row.gpu_type} on free nodes; largest free block is ${largest}`;
   }
   return null;
+}
+
+/** Where the form opens: the VC and GPU type where a job of the form's first shape (one
+ * worker, one GPU; CPUs only for a CPU-only type) can start now, GPU types first and the
+ * most free quota first; else the one with the most free quota. Null without candidates. */
+export function defaultChoice(
+  vcs: Vc[],
+  types: GpuType[],
+  cluster: ClusterRow[],
+): { vc: string; gpu_type: string } | null {
+  const candidates = vcs.flatMap((vc, order) =>
+    (vc.resources ?? []).flatMap((row) => {
+      const type = types.find((one) => one.name === row.gpu_type);
+      if (!type) return [];
+      const clusterRow = cluster.find((one) => one.gpu_type === row.gpu_type);
+      const cpuOnly = type.name === "cpu";
+      const cpusNeeded = Number(type.cpus_per_gpu);
+      const startable = !clusterRow
+        ? false
+        : cpuOnly
+          ? row.free.cpus >= cpusNeeded && Number(clusterRow.cpus_total) - Number(clusterRow.cpus_used) >= cpusNeeded
+          : row.free.gpus >= 1 && clusterRow.gpus_free >= 1 && localStartCheck(1, 1, clusterRow, row.free.gpus, false) === null;
+      return [{ vc: vc.name, gpu_type: row.gpu_type, startable, cpuOnly, gpus: row.free.gpus, cpus: row.free.cpus, order }];
+    }),
+  );
+  candidates.sort(
+    (a, b) =>
+      Number(b.startable) - Number(a.startable) ||
+      Number(a.cpuOnly) - Number(b.cpuOnly) ||
+      b.gpus - a.gpus ||
+      b.cpus - a.cpus ||
+      a.order - b.order,
+  );
+  return candidates.length ? { vc: candidates[0].vc, gpu_type: candidates[0].gpu_type } : null;
 }

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from backend.clusters.inventory import REGISTERED
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
 
@@ -27,19 +28,6 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-def declared_inventory() -> str:
-    """The registered nodes as a TRAINYARD_LOCAL_NODES inventory."""
-    from backend.clusters.models import Node
-    from backend.jobs.scheduling import millicpus
-
-    nodes = Node.objects.select_related("gpu_type").order_by("name")
-    return ",".join(
-        f"{node.name}:{node.gpu_type.name}:{node.gpus}:{millicpus(node.cpus) / 1000:g}:"
-        f"{node.memory}"
-        for node in nodes
-    )
 
 
 class Command(BaseCommand):
@@ -56,11 +44,11 @@ class Command(BaseCommand):
         if not options["no_demo"]:
             call_command("seed_demo")
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
-        declared = ""
-        if settings.TRAINYARD_BACKEND == "local" and not settings.TRAINYARD_LOCAL_NODES:
-            # Run the registered nodes' jobs as processes on this host, their GPUs declared.
-            declared = declared_inventory()
-            child_env["TRAINYARD_LOCAL_NODES"] = declared
+        declared = settings.TRAINYARD_BACKEND == "local" and not settings.TRAINYARD_LOCAL_NODES
+        if declared:
+            # Run jobs as processes on this host on the registered nodes, their GPUs
+            # declared: the inventory follows the nodes registered while it runs.
+            child_env["TRAINYARD_LOCAL_NODES"] = REGISTERED
         redis = None
         if not settings.REDIS_URL:
             redis = start_embedded_redis()
@@ -110,7 +98,7 @@ class Command(BaseCommand):
                     child.kill()
             del redis
 
-    def _print_banner(self, bind: str, demo: bool, declared: str = "") -> None:
+    def _print_banner(self, bind: str, demo: bool, declared: bool = False) -> None:
         host, port = bind.rsplit(":", 1)
         url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{port}/"
         lines = ["", f"Trainyard is running at {url}", f"  API docs:  {url}api/docs/"]
@@ -124,10 +112,13 @@ class Command(BaseCommand):
                 )
                 lines.append(f"    {username:<6} / {password:<11}  {what}")
         if declared:
-            nodes = declared.split(",")
+            from backend.clusters.models import Node
+
+            names = list(Node.objects.order_by("name").values_list("name", flat=True))
             lines.append(
-                f"  Jobs run as processes on this host, on {len(nodes)} declared nodes "
-                f"({nodes[0].split(':')[0]} ...): their GPUs are declared, not real."
+                f"  Jobs run as processes on this host, on the {len(names)} registered nodes "
+                f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
+                "declared, not real."
             )
         lines.append("Press Ctrl-C to stop.")
         self.stdout.write("\n".join(lines))

@@ -1,0 +1,211 @@
+"""What the Kubernetes backend reports of a job: each worker's state from its pod, and why
+it failed or never started, in the words the retry rules read.
+
+A failed worker's reason is, first that applies: a disruption the cluster made
+(``DisruptionTarget: TerminationByKubelet: ...``), the pod's own reason (``Evicted``,
+``DeadlineExceeded``, ``OutOfnvidia.com/gpu``), the container's termination reason
+(``OOMKilled``, ``Error``, ``ContainerCannotRun``), each with its message after ": ". A
+worker whose pod is not running within the start timeout is failed with why it waits
+(``ImagePullBackOff: ...``, ``Unschedulable: ...``) and the time it was given; a worker
+the backend stopped is ``Stopped``, so that the peer whose failure caused the stop
+explains the attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubernetes import client
+
+from jobmanager.backends.base import (
+    NODE_UNHEALTHY,
+    STOPPED,
+    JobReport,
+    WorkerReport,
+    WorkerState,
+)
+from jobmanager.backends.k8s_manifests import (
+    ANNOTATION_DEPLOYED,
+    ANNOTATION_JOB_ID,
+    ANNOTATION_STOP_REQUESTED,
+    ANNOTATION_WORKERS,
+    CONTAINER_NAME,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_RANK,
+    service_name,
+)
+
+# A pod waiting for one of these never starts: it fails at once. Anything else (image
+# pull back-off, a volume that does not mount yet) may still resolve, until the start
+# timeout.
+FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+COLLECTING_LOG = "CollectingLog"  # ended, but its log is not all in the store yet
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What a report needs besides the pods: bad nodes, the time, the start timeout, and
+    the pods (by uid) whose log is complete in the store (None: logs are not collected)."""
+
+    bad_nodes: dict[str, str]
+    now: float
+    start_timeout_seconds: float
+    logs_complete: set[str] | None = field(default=None)
+
+
+def attempt_of(obj) -> int:
+    return int((obj.metadata.labels or {}).get(LABEL_ATTEMPT, "0"))
+
+
+def rank_of(pod: client.V1Pod) -> int:
+    return int(pod.metadata.labels[LABEL_RANK])
+
+
+def job_id_of(obj) -> str:
+    return (obj.metadata.annotations or {}).get(ANNOTATION_JOB_ID) or obj.metadata.labels[LABEL_JOB]
+
+
+def container_state(pod: client.V1Pod) -> client.V1ContainerState | None:
+    statuses = (pod.status and pod.status.container_statuses) or []
+    status = next((s for s in statuses if s.name == CONTAINER_NAME), None)
+    return status.state if status else None
+
+
+def pod_ended(pod: client.V1Pod) -> bool:
+    return bool(pod.status and pod.status.phase in ("Succeeded", "Failed"))
+
+
+def marked(service: client.V1Service | None, annotation: str) -> bool:
+    return service is not None and (service.metadata.annotations or {}).get(annotation) == "true"
+
+
+def _said(reason: str, message: str | None) -> str:
+    message = " ".join((message or "").split())
+    return f"{reason}: {message}" if message else reason
+
+
+def failure_reason(pod: client.V1Pod) -> str:
+    """Why a failed pod failed (see the module docstring)."""
+    status = pod.status
+    for condition in status.conditions or []:
+        if condition.type == "DisruptionTarget" and condition.status == "True":
+            return _said("DisruptionTarget", _said(condition.reason or "", condition.message))
+    if status.reason:
+        return _said(status.reason, status.message)
+    state = container_state(pod)
+    terminated = state.terminated if state else None
+    if terminated is not None and terminated.reason:
+        return _said(terminated.reason, terminated.message)
+    return "Failed"
+
+
+def waiting_reason(pod: client.V1Pod) -> str:
+    """Why a pending pod is not running yet: its container's waiting reason, else a
+    condition that is not met (PodScheduled: Unschedulable), else "Pending"."""
+    state = container_state(pod)
+    if state is not None and state.waiting is not None and state.waiting.reason:
+        return _said(state.waiting.reason, state.waiting.message)
+    for condition in (pod.status and pod.status.conditions) or []:
+        if condition.status == "False" and condition.reason:
+            return _said(condition.reason, condition.message)
+    return "Pending"
+
+
+def not_started(pod: client.V1Pod, context: ReportContext) -> str | None:
+    """The verdict on a pod not running within the start timeout (or waiting for what
+    never comes), or None while it may still start."""
+    if (pod.status and pod.status.phase) not in (None, "Pending"):
+        return None
+    why = waiting_reason(pod)
+    if why.split(":", 1)[0] in FATAL_WAITING_REASONS:
+        return why
+    created = pod.metadata.creation_timestamp
+    if created is None or context.now - created.timestamp() < context.start_timeout_seconds:
+        return None
+    return f"{why}; not running after {context.start_timeout_seconds:g} s"
+
+
+def ending(pod: client.V1Pod, attempt: int) -> str:
+    """How the pod's container ended, for the last line of its log."""
+    if pod_ended(pod):
+        state = container_state(pod)
+        code = state.terminated.exit_code if state and state.terminated else None
+        said = "exit code unknown" if code is None else f"exit code {code}"
+        if pod.status.phase == "Failed":
+            said += f" ({failure_reason(pod)})"
+        return f"attempt {attempt} ended: {said}"
+    return f"attempt {attempt} did not start: {waiting_reason(pod)}"
+
+
+def worker_report(
+    rank: int, pod: client.V1Pod, context: ReportContext, stopping: bool = False
+) -> WorkerReport:
+    """A worker's state from its pod's phase, its exit code and reason from its
+    container's and its own. ``stopping``: the backend was asked to stop the job."""
+    phase = (pod.status and pod.status.phase) or "Pending"
+    state = container_state(pod)
+    terminated = state.terminated if state else None
+    exit_code = terminated.exit_code if terminated else None
+    complete = context.logs_complete is None or pod.metadata.uid in context.logs_complete
+    if phase in ("Succeeded", "Failed") and not complete:
+        return WorkerReport(rank, WorkerState.RUNNING, None, COLLECTING_LOG)
+    if phase == "Succeeded":
+        return WorkerReport(rank, WorkerState.SUCCEEDED, 0 if exit_code is None else exit_code)
+    if phase == "Failed":
+        reason = failure_reason(pod)
+        if stopping and pod.metadata.deletion_timestamp is not None:
+            reason = reason if reason.startswith("DisruptionTarget") else STOPPED
+        return WorkerReport(rank, WorkerState.FAILED, exit_code, reason)
+    node = pod.spec.node_name
+    if node in context.bad_nodes:
+        return WorkerReport(
+            rank,
+            WorkerState.FAILED,
+            None,
+            f"{NODE_UNHEALTHY}: node {node}: {context.bad_nodes[node]}",
+        )
+    if phase == "Unknown":  # the node stopped reporting on its pods
+        return WorkerReport(
+            rank, WorkerState.FAILED, None, f"{NODE_UNHEALTHY}: node {node}: pod phase Unknown"
+        )
+    if phase == "Running":
+        return WorkerReport(rank, WorkerState.RUNNING)
+    verdict = not_started(pod, context)
+    if verdict is not None:
+        if not complete:
+            return WorkerReport(rank, WorkerState.PENDING, None, COLLECTING_LOG)
+        return WorkerReport(rank, WorkerState.FAILED, None, verdict)
+    return WorkerReport(rank, WorkerState.PENDING, None, waiting_reason(pod).split(":", 1)[0])
+
+
+def job_report(
+    job_id: str,
+    pods: list[client.V1Pod],
+    services: dict[str, client.V1Service],
+    context: ReportContext,
+) -> JobReport:
+    """The latest attempt among ``pods``. A rank without a pod is pending while the
+    attempt is being deployed; once it was, it failed (its pod was deleted or evicted),
+    or was stopped when the backend was asked to stop the job."""
+    attempt = max(attempt_of(pod) for pod in pods)
+    current = [pod for pod in pods if attempt_of(pod) == attempt]
+    by_rank = {rank_of(pod): pod for pod in current}
+    workers = max(
+        max(int((pod.metadata.annotations or {}).get(ANNOTATION_WORKERS, 0)) for pod in current),
+        max(by_rank) + 1,
+    )
+    service = services.get(service_name(job_id, attempt))
+    deployed = marked(service, ANNOTATION_DEPLOYED)
+    stopping = marked(service, ANNOTATION_STOP_REQUESTED)
+    reports = []
+    for rank in range(workers):
+        pod = by_rank.get(rank)
+        if pod is not None:
+            reports.append(worker_report(rank, pod, context, stopping))
+        elif deployed:
+            reason = STOPPED if stopping else "PodMissing"
+            reports.append(WorkerReport(rank, WorkerState.FAILED, None, reason))
+        else:
+            reports.append(WorkerReport(rank, WorkerState.PENDING, None, "Deploying"))
+    return JobReport(job_id=job_id, attempt=attempt, workers=tuple(reports))

@@ -1,0 +1,187 @@
+"""The ``trainyard`` command-line client as a user runs it: the installed console script
+in a real process, against a live server (gunicorn, a Celery worker and beat) whose local
+backend runs every job as real processes on this host; SSH through OpenSSH's client."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backend.accounts.actions import create_api_token
+from backend.jobs.models import Job, JobStatus
+from tests.e2e.dashboard import PASSWORD, live_servers, set_password
+from tests.servers import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+NODES = ",".join([*(f"a100-{index}:A100:8" for index in range(1, 5)), "cpu-1:cpu:0", "cpu-2:cpu:0"])
+TRAINYARD = str(Path(sys.executable).with_name("trainyard"))
+DEADLINE = 90
+
+
+@pytest.fixture
+def server(world, tmp_path, redis_url) -> Iterator[str]:
+    gateway = {"TRAINYARD_SSH_GATEWAY": "gateway.example.com", "TRAINYARD_SSH_PORT": "2222"}
+    with live_servers(tmp_path, redis_url, NODES, extra_env=gateway) as running:
+        yield running.base_url
+
+
+@pytest.fixture
+def cli(server, world, tmp_path):
+    """Run ``trainyard`` as mia, with her token in the environment, config in tmp."""
+    _, token = create_api_token(world.member, "cli tests")
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def run(*args: str, stdin: str = "", env: dict | None = None, timeout: float = DEADLINE):
+        environment = {
+            "PATH": os.environ["PATH"], "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "TRAINYARD_URL": server, "TRAINYARD_TOKEN": token, "COLUMNS": "200",
+        } | (env or {})  # fmt: skip
+        return subprocess.run(
+            [TRAINYARD, *args], input=stdin, capture_output=True, text=True,
+            env=environment, timeout=timeout,
+        )  # fmt: skip
+
+    return run
+
+
+def manifest(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_manifest_submitted_with_wait_returns_the_jobs_exit_code(cli, tmp_path):
+    job_file = manifest(
+        tmp_path,
+        "vc: vision\nname: exits-three\ngpu_type: A100\ngpus_per_worker: 1\n"
+        "max_wall_time: 10m\ncommand: echo training; exit 3\n",
+    )
+
+    done = cli("submit", "-f", job_file, "--wait", "--poll", "0.2", "--retries", "0")
+
+    assert done.returncode == 3, done.stderr
+    job = Job.objects.get(job_id=done.stdout.strip())
+    assert (job.name, job.status, job.exit_code) == ("exits-three", JobStatus.FAILED, 3)
+    assert job.max_wall_time == 600
+    progress = done.stderr.splitlines()  # each change of status it saw, in order
+    seen = [line.split()[2].rstrip(":") for line in progress]
+    lifecycle = ["queued", "scheduling", "running", "failed"]
+    assert seen == sorted(set(seen), key=lifecycle.index) and seen[-1] == "failed"
+    assert "unknown cause: exit code 3" in progress[-1]
+
+    finished = cli("submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--wait",
+                   "--poll", "0.2", "--", "echo", "all good")  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+
+
+def test_logs_follow_prints_the_job_as_it_runs_to_its_end(cli, tmp_path):
+    command = "for i in 1 2 3 4 5; do echo step $i; sleep 0.2; done; echo done training"
+    job_id = cli(
+        "submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--", command
+    ).stdout.strip()
+
+    followed = cli("logs", job_id, "-f", "--poll", "0.2")
+
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    assert lines[0].startswith("=== attempt 1 on a100-")
+    assert lines[1:] == ["step 1", "step 2", "step 3", "step 4", "step 5", "done training"]
+    everything = cli("logs", job_id)
+    assert everything.stdout == followed.stdout  # one worker: the full log is the same
+
+
+def test_a_bad_manifest_prints_the_field_errors_and_exits_non_zero(cli, tmp_path):
+    typo = cli("submit", "-f", manifest(tmp_path, "vc: vision\ngpu_typ: A100\ncommand: x\n"))
+    assert typo.returncode == 2
+    assert "unknown field 'gpu_typ'" in typo.stderr
+
+    refused = cli("submit", "-f", manifest(tmp_path, "vc: nowhere\nworkers: 0\ncommand: x\n"))
+    assert refused.returncode == 2
+    assert "vc: No virtual cluster named 'nowhere' of yours." in refused.stderr
+    assert "workers: Ensure this value is greater than or equal to 1." in refused.stderr
+
+    broken = cli("submit", "-f", manifest(tmp_path, "vc: [vision\n"))
+    assert broken.returncode == 2 and "not valid YAML" in broken.stderr
+    assert Job.objects.count() == 0
+
+
+def test_jobs_show_kill_many_queue_and_usage(cli, world):
+    a100 = ("--vc", "vision", "--gpu-type", "A100", "--gpus", "8")
+    sleepers = [
+        cli("submit", *a100, "--name", f"sleeper-{n}", "--", "sleep 300").stdout.strip()
+        for n in range(2)
+    ]
+    too_big = cli(
+        "submit", *a100, "--workers", "4", "--preemptible", "--name", "too-big", "--", "sleep 1"
+    )
+    assert too_big.returncode == 0, too_big.stderr
+    sleepers.append(too_big.stdout.strip())  # all 4 nodes: 2 are busy
+
+    def statuses() -> list[str]:
+        return [Job.objects.get(job_id=job_id).status for job_id in sleepers]
+
+    wait_until(lambda: statuses()[:2] == ["running"] * 2, DEADLINE, "two sleepers running")
+    listed = json.loads(cli("jobs", "--status", "running", "--json").stdout)
+    assert sorted(job["id"] for job in listed) == sorted(sleepers[:2])
+    table = cli("jobs").stdout
+    assert "sleeper-0" in table and "1x8 A100" in table and "too-big" in table
+    assert sleepers[2] in cli("queue", "vision").stdout
+    usage = cli("usage").stdout
+    assert "vision" in usage and "A100" in usage
+    assert "sleep 300" in cli("show", sleepers[0]).stdout
+
+    killed = cli("kill", *sleepers, "not-a-job", "--reason", "cleaning up")
+
+    assert killed.returncode == 1  # one of them was refused
+    assert "not-a-job: Not found." in killed.stdout
+    wait_until(lambda: statuses() == ["killed"] * 3, DEADLINE, "all three killed")
+
+
+def test_ssh_runs_openssh_with_the_jobs_endpoint(cli, world, tmp_path):
+    if shutil.which("ssh") is None:
+        pytest.skip("needs the OpenSSH client")
+    job_id = cli(
+        "submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--", "sleep 300"
+    ).stdout.strip()
+    not_yet = cli("ssh", job_id)
+    wait_until(lambda: Job.objects.get(job_id=job_id).status == "running", DEADLINE, "running")
+
+    # OpenSSH's -G prints the options it would connect with, and connects nowhere.
+    resolved = cli("ssh", job_id, "-G", "-o", "StrictHostKeyChecking=accept-new")
+
+    assert resolved.returncode == 0, resolved.stderr
+    options = dict(line.split(" ", 1) for line in resolved.stdout.splitlines() if " " in line)
+    assert options["user"] == f"mia+{job_id}"
+    assert (options["hostname"], options["port"]) == ("gateway.example.com", "2222")
+    assert not_yet.returncode == 1 and "SSH reaches running jobs only" in not_yet.stderr
+    cli("kill", job_id)
+
+
+def test_login_stores_the_url_and_a_new_token_for_the_user_only(cli, server, world, tmp_path):
+    set_password(world.member)
+    signed_out = {"TRAINYARD_TOKEN": "", "TRAINYARD_URL": ""}
+
+    refused = cli("login", "--url", server, "--username", "mia", "--password-stdin",
+                  stdin="wrong\n", env=signed_out)  # fmt: skip
+    assert refused.returncode == 4 and "Wrong username or password" in refused.stderr
+    login = cli("login", "--url", server, "--username", "mia", "--password-stdin",
+                stdin=f"{PASSWORD}\n", env=signed_out)  # fmt: skip
+
+    assert login.returncode == 0, login.stderr
+    assert "as mia" in login.stdout
+    config = tmp_path / "home" / ".config" / "trainyard" / "config.json"
+    stored = json.loads(config.read_text())
+    assert stored["url"] == server and stored["token"].startswith("ty_")
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert cli("jobs", env=signed_out).returncode == 0  # from the stored config
+    assert cli("jobs", env=signed_out | {"TRAINYARD_TOKEN": "ty_bogus"}).returncode == 4

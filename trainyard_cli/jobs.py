@@ -1,0 +1,157 @@
+"""The CLI's job commands that run a while: ``submit`` (and ``--wait``), ``logs`` (and
+``-f``), and the SSH command line a job's endpoint becomes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config
+from trainyard_cli.manifest import duration_seconds, read_manifest
+
+err = Console(stderr=True)
+TERMINAL = ("finished", "failed", "killed", "timeout")
+# A job's end as the exit code of ``submit --wait``: a failed job's own code.
+WAIT_EXIT_CODES = {"finished": 0, "timeout": 124, "killed": 130, "paused": FAILED}
+LOG_CHUNK = 1024 * 1024
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise CliError(f"{option} {value!r}: write KEY=VALUE", BAD_INPUT)
+        pairs[key] = rest
+    return pairs
+
+
+def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: Any) -> dict:
+    """The manifest's fields (if any), then the flags given over them."""
+    body = read_manifest(manifest) if manifest else {}
+    env = _pairs(flags.pop("env"), "--env")
+    selector = _pairs(flags.pop("node_selector"), "--node-selector")
+    if env:
+        body["env"] = {**(body.get("env") or {}), **env}
+    if selector:
+        body["node_selector"] = {**(body.get("node_selector") or {}), **selector}
+    if flags.get("max_wall_time") is not None:
+        flags["max_wall_time"] = duration_seconds(flags["max_wall_time"], "--wall-time")
+    body.update({name: value for name, value in flags.items() if value is not None})
+    if command:
+        body["command"] = command[0] if len(command) == 1 else shlex.join(command)
+    if not body.get("command"):
+        raise CliError("Give the command to run: after --, or command: in the manifest", BAD_INPUT)
+    if not body.get("vc"):
+        raise CliError("Give the VC: --vc, or vc: in the manifest", BAD_INPUT)
+    return body
+
+
+@click.command()
+@click.option(
+    "-f", "--file", "manifest", type=click.Path(path_type=Path), help="A YAML manifest (- stdin)."
+)
+@click.option("--vc", help="The virtual cluster to run in.")
+@click.option("--name", help="The job's name (default: from the command).")
+@click.option("--type", "type", type=click.Choice(["batch", "interactive", "distributed"]))
+@click.option("--gpu-type", help="A100, V100, cpu...")
+@click.option("--workers", type=int, help="Workers (all start together, or none).")
+@click.option("--gpus", "gpus_per_worker", type=int, help="GPUs per worker.")
+@click.option("--cpus", "cpus_per_worker", type=float, help="CPUs per worker (default: t-shirt).")
+@click.option("--memory", "memory_per_worker", help="Memory per worker: MiB, or e.g. 64Gi.")
+@click.option("--image", help="The container image (Kubernetes).")
+@click.option("--env", multiple=True, help="KEY=VALUE (repeat).")
+@click.option("--working-dir")
+@click.option("--data-path")
+@click.option("--output-path")
+@click.option("--node-selector", multiple=True, help="KEY=VALUE: only nodes with the label.")
+@click.option("--preemptible/--guaranteed", default=None, help="May borrow GPUs beyond the quota.")
+@click.option("--priority", type=int)
+@click.option("--retries", "max_retries", type=int, help="Retries for infrastructure failures.")
+@click.option("--wall-time", "max_wall_time", help="At most this long: 3600, 90m, 2h30m, 2d.")
+@click.option("--idempotency-key", help="Repeat the submission safely: the same key, one job.")
+@click.option("--wait", is_flag=True, help="Wait for the end; exit with the job's exit code.")
+@click.option("--poll", default=1.0, show_default=True, help="Seconds between looks (--wait).")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON of the job.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> None:
+    """Submit a job from flags or a manifest (-f job.yaml): trainyard submit --vc vision
+    --gpus 8 -- python train.py. Prints the job's id."""
+    body = build_submission(manifest, command, **flags)
+    client = Api(Config.load())
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    job = client.post("jobs/", body, headers)
+    if as_json:
+        click.echo(json.dumps(job, indent=2, sort_keys=True))
+    else:
+        click.echo(job["id"])
+    if wait:
+        ended = wait_for_end(client, job["id"], poll)
+        code = WAIT_EXIT_CODES.get(ended["status"])
+        if code is None:  # failed: the job's own exit code
+            code = ended.get("exit_code") or FAILED
+            code = code if 0 < code < 256 else FAILED
+        raise click.exceptions.Exit(code)
+
+
+def wait_for_end(client: Api, job_id: str, poll: float) -> dict:
+    """Follow the job until it ends (or is paused), saying each change on stderr."""
+    last = None
+    with err.status(f"{job_id}: submitted") as status:
+        while True:
+            job = client.get(f"jobs/{job_id}/")
+            said = job.get("insight_message") or job.get("status_message") or ""
+            if job["status"] != last:
+                err.print(f"{time.strftime('%H:%M:%S')} {job_id} {job['status']}"
+                          + (f": {said}" if said else ""), highlight=False)  # fmt: skip
+                last = job["status"]
+            status.update(f"{job_id}: {job['status']}" + (f" ({said})" if said else ""))
+            if job["status"] in (*TERMINAL, "paused"):
+                return job
+            time.sleep(poll)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the job writes, to its end.")
+@click.option("--worker", type=int, help="One worker's log (default: all; with -f, worker 0).")
+@click.option("--poll", default=1.0, show_default=True, help="Seconds between looks (-f).")
+def logs(job_id: str, follow: bool, worker: int | None, poll: float) -> None:
+    """A job's log: every worker's, or one worker's; with -f, followed to the job's end."""
+    client = Api(Config.load())
+    if worker is None and not follow:
+        response = client.request("GET", f"jobs/{job_id}/log/", stream=True)
+        for chunk in response.iter_content(64 * 1024):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        return
+    offset = 0
+    while True:
+        chunk = client.get(
+            f"jobs/{job_id}/log/tail/", worker=worker or 0, offset=offset, max_bytes=LOG_CHUNK
+        )
+        if chunk["text"]:
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+        offset = chunk["next_offset"]
+        if chunk["complete"] or (not follow and offset >= chunk["size"]):
+            return
+        if offset >= chunk["size"]:
+            time.sleep(poll)
+
+
+def ssh_argv(endpoint: str, extra: tuple[str, ...]) -> list[str]:
+    """OpenSSH's argv for the job's SSH endpoint (``ssh -p 2222 mia+job@gateway``), then
+    the user's own arguments (options such as ``-L 8888:localhost:8888``, or a command:
+    OpenSSH reads options after the destination too)."""
+    argv = shlex.split(endpoint)
+    if not argv or argv[0] != "ssh":
+        raise CliError(f"The job's SSH endpoint is not an ssh command line: {endpoint!r}")
+    return [*argv, *extra]

@@ -21,6 +21,7 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
+from tests.unix_accounts import reachable_directory
 
 GIB = 1024
 
@@ -120,3 +121,11 @@ def redis_namespace(settings, redis_url) -> str:
     settings.REDIS_URL = redis_url
     settings.TRAINYARD_REDIS_PREFIX = f"trainyard-test-{uuid.uuid4().hex}"
     return settings.TRAINYARD_REDIS_PREFIX
+
+
+@pytest.fixture
+def host_tmp() -> Iterator[object]:
+    """A temporary directory other accounts may pass through (see tests/unix_accounts.py),
+    for the local backend's state and logs and for scripts jobs run."""
+    with reachable_directory() as directory:
+        yield directory

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from backend.env import env, env_bool, env_float, env_int, env_list
+from backend.env import env, env_bool, env_choice, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -212,6 +212,24 @@ TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / 
 TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
 TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
 TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
+# Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
+# owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
+# uids from the range; "existing" maps each user to the host's account of the same name
+# (LDAP, SSSD), unless a cluster admin set one. Accounts below the minimum uid or gid (root,
+# system accounts and groups) are refused. A portal that is not root runs every job as its
+# own account (single-user mode).
+TRAINYARD_UNIX_ACCOUNTS = env_choice(
+    "TRAINYARD_UNIX_ACCOUNTS", "provision", ("provision", "existing")
+)
+TRAINYARD_UNIX_UID_RANGE = env("TRAINYARD_UNIX_UID_RANGE", "30000-39999")
+TRAINYARD_UNIX_NAME_PREFIX = env("TRAINYARD_UNIX_NAME_PREFIX", "ty-")
+TRAINYARD_UNIX_HOME_BASE = env("TRAINYARD_UNIX_HOME_BASE", "/home")
+TRAINYARD_UNIX_MIN_UID = env_int("TRAINYARD_UNIX_MIN_UID", 1000)
+TRAINYARD_UNIX_MIN_GID = env_int("TRAINYARD_UNIX_MIN_GID", 1000)
+# A failed deployment is retried after base * 2^(failures - 1) seconds; after this many in
+# a row the job fails (a job that can never start must not be requeued forever).
+TRAINYARD_MAX_DEPLOY_FAILURES = env_int("TRAINYARD_MAX_DEPLOY_FAILURES", 3)
+TRAINYARD_DEPLOY_BACKOFF_SECONDS = env_int("TRAINYARD_DEPLOY_BACKOFF_SECONDS", 10)
 # The Kubernetes backend (docs/kubernetes-backend.md); it reaches the API server with the
 # pod's service account, or KUBECONFIG. Volumes: nfs://server/export, hostpath:///path or
 # pvc://claim.
@@ -222,6 +240,9 @@ TRAINYARD_K8S_DATA_VOLUME = env("TRAINYARD_K8S_DATA_VOLUME", "")
 TRAINYARD_K8S_DATA_MOUNT = env("TRAINYARD_K8S_DATA_MOUNT", "/data")
 TRAINYARD_K8S_OUTPUT_VOLUME = env("TRAINYARD_K8S_OUTPUT_VOLUME", "")
 TRAINYARD_K8S_OUTPUT_MOUNT = env("TRAINYARD_K8S_OUTPUT_MOUNT", "/output")
+# The part of each volume a job mounts ({vc}, {user}: its owner's Unix account; "" whole).
+TRAINYARD_K8S_DATA_SUBPATH = env("TRAINYARD_K8S_DATA_SUBPATH", "{vc}/shared")
+TRAINYARD_K8S_OUTPUT_SUBPATH = env("TRAINYARD_K8S_OUTPUT_SUBPATH", "{vc}/{user}")
 TRAINYARD_K8S_GPU_RESOURCE = env("TRAINYARD_K8S_GPU_RESOURCE", "nvidia.com/gpu")
 TRAINYARD_K8S_GPU_TYPE_LABELS = env_list(
     "TRAINYARD_K8S_GPU_TYPE_LABELS", ["trainyard.io/gpu-type", "nvidia.com/gpu.product"]

@@ -21,7 +21,7 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
-from tests.unix_accounts import reachable_directory
+from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE, reachable_directory
 
 GIB = 1024
 
@@ -90,6 +90,14 @@ def fast_password_hashing(settings) -> None:
 def fresh_token_cache() -> None:
     """Each test starts with no token lookups remembered from another test."""
     token_cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def test_unix_accounts(settings) -> None:
+    """Unix accounts provisioned for test users are recognisable (ty-test-<user>) and take
+    uids from a range of their own (tests/unix_accounts.py)."""
+    settings.TRAINYARD_UNIX_NAME_PREFIX = TEST_NAME_PREFIX
+    settings.TRAINYARD_UNIX_UID_RANGE = TEST_UID_RANGE
 
 
 @pytest.fixture(autouse=True)

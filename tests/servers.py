@@ -17,6 +17,8 @@ from urllib.parse import quote
 import requests
 from django.db import connection
 
+from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -92,6 +94,8 @@ def live_env(directory: Path, redis_url: str, label: str) -> dict[str, str]:
         "TRAINYARD_LOG_DIR": str(directory / "logs"),
         "TRAINYARD_VAR_DIR": str(directory / "var"),
         "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
+        "TRAINYARD_UNIX_NAME_PREFIX": TEST_NAME_PREFIX,
+        "TRAINYARD_UNIX_UID_RANGE": TEST_UID_RANGE,
     }
 
 

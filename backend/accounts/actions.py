@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import secrets
 import threading
 import time
@@ -13,7 +14,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from backend.accounts.models import (
@@ -22,8 +24,12 @@ from backend.accounts.models import (
     AllowedIpEventKind,
     ApiToken,
     SshKey,
+    UnixAccount,
 )
+from backend.accounts.unix import NoUnixAccount, account_errors, host_account_for
 from backend.accounts.validators import parse_allowed_network, parse_ssh_public_key
+
+logger = logging.getLogger(__name__)
 
 User = get_user_model()
 TOKEN_PREFIX = "ty_"
@@ -202,17 +208,72 @@ def expire_allowed_ips(now: datetime | None = None) -> list[AllowedIpEvent]:
     return events
 
 
-@transaction.atomic
 def create_user(
     username: str, email: str = "", password: str | None = None, is_staff: bool = False
 ) -> AbstractUser:
-    user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
-    if password:
-        user.set_password(password)
-    else:
-        user.set_unusable_password()
-    user.save()
+    """A new user and, where jobs run as their owners and accounts are provisioned, their
+    Unix account (else it is found or made on their first submission)."""
+    from backend.accounts.unix import accounts_required
+
+    with transaction.atomic():
+        user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
+        if password:
+            user.set_password(password)
+        else:
+            user.set_unusable_password()
+        user.save()
+    if accounts_required() and settings.TRAINYARD_UNIX_ACCOUNTS == "provision":
+        try:
+            unix_account_of(user)
+        except NoUnixAccount as error:
+            logger.warning("No Unix account for %s yet: %s", username, error)
     return user
+
+
+def unix_account_of(user: AbstractUser) -> UnixAccount:
+    """The user's Unix account; a user without one gets the one the policy finds or
+    provisions (``TRAINYARD_UNIX_ACCOUNTS``), stored. Raises NoUnixAccount saying why
+    there is none."""
+    account = UnixAccount.objects.filter(user=user).first()
+    if account is not None:
+        return account
+    uid, gid, name, provisioned = host_account_for(user.get_username())
+    errors = account_errors(uid, gid, name)
+    if errors:
+        reasons = " ".join(message for messages in errors.values() for message in messages)
+        raise NoUnixAccount(f"The Unix account {name} cannot run jobs: {reasons}")
+    taken = UnixAccount.objects.filter(Q(uid=uid) | Q(unix_name=name)).exclude(user=user)
+    holder = taken.select_related("user").first()
+    if holder is not None:
+        raise NoUnixAccount(
+            f"The Unix account {name} (uid {uid}) is already {holder.user.get_username()}'s; "
+            "ask a cluster admin to set yours."
+        )
+    try:
+        with transaction.atomic():
+            return UnixAccount.objects.create(
+                user=user, uid=uid, gid=gid, unix_name=name, provisioned=provisioned
+            )
+    except IntegrityError:  # a concurrent submission of the same user stored it first
+        account = UnixAccount.objects.filter(user=user).first()
+        if account is None:
+            raise NoUnixAccount(f"The Unix account {name} is taken; ask a cluster admin.") from None
+        return account
+
+
+@transaction.atomic
+def set_unix_account(user: AbstractUser, uid: int, gid: int, unix_name: str) -> UnixAccount:
+    """A cluster admin sets the account the user's jobs run as (checked by the caller)."""
+    account, _ = UnixAccount.objects.update_or_create(
+        user=user, defaults={"uid": uid, "gid": gid, "unix_name": unix_name, "provisioned": False}
+    )
+    return account
+
+
+def remove_unix_account(user: AbstractUser) -> None:
+    """Forget the mapping (the host's account stays); the user's next submission finds or
+    provisions one again by the policy."""
+    UnixAccount.objects.filter(user=user).delete()
 
 
 def deactivate_user(user: AbstractUser) -> None:

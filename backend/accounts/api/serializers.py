@@ -124,5 +124,11 @@ class MeSerializer(serializers.Serializer):
         ]
 
 
+class TenancySerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["multi-tenant", "single-user"])
+    message = serializers.CharField()
+
+
 class SessionSerializer(serializers.Serializer):
     me = MeSerializer(allow_null=True)
+    tenancy = TenancySerializer(required=False)

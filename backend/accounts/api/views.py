@@ -25,6 +25,7 @@ from backend.accounts.api.serializers import (
     UserSerializer,
 )
 from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
+from backend.accounts.unix import tenancy
 from backend.core.scoping import TenantScopedViewSet
 
 User = get_user_model()
@@ -193,10 +194,13 @@ def login_view(request: Request) -> Response:
 @api_view(["GET"])
 @permission_classes([AllowAny])
 def session_view(request: Request) -> Response:
-    """Who is signed in on this session: ``{"me": ...}``, or ``{"me": null}`` (not a 401, so
-    that a signed-out browser's first page load logs no error)."""
+    """Who is signed in on this session: ``{"me": ..., "tenancy": ...}`` (how tenants are kept
+    apart, as the cluster summary says it), or ``{"me": null}`` (not a 401, so that a
+    signed-out browser's first page load logs no error)."""
     user = request.user
-    return Response({"me": MeSerializer(user).data if user.is_authenticated else None})
+    if not user.is_authenticated:
+        return Response({"me": None})
+    return Response({"me": MeSerializer(user).data, "tenancy": tenancy()})
 
 
 @extend_schema(request=None, responses={204: None})

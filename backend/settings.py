@@ -13,11 +13,13 @@ from pathlib import Path
 
 import dj_database_url
 
+from backend.core.private_files import make_portal_files_private
 from backend.env import env, env_bool, env_choice, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+make_portal_files_private(VAR_DIR)  # umask 077, var/ 0711 (root) or 0700
 
 
 def _secret_key() -> str:

@@ -65,9 +65,12 @@ def start_gunicorn(
     """Serve the app on the test database with gunicorn; return the process and its URL."""
     port = free_port()
     env = os.environ | {"DATABASE_URL": session_database_url()} | (extra_env or {})
+    var_dir = Path(env.get("TRAINYARD_VAR_DIR") or ROOT / "var")
+    control_socket = var_dir / "run" / f"gunicorn-{port}.ctl"  # one per instance
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "backend.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--log-level", "warning"],
+         "--workers", str(workers), "--threads", str(threads), "--log-level", "warning",
+         "--control-socket", str(control_socket)],
         cwd=ROOT,
         env=env,
         start_new_session=True,  # its own process group, so that the workers die with it

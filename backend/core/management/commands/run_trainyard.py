@@ -1,7 +1,9 @@
 """``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
 
-Migrates, seeds the demo cluster, starts an embedded Redis when REDIS_URL is unset, then the
-web server (gunicorn), a Celery worker and Celery beat, and stops them all on Ctrl-C.
+Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
+embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker and
+Celery beat, and stops them all on Ctrl-C. The banner says how jobs are isolated: as their
+owners' accounts (root), or all as this account (single-user mode).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from backend.accounts.models import UnixAccount
+from backend.accounts.unix import accounts_required, tenancy
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
 
@@ -53,19 +57,20 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        child_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        redis = None
+        if not settings.REDIS_URL:
+            # Before the demo data: what it asks of the job manager must find Redis up.
+            redis = start_embedded_redis()
+            child_env["REDIS_URL"] = embedded_redis_url(redis)
+            self.stdout.write(f"Embedded Redis on {redis.socket_file}")
         if not options["no_demo"]:
             call_command("seed_demo")
-        child_env = dict(os.environ, PYTHONUNBUFFERED="1")
         declared = ""
         if settings.TRAINYARD_BACKEND == "local" and not settings.TRAINYARD_LOCAL_NODES:
             # Run the registered nodes' jobs as processes on this host, their GPUs declared.
             declared = declared_inventory()
             child_env["TRAINYARD_LOCAL_NODES"] = declared
-        redis = None
-        if not settings.REDIS_URL:
-            redis = start_embedded_redis()
-            child_env["REDIS_URL"] = embedded_redis_url(redis)
-            self.stdout.write(f"Embedded Redis on {redis.socket_file}")
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         commands = {
@@ -129,6 +134,15 @@ class Command(BaseCommand):
                 f"  Jobs run as processes on this host, on {len(nodes)} declared nodes "
                 f"({nodes[0].split(':')[0]} ...): their GPUs are declared, not real."
             )
+        lines.append(f"  {tenancy()['message']}")
+        if demo and accounts_required():
+            accounts = UnixAccount.objects.filter(
+                user__username__in=[username for username, *_ in DEMO_USERS]
+            ).select_related("user")
+            lines += [
+                f"    {account.user.username:<6} -> {account.unix_name} (uid {account.uid})"
+                for account in accounts.order_by("user__username")
+            ]
         lines.append("Press Ctrl-C to stop.")
         self.stdout.write("\n".join(lines))
         self.stdout.flush()

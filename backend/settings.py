@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -36,8 +37,44 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = env_bool("TRAINYARD_DEBUG", False)
-ALLOWED_HOSTS = env_list("TRAINYARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+LOCAL_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+ALLOWED_HOSTS = env_list("TRAINYARD_ALLOWED_HOSTS", LOCAL_HOSTS)
 CSRF_TRUSTED_ORIGINS = env_list("TRAINYARD_CSRF_TRUSTED_ORIGINS", [])
+
+# --- Browser security (docs/operations.md, "HTTPS"): on by default once the portal answers
+# to a name other than this host's loopback, where it is reached over the network -------
+SERVED_BEYOND_THIS_HOST = any(host not in LOCAL_HOSTS for host in ALLOWED_HOSTS)
+# Cookies (session, CSRF) only over HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool(
+    "TRAINYARD_SECURE_COOKIES", SERVED_BEYOND_THIS_HOST
+)
+# Strict-Transport-Security on HTTPS answers, for this many seconds (0: none).
+SECURE_HSTS_SECONDS = env_int(
+    "TRAINYARD_HSTS_SECONDS", 31_536_000 if SERVED_BEYOND_THIS_HOST else 0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TRAINYARD_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# A Content-Security-Policy: scripts, styles and connections from this origin alone.
+TRAINYARD_CSP = env_bool("TRAINYARD_CSP", SERVED_BEYOND_THIS_HOST)
+CONTENT_SECURITY_POLICY = (
+    {
+        "DIRECTIVES": {
+            "default-src": ["'self'"],
+            "script-src": ["'self'"],
+            "style-src": ["'self'", "'unsafe-inline'"],
+            "img-src": ["'self'", "data:"],
+            "font-src": ["'self'", "data:"],
+            "connect-src": ["'self'"],
+            "object-src": ["'none'"],
+            "base-uri": ["'self'"],
+            "form-action": ["'self'"],
+            "frame-ancestors": ["'none'"],
+        }
+    }
+    if TRAINYARD_CSP
+    else None
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -57,6 +94,7 @@ INSTALLED_APPS = [
     "backend.jobs",
     "backend.repairs",
     "backend.storage",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -68,7 +106,30 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: it answers a locked-out sign-in (backend/accounts/throttling.py).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Sign-in throttling (django-axes, backend/accounts/throttling.py): per username and per
+# client address, failures counted until the cool-off passes without one.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TRAINYARD_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRAINYARD_LOGIN_COOLOFF_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one exceeding locks it out
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "backend.accounts.throttling.lockout_response"
+# The client's address is REMOTE_ADDR unless the portal is behind this many proxies that
+# set X-Forwarded-For (a client could forge the header otherwise).
+TRAINYARD_PROXY_COUNT = env_int("TRAINYARD_PROXY_COUNT", 0)
+if TRAINYARD_PROXY_COUNT:
+    AXES_IPWARE_PROXY_COUNT = TRAINYARD_PROXY_COUNT
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # TLS ends at the proxy
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "backend.urls"
 WSGI_APPLICATION = "backend.wsgi.application"

@@ -125,18 +125,30 @@ def _lookup_token_user(digest: str) -> AbstractUser | None:
 
 
 def add_ssh_key(user: AbstractUser, public_key: str, name: str = "") -> SshKey:
-    """Validate and store a public key; raise ValueError for a bad or duplicate key."""
+    """Validate and store a public key; raise ValueError for a bad key, or one already
+    added by anyone (one fingerprint, one user: the gateway knows users by their keys)."""
     parsed = parse_ssh_public_key(public_key)
-    if SshKey.objects.filter(user=user, fingerprint=parsed.fingerprint).exists():
-        raise ValueError(f"You already added this key ({parsed.fingerprint}).")
-    return SshKey.objects.create(
-        user=user,
-        name=name or parsed.comment[:100],
-        key_type=parsed.key_type,
-        bits=parsed.bits,
-        public_key=parsed.public_key,
-        fingerprint=parsed.fingerprint,
+    holder = SshKey.objects.filter(fingerprint=parsed.fingerprint).values_list("user_id", flat=True)
+    taken = ValueError(
+        f"This key ({parsed.fingerprint}) belongs to another account; each key may belong to "
+        "one user only. Make a key of your own (ssh-keygen -t ed25519)."
     )
+    for user_id in holder:
+        if user_id == user.pk:
+            raise ValueError(f"You already added this key ({parsed.fingerprint}).")
+        raise taken
+    try:
+        with transaction.atomic():
+            return SshKey.objects.create(
+                user=user,
+                name=name or parsed.comment[:100],
+                key_type=parsed.key_type,
+                bits=parsed.bits,
+                public_key=parsed.public_key,
+                fingerprint=parsed.fingerprint,
+            )
+    except IntegrityError:  # added at the same moment by someone (or by this user)
+        raise taken from None
 
 
 def default_allowed_ip_expiry() -> datetime:

@@ -72,7 +72,8 @@ class UnixAccount(models.Model):
 
 
 class SshKey(models.Model):
-    """A user's "global public key", installed in every job they start."""
+    """A user's "global public key", installed in every job they start. A key belongs to
+    one user only: the SSH gateway tells who connects by the key alone."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
@@ -89,7 +90,7 @@ class SshKey(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["user", "fingerprint"], name="ssh_key_unique_per_user")
+            models.UniqueConstraint(fields=["fingerprint"], name="ssh_key_fingerprint_unique")
         ]
 
     def __str__(self) -> str:

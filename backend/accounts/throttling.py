@@ -1,8 +1,9 @@
 """Sign-in throttling (django-axes): the ``TRAINYARD_LOGIN_FAILURE_LIMIT``-th wrong password
 in a row for one username, or from one client address, and every sign-in after it (even
 a right one) are answered 429 with a Retry-After, until ``TRAINYARD_LOGIN_COOLOFF_SECONDS``
-pass without another failure. A right password before that starts the count again. The API's sign-in, the browsable API's and the admin's are all covered:
-axes watches Django's ``authenticate``, which each of them calls."""
+pass without another failure. A right password before that starts the count again. The
+API's sign-in, the browsable API's and the admin's are all covered: axes watches Django's
+``authenticate``, which each of them calls."""
 
 from __future__ import annotations
 

@@ -5,19 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_unix_accounts'),
+        ("accounts", "0003_unix_accounts"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='sshkey',
-            name='ssh_key_unique_per_user',
+            model_name="sshkey",
+            name="ssh_key_unique_per_user",
         ),
         migrations.AddConstraint(
-            model_name='sshkey',
-            constraint=models.UniqueConstraint(fields=('fingerprint',), name='ssh_key_fingerprint_unique'),
+            model_name="sshkey",
+            constraint=models.UniqueConstraint(
+                fields=("fingerprint",), name="ssh_key_fingerprint_unique"
+            ),
         ),
     ]

@@ -28,9 +28,9 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
+from tests.jobmanager.conftest import NODES
 from tests.unix_accounts import job_account, owned_directory
 
-NODES = "local-0:A100:8,local-1:A100:8"
 DEADLINE_SECONDS = 20
 T = TypeVar("T")
 
@@ -82,16 +82,6 @@ def launch(
         workers=specs,
         **({"run_as": job_account(owner)} | fields),
     )
-
-
-@pytest.fixture
-def backend(host_tmp) -> Iterator[LocalBackend]:
-    backend = LocalBackend(
-        host_tmp / "state", host_tmp / "logs", nodes=NODES, cgroup_root=None, kill_after_seconds=1
-    )
-    yield backend
-    for job_id in backend.reports():
-        backend.remove(job_id)
 
 
 def ended(backend: LocalBackend, job_id: str) -> Callable[[], JobReport | None]:

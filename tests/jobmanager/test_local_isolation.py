@@ -13,7 +13,6 @@ import pwd
 import shlex
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,7 +22,6 @@ from jobmanager.backends import BackendNode, DeployError, LaunchRefused, RunAs
 from jobmanager.backends.confine import Confinement
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.test_local_backend import (
-    NODES,
     ended,
     job_processes,
     launch,
@@ -42,16 +40,6 @@ from tests.unix_accounts import (
 )
 
 PYTHON = shlex.quote(JOB_PYTHON)
-
-
-@pytest.fixture
-def backend(host_tmp) -> Iterator[LocalBackend]:
-    backend = LocalBackend(
-        host_tmp / "state", host_tmp / "logs", nodes=NODES, cgroup_root=None, kill_after_seconds=1
-    )
-    yield backend
-    for job_id in backend.reports():
-        backend.remove(job_id)
 
 
 def run_to_end(backend: LocalBackend, command: str, **fields) -> tuple[int | None, str]:
@@ -241,6 +229,7 @@ def test_a_worker_opens_its_own_gpus_and_no_other(host_tmp):
     # Device files stand in for /dev/nvidiaN: the kernel checks them the same way.
     devices = host_tmp / "dev"
     devices.mkdir()
+    devices.chmod(0o755)  # as /dev is
     for index in range(4):
         (devices / f"nvidia{index}").write_text("")
         (devices / f"nvidia{index}").chmod(0o666)

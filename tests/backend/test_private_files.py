@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from backend.core.private_files import make_portal_files_private
+from backend.core.private_files import make_portal_files_private, use_private_umask
 
 
 def mode(path) -> int:
@@ -25,10 +25,11 @@ def test_loose_files_of_an_earlier_version_are_tightened_and_new_ones_are_privat
     previous = os.umask(0o022)
     try:
         make_portal_files_private(var)
+        use_private_umask()  # as the servers do when they start
         (var / "made-later").write_text("x")
         (var / "dir-made-later").mkdir()
     finally:
-        os.umask(previous | 0o077)  # the suite's processes keep the portal's umask
+        os.umask(previous | 0o077)  # the suite keeps the portal's umask
 
     assert mode(var) == (0o711 if os.geteuid() == 0 else 0o700)  # jobs pass through, list nothing
     assert {path.name: mode(path) for path in var.iterdir() if path.is_file()} == {

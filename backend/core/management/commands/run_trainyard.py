@@ -23,6 +23,7 @@ from backend.accounts.models import UnixAccount
 from backend.accounts.unix import accounts_required, tenancy
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
+from backend.core.private_files import use_private_umask
 
 
 def _answers(url: str) -> bool:
@@ -55,6 +56,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="Do not seed demo data.")
 
     def handle(self, *args: object, **options: object) -> None:
+        use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -23,6 +23,7 @@ def start(var_dir, home) -> tuple[subprocess.Popen, str]:
         "TRAINYARD_VAR_DIR": str(var_dir),
         "HOME": str(home),
         "WEB_CONCURRENCY": "1",
+        "DATABASE_URL": f"sqlite:///{var_dir}/db.sqlite3",  # /healthz asks only SELECT 1
     }
     env.pop("XDG_RUNTIME_DIR", None)
     process = subprocess.Popen(

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import requests
 from django.db import connection
 
-from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE
+from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,8 @@ def start_gunicorn(
 ) -> tuple[subprocess.Popen, str]:
     """Serve the app on the test database with gunicorn; return the process and its URL."""
     port = free_port()
-    env = os.environ | {"DATABASE_URL": session_database_url()} | (extra_env or {})
+    env = os.environ | {"DATABASE_URL": session_database_url()} | TEST_ACCOUNT_ENV
+    env |= extra_env or {}
     var_dir = Path(env.get("TRAINYARD_VAR_DIR") or ROOT / "var")
     control_socket = var_dir / "run" / f"gunicorn-{port}.ctl"  # one per instance
     process = subprocess.Popen(
@@ -97,8 +98,6 @@ def live_env(directory: Path, redis_url: str, label: str) -> dict[str, str]:
         "TRAINYARD_LOG_DIR": str(directory / "logs"),
         "TRAINYARD_VAR_DIR": str(directory / "var"),
         "TRAINYARD_TRIGGER_JOB_MANAGER": "true",
-        "TRAINYARD_UNIX_NAME_PREFIX": TEST_NAME_PREFIX,
-        "TRAINYARD_UNIX_UID_RANGE": TEST_UID_RANGE,
     }
 
 
@@ -108,7 +107,7 @@ def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "backend", *arguments, "--loglevel", "WARNING"],
         cwd=ROOT,
-        env=os.environ | env,
+        env=os.environ | TEST_ACCOUNT_ENV | env,
         start_new_session=True,
     )
 

@@ -25,6 +25,11 @@ from jobmanager.backends.host_accounts import can_switch_users, ensure_account, 
 TEST_UID_RANGE = "61000-61999"
 TEST_UIDS = range(61000, 62000)
 TEST_NAME_PREFIX = "ty-test-"
+# What every server a test starts is given, so that the accounts it provisions are these.
+TEST_ACCOUNT_ENV = {
+    "TRAINYARD_UNIX_NAME_PREFIX": TEST_NAME_PREFIX,
+    "TRAINYARD_UNIX_UID_RANGE": TEST_UID_RANGE,
+}
 REPOSITORY = Path(__file__).resolve().parent.parent
 # The suite's own Python may sit where only root may go (under /root, as on CI): a job, run
 # as its owner, runs the system's Python of the same version, which finds the suite's

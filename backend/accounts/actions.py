@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import logging
 import secrets
 import threading
 import time
@@ -28,8 +27,6 @@ from backend.accounts.models import (
 )
 from backend.accounts.unix import NoUnixAccount, account_errors, host_account_for
 from backend.accounts.validators import parse_allowed_network, parse_ssh_public_key
-
-logger = logging.getLogger(__name__)
 
 User = get_user_model()
 TOKEN_PREFIX = "ty_"
@@ -220,25 +217,18 @@ def expire_allowed_ips(now: datetime | None = None) -> list[AllowedIpEvent]:
     return events
 
 
+@transaction.atomic
 def create_user(
     username: str, email: str = "", password: str | None = None, is_staff: bool = False
 ) -> AbstractUser:
-    """A new user and, where jobs run as their owners and accounts are provisioned, their
-    Unix account (else it is found or made on their first submission)."""
-    from backend.accounts.unix import accounts_required
-
-    with transaction.atomic():
-        user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
-        if password:
-            user.set_password(password)
-        else:
-            user.set_unusable_password()
-        user.save()
-    if accounts_required() and settings.TRAINYARD_UNIX_ACCOUNTS == "provision":
-        try:
-            unix_account_of(user)
-        except NoUnixAccount as error:
-            logger.warning("No Unix account for %s yet: %s", username, error)
+    """A new user. Their Unix account is found or provisioned on their first submission
+    (``unix_account_of``), so that nobody who never runs a job gets one on the hosts."""
+    user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
+    if password:
+        user.set_password(password)
+    else:
+        user.set_unusable_password()
+    user.save()
     return user
 
 

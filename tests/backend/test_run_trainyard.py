@@ -18,8 +18,7 @@ from tests.servers import ROOT, free_port, wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
-    TEST_NAME_PREFIX,
-    TEST_UID_RANGE,
+    TEST_ACCOUNT_ENV,
     job_account,
     reachable_directory,
 )
@@ -35,10 +34,7 @@ def trainyard(host_tmp):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["TRAINYARD_VAR_DIR"] = str(host_tmp / "var")
     env["PYTHONUNBUFFERED"] = "1"
-    env |= {
-        "TRAINYARD_UNIX_NAME_PREFIX": TEST_NAME_PREFIX,
-        "TRAINYARD_UNIX_UID_RANGE": TEST_UID_RANGE,
-    }
+    env |= TEST_ACCOUNT_ENV
     output = host_tmp / "output.log"
     with output.open("w") as sink:
         process = subprocess.Popen(

@@ -31,9 +31,18 @@ def _secret_key() -> str:
         return configured
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        # Written whole under another name, then linked into place: processes starting
+        # together (gunicorn's workers, Celery) all read the one key, never a partial one.
+        partial = VAR_DIR / f".secret_key.{os.getpid()}"
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(descriptor, "w") as key:
             key.write(secrets.token_urlsafe(50))
+        try:
+            os.link(partial, key_file)
+        except FileExistsError:
+            pass  # another process made it first: that one is the key
+        finally:
+            partial.unlink()
     return key_file.read_text().strip()
 
 

@@ -3,9 +3,19 @@
 import os
 
 from celery import Celery
+from celery.signals import beat_init, celeryd_init
+
+from backend.core.private_files import use_private_umask
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backend.settings")
 
 app = Celery("trainyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@celeryd_init.connect
+@beat_init.connect
+def _private_files(**kwargs) -> None:
+    """A worker's and beat's files (beat's schedule, the SQLite journal) are their own."""
+    use_private_umask()

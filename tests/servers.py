@@ -17,6 +17,8 @@ from urllib.parse import quote
 import requests
 from django.db import connection
 
+from tests.unix_accounts import TEST_ACCOUNT_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -62,10 +64,14 @@ def start_gunicorn(
 ) -> tuple[subprocess.Popen, str]:
     """Serve the app on the test database with gunicorn; return the process and its URL."""
     port = free_port()
-    env = os.environ | {"DATABASE_URL": session_database_url()} | (extra_env or {})
+    env = os.environ | {"DATABASE_URL": session_database_url()} | TEST_ACCOUNT_ENV
+    env |= extra_env or {}
+    var_dir = Path(env.get("TRAINYARD_VAR_DIR") or ROOT / "var")
+    control_socket = var_dir / "run" / f"gunicorn-{port}.ctl"  # one per instance
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "backend.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--log-level", "warning"],
+         "--workers", str(workers), "--threads", str(threads), "--log-level", "warning",
+         "--control-socket", str(control_socket)],
         cwd=ROOT,
         env=env,
         start_new_session=True,  # its own process group, so that the workers die with it
@@ -101,7 +107,7 @@ def start_celery(env: dict[str, str], *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "backend", *arguments, "--loglevel", "WARNING"],
         cwd=ROOT,
-        env=os.environ | env,
+        env=os.environ | TEST_ACCOUNT_ENV | env,
         start_new_session=True,
     )
 

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from backend.accounts.models import (
@@ -22,7 +23,9 @@ from backend.accounts.models import (
     AllowedIpEventKind,
     ApiToken,
     SshKey,
+    UnixAccount,
 )
+from backend.accounts.unix import NoUnixAccount, account_errors, host_account_for
 from backend.accounts.validators import parse_allowed_network, parse_ssh_public_key
 
 User = get_user_model()
@@ -119,18 +122,30 @@ def _lookup_token_user(digest: str) -> AbstractUser | None:
 
 
 def add_ssh_key(user: AbstractUser, public_key: str, name: str = "") -> SshKey:
-    """Validate and store a public key; raise ValueError for a bad or duplicate key."""
+    """Validate and store a public key; raise ValueError for a bad key, or one already
+    added by anyone (one fingerprint, one user: the gateway knows users by their keys)."""
     parsed = parse_ssh_public_key(public_key)
-    if SshKey.objects.filter(user=user, fingerprint=parsed.fingerprint).exists():
-        raise ValueError(f"You already added this key ({parsed.fingerprint}).")
-    return SshKey.objects.create(
-        user=user,
-        name=name or parsed.comment[:100],
-        key_type=parsed.key_type,
-        bits=parsed.bits,
-        public_key=parsed.public_key,
-        fingerprint=parsed.fingerprint,
+    holder = SshKey.objects.filter(fingerprint=parsed.fingerprint).values_list("user_id", flat=True)
+    taken = ValueError(
+        f"This key ({parsed.fingerprint}) belongs to another account; each key may belong to "
+        "one user only. Make a key of your own (ssh-keygen -t ed25519)."
     )
+    for user_id in holder:
+        if user_id == user.pk:
+            raise ValueError(f"You already added this key ({parsed.fingerprint}).")
+        raise taken
+    try:
+        with transaction.atomic():
+            return SshKey.objects.create(
+                user=user,
+                name=name or parsed.comment[:100],
+                key_type=parsed.key_type,
+                bits=parsed.bits,
+                public_key=parsed.public_key,
+                fingerprint=parsed.fingerprint,
+            )
+    except IntegrityError:  # added at the same moment by someone (or by this user)
+        raise taken from None
 
 
 def default_allowed_ip_expiry() -> datetime:
@@ -206,6 +221,8 @@ def expire_allowed_ips(now: datetime | None = None) -> list[AllowedIpEvent]:
 def create_user(
     username: str, email: str = "", password: str | None = None, is_staff: bool = False
 ) -> AbstractUser:
+    """A new user. Their Unix account is found or provisioned on their first submission
+    (``unix_account_of``), so that nobody who never runs a job gets one on the hosts."""
     user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
     if password:
         user.set_password(password)
@@ -213,6 +230,52 @@ def create_user(
         user.set_unusable_password()
     user.save()
     return user
+
+
+def unix_account_of(user: AbstractUser) -> UnixAccount:
+    """The user's Unix account; a user without one gets the one the policy finds or
+    provisions (``TRAINYARD_UNIX_ACCOUNTS``), stored. Raises NoUnixAccount saying why
+    there is none."""
+    account = UnixAccount.objects.filter(user=user).first()
+    if account is not None:
+        return account
+    uid, gid, name, provisioned = host_account_for(user.get_username())
+    errors = account_errors(uid, gid, name)
+    if errors:
+        reasons = " ".join(message for messages in errors.values() for message in messages)
+        raise NoUnixAccount(f"The Unix account {name} cannot run jobs: {reasons}")
+    taken = UnixAccount.objects.filter(Q(uid=uid) | Q(unix_name=name)).exclude(user=user)
+    holder = taken.select_related("user").first()
+    if holder is not None:
+        raise NoUnixAccount(
+            f"The Unix account {name} (uid {uid}) is already {holder.user.get_username()}'s; "
+            "ask a cluster admin to set yours."
+        )
+    try:
+        with transaction.atomic():
+            return UnixAccount.objects.create(
+                user=user, uid=uid, gid=gid, unix_name=name, provisioned=provisioned
+            )
+    except IntegrityError:  # a concurrent submission of the same user stored it first
+        account = UnixAccount.objects.filter(user=user).first()
+        if account is None:
+            raise NoUnixAccount(f"The Unix account {name} is taken; ask a cluster admin.") from None
+        return account
+
+
+@transaction.atomic
+def set_unix_account(user: AbstractUser, uid: int, gid: int, unix_name: str) -> UnixAccount:
+    """A cluster admin sets the account the user's jobs run as (checked by the caller)."""
+    account, _ = UnixAccount.objects.update_or_create(
+        user=user, defaults={"uid": uid, "gid": gid, "unix_name": unix_name, "provisioned": False}
+    )
+    return account
+
+
+def remove_unix_account(user: AbstractUser) -> None:
+    """Forget the mapping (the host's account stays); the user's next submission finds or
+    provisions one again by the policy."""
+    UnixAccount.objects.filter(user=user).delete()
 
 
 def deactivate_user(user: AbstractUser) -> None:

@@ -1,6 +1,15 @@
 from django.contrib import admin
 
-from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
+
+
+@admin.register(UnixAccount)
+class UnixAccountAdmin(admin.ModelAdmin):
+    """Which Unix account each user's jobs run as (checked by UnixAccount.clean)."""
+
+    list_display = ["user", "unix_name", "uid", "gid", "provisioned", "created_at"]
+    readonly_fields = ["provisioned", "created_at"]
+    search_fields = ["user__username", "unix_name", "uid"]
 
 
 @admin.register(ApiToken)

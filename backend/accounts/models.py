@@ -41,8 +41,39 @@ class ApiToken(models.Model):
         return f"{self.user} / {self.name}"
 
 
+class UnixAccount(models.Model):
+    """The Unix account a user's jobs, and every session into them, run as."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="unix_account"
+    )
+    unix_name = models.CharField(max_length=32, unique=True)
+    uid = models.PositiveIntegerField(unique=True)
+    gid = models.PositiveIntegerField(help_text="Primary group.")
+    provisioned = models.BooleanField(
+        default=False, help_text="Created by Trainyard (useradd), not found on the host."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["unix_name"]
+
+    def __str__(self) -> str:
+        return f"{self.user} = {self.unix_name} (uid {self.uid})"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from backend.accounts.unix import account_errors
+
+        errors = account_errors(self.uid, self.gid, self.unix_name)
+        if errors:
+            raise ValidationError(errors)
+
+
 class SshKey(models.Model):
-    """A user's "global public key", installed in every job they start."""
+    """A user's "global public key", installed in every job they start. A key belongs to
+    one user only: the SSH gateway tells who connects by the key alone."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
@@ -59,7 +90,7 @@ class SshKey(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["user", "fingerprint"], name="ssh_key_unique_per_user")
+            models.UniqueConstraint(fields=["fingerprint"], name="ssh_key_fingerprint_unique")
         ]
 
     def __str__(self) -> str:

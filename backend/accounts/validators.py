@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import ipaddress
+import unicodedata
 from dataclasses import dataclass
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -47,6 +48,8 @@ def parse_ssh_public_key(text: str) -> ParsedSshKey:
         raise ValueError("A public key has a type and a base64 body, e.g. 'ssh-ed25519 AAAA...'.")
     key_type, body = parts[0], parts[1]
     comment = parts[2] if len(parts) == 3 else ""
+    if any(unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") for char in comment):
+        raise ValueError("The key's comment has a control character; one key, on one line.")
     if key_type == "ssh-dss":
         raise ValueError("DSA keys are not accepted; use ed25519, ECDSA or RSA of 2048+ bits.")
     if key_type not in ACCEPTED_KEY_TYPES:
@@ -76,6 +79,24 @@ def parse_ssh_public_key(text: str) -> ParsedSshKey:
     return ParsedSshKey(key_type, bits, f"SHA256:{digest}", normalized, comment)
 
 
+# Networks no connection from a user comes from, or that would stand for other addresses
+# (an IPv4-mapped or NAT64 address is an IPv4 one in disguise): never allowed.
+NOT_PEERS = [
+    (ipaddress.ip_network("0.0.0.0/8"), "'this network' (unspecified)"),
+    (ipaddress.ip_network("127.0.0.0/8"), "loopback"),
+    (ipaddress.ip_network("169.254.0.0/16"), "link-local"),
+    (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
+    (ipaddress.ip_network("240.0.0.0/4"), "reserved, with the broadcast address"),
+    (ipaddress.ip_network("::/128"), "the unspecified address"),
+    (ipaddress.ip_network("::1/128"), "loopback"),
+    (ipaddress.ip_network("::ffff:0:0/96"), "IPv4-mapped; give the IPv4 address itself"),
+    (ipaddress.ip_network("64:ff9b::/96"), "NAT64; give the IPv4 address itself"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "local-use NAT64; give the IPv4 address itself"),
+    (ipaddress.ip_network("fe80::/10"), "link-local"),
+    (ipaddress.ip_network("ff00::/8"), "multicast"),
+]
+
+
 def parse_allowed_network(text: str) -> str:
     """Normalise an IPv4/IPv6 address or CIDR to a network string; raise ValueError if bad."""
     candidate = text.strip()
@@ -103,4 +124,10 @@ def parse_allowed_network(text: str) -> str:
         raise ValueError(
             f"{network.with_prefixlen} is too broad; the widest network allowed is /{minimum}."
         )
+    for special, what in NOT_PEERS:
+        if network.version == special.version and network.overlaps(special):
+            raise ValueError(
+                f"{network.with_prefixlen} is {what} ({special.with_prefixlen}), not an address "
+                "your connections come from."
+            )
     return network.with_prefixlen

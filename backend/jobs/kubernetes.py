@@ -12,11 +12,13 @@ from jobmanager.backends.k8s_manifests import pod_name
 from jobmanager.backends.kubernetes import KubernetesBackend, KubernetesSettings, VolumeSettings
 
 
-def _volume(spec: str, mount: str, read_only: bool, name: str) -> VolumeSettings | None:
+def _volume(
+    spec: str, mount: str, read_only: bool, name: str, sub_path: str
+) -> VolumeSettings | None:
     if not spec:
         return None
     try:
-        return VolumeSettings.parse(spec, mount, read_only)
+        return VolumeSettings.parse(spec, mount, read_only, sub_path)
     except ValueError as error:
         raise ImproperlyConfigured(f"{name}: {error}") from error
 
@@ -32,12 +34,14 @@ def kubernetes_backend() -> KubernetesBackend:
                 settings.TRAINYARD_K8S_DATA_MOUNT,
                 True,
                 "TRAINYARD_K8S_DATA_VOLUME",
+                settings.TRAINYARD_K8S_DATA_SUBPATH,
             ),
             output_volume=_volume(
                 settings.TRAINYARD_K8S_OUTPUT_VOLUME,
                 settings.TRAINYARD_K8S_OUTPUT_MOUNT,
                 False,
                 "TRAINYARD_K8S_OUTPUT_VOLUME",
+                settings.TRAINYARD_K8S_OUTPUT_SUBPATH,
             ),
             gpu_resource=settings.TRAINYARD_K8S_GPU_RESOURCE,
             gpu_type_labels=tuple(settings.TRAINYARD_K8S_GPU_TYPE_LABELS),

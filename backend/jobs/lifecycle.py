@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backend.accounts.models import UnixAccount
+from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
 from backend.jobs.actions import record_event
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
@@ -26,12 +28,16 @@ from backend.jobs.models import (
     JobStatus,
     StopOutcome,
 )
+from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.scheduling import placement_from_json
 from jobmanager.backends import (
     ClusterBackend,
     DeployError,
+    Isolation,
     JobLaunch,
     JobReport,
+    LaunchRefused,
+    RunAs,
     WorkerReport,
     WorkerSpec,
 )
@@ -61,7 +67,7 @@ STOPPED_STATUS = {
 }
 
 
-def launch_for(job: Job) -> JobLaunch:
+def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
     workers = tuple(
         WorkerSpec(rank, worker.node, worker.gpus, worker.millicpus, worker.memory)
         for rank, worker in enumerate(placement_from_json(job.placement))
@@ -80,10 +86,37 @@ def launch_for(job: Job) -> JobLaunch:
         data_path=job.data_path,
         output_path=job.output_path,
         job_type=job.type,
+        run_as=run_as,
     )
 
 
 # --- deployment ---------------------------------------------------------------------------
+
+
+def owner_run_as(job: Job) -> RunAs | None:
+    """The account the job runs as where jobs run as their owners (None elsewhere): the
+    owner's, found or provisioned now if they have none. Raises LaunchRefused."""
+    from backend.accounts.actions import unix_account_of
+
+    if not accounts_required():
+        return None
+    try:
+        return run_as_of(unix_account_of(job.owner))
+    except NoUnixAccount as error:
+        raise LaunchRefused(str(error)) from error
+
+
+def check_paths_still_allowed(job: Job, run_as: RunAs | None) -> None:
+    """The submit-time path rule again: a path (or a link on it) may have changed since.
+    Raises LaunchRefused naming the field."""
+    account = UnixAccount.objects.filter(user_id=job.owner_id).first()
+    home = run_as.home if run_as is not None else home_of(account)
+    paths = {name: getattr(job, name) for name in PATH_FIELDS}
+    errors = job_path_errors(job.owner, job.vc.name, home, paths)
+    if errors:
+        raise LaunchRefused(
+            "; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items())
+        )
 
 
 def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
@@ -92,24 +125,35 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
     if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
         return "skipped"
     try:
-        backend.deploy(launch_for(job))
+        run_as = owner_run_as(job)
+        check_paths_still_allowed(job, run_as)
+        launch = launch_for(job, run_as)
+        backend.deploy(launch)
     except DeployError as error:
         backend.remove(job.job_id)
-        _requeue_after_failed_deploy(job_pk, attempt, str(error))
-        return "requeued"
+        return _record_failed_deploy(job_pk, attempt, error)
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=job_pk).first()
         if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
             return "superseded"  # killed or paused meanwhile; reconcile stops it
-        _mark_running(job)
+        _mark_running(job, backend.isolation(launch))
     return "running"
 
 
-def _mark_running(job: Job) -> None:
+def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:
+    """How the backend runs the job, from the owner's stored account (no provisioning)."""
+    account = UnixAccount.objects.filter(user_id=job.owner_id).first()
+    run_as = run_as_of(account) if account is not None and accounts_required() else None
+    return backend.isolation(launch_for(job, run_as))
+
+
+def _mark_running(job: Job, isolation: Isolation) -> None:
     now = timezone.now()
     job.status = JobStatus.RUNNING
     job.started_at = now
     job.status_message = ""
+    job.deploy_failures = 0
+    job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
     job.save()
     nodes = sorted({worker["node"] for worker in job.placement})
     gpus = [{"node": worker["node"], "gpus": worker.get("gpus", [])} for worker in job.placement]
@@ -119,14 +163,51 @@ def _mark_running(job: Job) -> None:
     record_event(job, JobStatus.SCHEDULING, None, f"running on {', '.join(nodes)}")
 
 
-def _requeue_after_failed_deploy(job_pk: int, attempt: int, error: str) -> None:
+def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
+    """A deployment failed and was undone: it counts as an attempt of its own, retried
+    after a backoff (base * 2^(failures - 1)) and, after TRAINYARD_MAX_DEPLOY_FAILURES in
+    a row, the end of the job, failed with the reason (as FfDL bounds its deploy retries).
+    Returns "requeued", "failed" or "superseded"."""
+    refused = isinstance(error, LaunchRefused)
+    failure = Classification(
+        FailureClass.USER if refused else FailureClass.INFRASTRUCTURE, "deploy-failed", str(error)
+    )
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=job_pk).first()
         if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
-            return
-        reason = f"deployment failed and was undone ({error}); back in the queue"
-        _back_to_queue(job, reason)
+            return "superseded"
+        job.deploy_failures += 1
+        failures, limit = job.deploy_failures, settings.TRAINYARD_MAX_DEPLOY_FAILURES
+        message = f"deployment {failures} of at most {limit} failed and was undone: {error}"
+        JobAttempt.objects.update_or_create(
+            job=job,
+            number=attempt,
+            defaults={
+                "ended_at": timezone.now(),
+                "nodes": sorted({worker["node"] for worker in job.placement}),
+                "failure_class": failure.failure_class,
+                "failure_rule": failure.rule,
+                "message": message,
+            },
+        )
+        job.failure_class, job.failure_rule = failure.failure_class, failure.rule
+        job.insight_message = message
+        if failures >= limit:
+            reason = f"failed: {failures} deployments in a row failed; the last: {error}"
+            job.status = JobStatus.FAILED
+            job.finished_at = timezone.now()
+            job.status_message = reason
+            job.placement = []
+            job.borrowing = False
+            job.save()
+            outcome = "failed"
+        else:
+            backoff = settings.TRAINYARD_DEPLOY_BACKOFF_SECONDS * 2 ** (failures - 1)
+            reason = f"{message}; back in the queue, retried in {backoff} s"
+            _back_to_queue(job, reason, not_before=timezone.now() + timedelta(seconds=backoff))
+            outcome = "requeued"
         record_event(job, JobStatus.SCHEDULING, None, reason)
+    return outcome
 
 
 def _back_to_queue(job: Job, reason: str, not_before=None) -> None:
@@ -264,7 +345,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 with transaction.atomic():
                     locked = Job.objects.select_for_update().get(pk=job.pk)
                     if locked.status == JobStatus.SCHEDULING and locked.attempt == job.attempt:
-                        _mark_running(locked)
+                        _mark_running(locked, isolation_of(backend, locked))
             elif _past_wall_time(job, now) and _stop_for_wall_time(job):
                 result.timed_out.append(job.job_id)
                 report = _stop(backend, job.job_id)
@@ -419,6 +500,10 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
         locked = _locked_if_unchanged(job)
         if locked is None:
             return
+        if locked.status == JobStatus.SCHEDULING:
+            # It ran and ended before its deploy task recorded it: a job that ran has a
+            # running event and a start, before its end.
+            _mark_running(locked, isolation_of(backend, locked))
         from_status = locked.status
         now = timezone.now()
         if classification is None:

@@ -140,6 +140,15 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)
+    deploy_failures = models.PositiveSmallIntegerField(
+        default=0, help_text="Deployments that failed in a row (the job fails at the limit)."
+    )
+    run_as = models.CharField(
+        max_length=200, blank=True, help_text="The account its processes run as, when started."
+    )
+    limits = models.CharField(
+        max_length=300, blank=True, help_text="The CPU and memory limits in force, and how."
+    )
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
 
     submitted_at = models.DateTimeField(default=timezone.now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
 from dataclasses import dataclass, fields
 from decimal import Decimal
 
@@ -19,7 +20,17 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV_PREFIXES = ("TRAINYARD_",)
 RESERVED_ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 MAX_ENV_ENTRIES = 200
-MAX_COMMAND_LENGTH = 65536
+# One argument or environment entry, in bytes: the kernel's MAX_ARG_STRLEN (128 KiB) counts
+# the terminating NUL; a longer one cannot be exec'd ("Argument list too long").
+MAX_ARGUMENT_BYTES = 128 * 1024 - 1
+# The command and the environment together, well under the kernel's ARG_MAX (2 MiB with
+# the usual 8 MiB stack), leaving room for what Trainyard sets.
+MAX_LAUNCH_BYTES = 1024 * 1024
+# Directional formatting (embeddings, overrides, isolates, marks): text shown in another
+# order than it is stored, as in "Trojan Source".
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 # registry[:port]/path[:tag][@digest], as the OCI distribution spec names references.
 IMAGE_REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -30,11 +41,25 @@ IMAGE_REFERENCE = re.compile(
 FieldErrors = dict[str, list[str]]
 
 
+def utf8_size(text: str) -> int | None:
+    """The text's size in UTF-8 bytes; None when it holds a lone surrogate (no UTF-8)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
 def check_command(command: str) -> list[str]:
     if not command.strip():
         return ["Give the command to run, e.g. 'python train.py --epochs 10'."]
-    if len(command) > MAX_COMMAND_LENGTH:
-        return [f"The command is longer than {MAX_COMMAND_LENGTH} characters."]
+    size = utf8_size(command)
+    if size is None:
+        return ["The command is not valid Unicode (it holds a lone surrogate)."]
+    if size > MAX_ARGUMENT_BYTES:
+        return [
+            f"The command is {size:,} bytes in UTF-8; at most {MAX_ARGUMENT_BYTES:,} (128 KiB) "
+            "can be run. Put a long script in a file and run the file."
+        ]
     if "\x00" in command:
         return ["The command contains a NUL character."]
     try:
@@ -59,7 +84,42 @@ def check_env(env: object) -> list[str]:
             errors.append(f"The value of {name} must be a string.")
         elif "\x00" in value:
             errors.append(f"The value of {name} contains a NUL character.")
+        elif (size := utf8_size(f"{name}={value}")) is None:
+            errors.append(f"The value of {name} is not valid Unicode (a lone surrogate).")
+        elif size > MAX_ARGUMENT_BYTES:
+            errors.append(
+                f"{name}=... is {size:,} bytes in UTF-8; an environment entry can be at most "
+                f"{MAX_ARGUMENT_BYTES:,} (128 KiB)."
+            )
     return errors
+
+
+def check_launch_size(command: str, env: dict[str, str]) -> list[str]:
+    """The command and the environment together must fit what the kernel can exec."""
+    sizes = [utf8_size(command), *(utf8_size(f"{name}={value}") for name, value in env.items())]
+    if None in sizes:
+        return []  # reported by the field's own check
+    total = sum(size + 1 for size in sizes)  # type: ignore[operator]
+    if total > MAX_LAUNCH_BYTES:
+        return [
+            f"The command and environment are {total:,} bytes together; at most "
+            f"{MAX_LAUNCH_BYTES:,} (1 MiB)."
+        ]
+    return []
+
+
+def check_name(name: str) -> list[str]:
+    """A job name is shown in lists and logs: no control characters, no bidi controls."""
+    if utf8_size(name) is None:
+        return ["The name is not valid Unicode (it holds a lone surrogate)."]
+    if any(unicodedata.category(char) == "Cc" for char in name):
+        return ["The name contains a control character (such as a newline or escape)."]
+    if any(char in BIDI_CONTROLS for char in name):
+        return [
+            "The name contains a bidirectional control character (U+202A-U+202E, "
+            "U+2066-U+2069, U+200E, U+200F, U+061C), which shows text in another order."
+        ]
+    return []
 
 
 def check_image(image: str) -> list[str]:
@@ -77,6 +137,8 @@ def check_path(path: str) -> list[str]:
         return []
     if "\x00" in path:
         return ["The path contains a NUL character."]
+    if utf8_size(path) is None:
+        return ["The path is not valid Unicode (it holds a lone surrogate)."]
     if not path.startswith("/"):
         return ["Give an absolute path, starting with '/'."]
     if ".." in path.split("/"):

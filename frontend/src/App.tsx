@@ -1,8 +1,8 @@
 import { useCallback, useEffect, useState } from "react";
 import { NavLink, Navigate, Route, Routes, useLocation, useNavigate } from "react-router";
-import { api, type Me, type Page, type Vc } from "./api";
+import { api, type Me, type Page, type Tenancy, type Vc } from "./api";
 import { SessionContext, useMe, useSession } from "./auth";
-import { ErrorBox, Loading, useApi } from "./components/common";
+import { ErrorBox, Loading, TenancyNotice, useApi } from "./components/common";
 import { AllowedIpsPage } from "./pages/AllowedIps";
 import { ClusterPage } from "./pages/Cluster";
 import { JobDetailPage } from "./pages/JobDetail";
@@ -17,14 +17,16 @@ import { VcPage } from "./pages/Vc";
 
 export function App() {
   const [me, setMe] = useState<Me | null>(null);
+  const [tenancy, setTenancy] = useState<Tenancy | null>(null);
   const [checked, setChecked] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const navigate = useNavigate();
 
   const load = useCallback(() => {
-    api<{ me: Me | null }>("/api/v1/auth/session/")
+    api<{ me: Me | null; tenancy?: Tenancy }>("/api/v1/auth/session/")
       .then((session) => {
         setMe(session.me);
+        setTenancy(session.tenancy ?? null);
         setError(null);
       })
       .catch((reason) => {
@@ -47,14 +49,14 @@ export function App() {
   if (!me) {
     return (
       <Routes>
-        <Route path="/login" element={<LoginPage onSignedIn={setMe} />} />
+        <Route path="/login" element={<LoginPage onSignedIn={(signedIn) => { setMe(signedIn); load(); }} />} />
         <Route path="*" element={<RedirectToLogin />} />
       </Routes>
     );
   }
   return (
     <SessionContext.Provider value={{ me, signOut }}>
-      <Layout>
+      <Layout tenancy={tenancy}>
         <Routes>
           <Route path="/" element={<Navigate to="/jobs" replace />} />
           <Route path="/login" element={<AfterLogin />} />
@@ -98,7 +100,7 @@ function NotFound() {
   );
 }
 
-function Layout({ children }: { children: React.ReactNode }) {
+function Layout({ children, tenancy }: { children: React.ReactNode; tenancy: Tenancy | null }) {
   const me = useMe();
   const vcs = useApi<Page<Vc>>("vcs/?page_size=100");
   const notices = (vcs.data?.results ?? []).filter((vc) => vc.notification.trim());
@@ -125,6 +127,7 @@ function Layout({ children }: { children: React.ReactNode }) {
         </nav>
         <UserMenu />
       </header>
+      <TenancyNotice tenancy={tenancy} />
       {notices.map((vc) => (
         <div key={vc.name} className="notice" role="note" aria-label={`Notification of VC ${vc.name}`}>
           <strong>VC {vc.name}:</strong> {vc.notification}

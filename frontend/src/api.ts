@@ -96,6 +96,13 @@ export interface Me {
   email: string;
   is_cluster_admin: boolean;
   vcs: { name: string; role: "member" | "admin" }[];
+  unix_account?: { unix_name: string; uid: number; gid: number } | null;
+}
+
+/** How the installation keeps tenants apart (from the session and the cluster summary). */
+export interface Tenancy {
+  mode: "multi-tenant" | "single-user";
+  message: string;
 }
 
 export interface Resources {
@@ -190,6 +197,8 @@ export interface Job {
   started_at: string | null;
   finished_at: string | null;
   endpoints?: { ssh?: string; vscode?: string };
+  run_as?: string;
+  limits?: string;
 }
 
 export interface BatchResult {

@@ -29,6 +29,28 @@ class WorkerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix account every process of a job runs under: its owner's."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]  # supplementary groups, as initgroups(3) would set them
+    name: str
+    home: str = ""
+
+    def describe(self) -> str:
+        return f"{self.name} (uid {self.uid}, gid {self.gid})"
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """How a backend runs a job's processes, as the job page shows it."""
+
+    run_as: str  # whose account, e.g. "ty-bob (uid 30001, gid 30001)"
+    limits: str  # which CPU and memory limits are in force, and how
+
+
+@dataclass(frozen=True, slots=True)
 class JobLaunch:
     """Everything a backend needs to run one attempt of a job."""
 
@@ -45,6 +67,7 @@ class JobLaunch:
     data_path: str = ""
     output_path: str = ""
     job_type: str = "batch"
+    run_as: RunAs | None = None  # None: the owner has no account (refused where it matters)
 
 
 # A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed
@@ -103,6 +126,11 @@ class DeployError(RuntimeError):
     """The backend could not start every worker; whatever it had created is removed."""
 
 
+class LaunchRefused(DeployError):
+    """The launch itself cannot run here (its owner has no account, a path it names is
+    not the owner's): the same launch would fail again."""
+
+
 class ClusterBackend(abc.ABC):
     name: str = "abstract"
 
@@ -127,6 +155,10 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def nodes(self) -> list[BackendNode]:
         """The nodes jobs can run on, with capacity, readiness and labels."""
+
+    def isolation(self, launch: JobLaunch) -> Isolation:
+        """As whom and under which limits the launch runs (or would run) here."""
+        return Isolation(run_as="", limits="")
 
     def bad_nodes(self) -> dict[str, str]:
         """Nodes that are up but must not run jobs (failed health conditions), with why."""

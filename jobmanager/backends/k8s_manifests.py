@@ -4,6 +4,11 @@ One pod per worker, bound to the node the core chose; one headless Service per a
 for worker discovery; one NetworkPolicy per VC that admits only the VC's own pods (and
 the SSH gateway). Every name is a valid DNS-1123 name and every label value a valid label
 value, whatever the VC or user is called. Nothing here talks to a cluster.
+
+Pods run as their owner: the owner's uid, gid and groups, never root, no privilege
+escalation, every capability dropped, the runtime's default seccomp profile; the shared
+volumes are mounted at a sub-path of the owner's (``<vc>/<user>``) or the VC's
+(``<vc>/shared``), so that a pod sees no other tenant's tree.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from jobmanager.backends.base import JobLaunch, WorkerSpec
+from jobmanager.backends.base import JobLaunch, RunAs, WorkerSpec
 
 LABEL_JOB = "trainyard.io/job"
 LABEL_ATTEMPT = "trainyard.io/attempt"
@@ -58,6 +63,9 @@ class VolumeSettings:
     path: str = ""  # nfs export, or the path on the host
     claim_name: str = ""  # pvc
     read_only: bool = False
+    # The part of the volume a job sees: "{vc}" and "{user}" (its owner's Unix account)
+    # are filled in; "" mounts the whole volume.
+    sub_path: str = ""
 
     def __post_init__(self) -> None:
         needs = {"nfs": ("server", "path"), "hostPath": ("path",), "pvc": ("claim_name",)}
@@ -69,18 +77,35 @@ class VolumeSettings:
                 f"{self.kind} volume needs {', '.join(needs[self.kind])} and an absolute mount path"
             )
 
+        if self.sub_path and (self.sub_path.startswith("/") or ".." in self.sub_path.split("/")):
+            raise ValueError(f"sub-path {self.sub_path!r}: a relative path without '..'")
+
     @classmethod
-    def parse(cls, spec: str, mount_path: str, read_only: bool = False) -> VolumeSettings:
+    def parse(
+        cls, spec: str, mount_path: str, read_only: bool = False, sub_path: str = ""
+    ) -> VolumeSettings:
         """A volume from one setting: ``nfs://server/export``, ``hostpath:///mnt/data`` or
         ``pvc://claim-name``."""
         url = urlsplit(spec)
+        common = {"read_only": read_only, "sub_path": sub_path}
         if url.scheme == "nfs":
-            return cls("nfs", mount_path, url.netloc, url.path or "/", read_only=read_only)
+            return cls("nfs", mount_path, url.netloc, url.path or "/", **common)
         if url.scheme == "hostpath":
-            return cls("hostPath", mount_path, path=url.path, read_only=read_only)
+            return cls("hostPath", mount_path, path=url.path, **common)
         if url.scheme == "pvc":
-            return cls("pvc", mount_path, claim_name=url.netloc, read_only=read_only)
+            return cls("pvc", mount_path, claim_name=url.netloc, **common)
         raise ValueError(f"{spec!r}: expected nfs://server/path, hostpath:///path or pvc://name")
+
+    def sub_path_for(self, vc: str, user: str) -> str:
+        """The sub-path a job of ``user`` in ``vc`` mounts. Raises ValueError when the
+        names would make it leave its tree."""
+        if not self.sub_path:
+            return ""
+        path = self.sub_path.format(vc=vc, user=user)
+        parts = path.split("/")
+        if path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"sub-path {path!r} of {self.sub_path!r} is not confined")
+        return path
 
     def volume_source(self) -> dict:
         if self.kind == "nfs":
@@ -208,7 +233,36 @@ def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettin
     return [{"name": name, "value": value} for name, value in merged.items()]
 
 
+def pod_security_context(run_as: RunAs) -> dict:
+    """The pod runs as its owner; files on volumes that support it get the owner's group."""
+    context = {
+        "runAsUser": run_as.uid,
+        "runAsGroup": run_as.gid,
+        "runAsNonRoot": True,
+        "fsGroup": run_as.gid,
+        "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a full volume
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    others = sorted(set(run_as.groups) - {run_as.gid})
+    if others:
+        context["supplementalGroups"] = others
+    return context
+
+
+CONTAINER_SECURITY_CONTEXT = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> dict:
+    """One worker's pod. Raises ValueError for a launch without its owner's account (a
+    pod never runs as root) or whose names would lead a volume's sub-path astray."""
+    if launch.run_as is None:
+        raise ValueError(f"job {launch.job_id}: its owner {launch.owner} has no Unix account")
     name = pod_name(launch.job_id, launch.attempt, worker.rank)
     resources = worker_resources(worker, settings)
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]  # NCCL, DataLoader
@@ -216,9 +270,12 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
     for volume_name, volume in (("data", settings.data_volume), ("output", settings.output_volume)):
         if volume is not None:
             volumes.append({"name": volume_name, **volume.volume_source()})
-            mounts.append(
-                {"name": volume_name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
-            )
+            mount = {"name": volume_name, "mountPath": volume.mount_path}
+            mount["readOnly"] = volume.read_only
+            sub_path = volume.sub_path_for(launch.vc, launch.run_as.name)
+            if sub_path:
+                mount["subPath"] = sub_path
+            mounts.append(mount)
     container = {
         "name": CONTAINER_NAME,
         "image": launch.image or settings.default_image,
@@ -227,6 +284,7 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": mounts,
         "ports": [{"name": "master", "containerPort": settings.master_port}],
+        "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
     }
     if launch.working_dir:
         container["workingDir"] = launch.working_dir
@@ -238,6 +296,7 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # tenants get no API credentials
         "terminationGracePeriodSeconds": settings.grace_seconds,
+        "securityContext": pod_security_context(launch.run_as),
         "containers": [container],
         "volumes": volumes,
     }

@@ -30,8 +30,10 @@ from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
     DeployError,
+    Isolation,
     JobLaunch,
     JobReport,
+    LaunchRefused,
 )
 from jobmanager.backends.k8s_logs import PodLog, PodLogCollector
 from jobmanager.backends.k8s_manifests import (
@@ -140,8 +142,20 @@ class KubernetesBackend(ClusterBackend):
 
     # --- the interface ------------------------------------------------------------------
 
+    def isolation(self, launch: JobLaunch) -> Isolation:
+        who = launch.run_as.describe() if launch.run_as else "nobody: the owner has no account"
+        return Isolation(
+            run_as=f"{who}, set by the pod's securityContext (no root, no capabilities)",
+            limits="Kubernetes: requests equal to limits of CPU and memory per worker (cgroups)",
+        )
+
     def deploy(self, launch: JobLaunch) -> None:
         name = service_name(launch.job_id, launch.attempt)
+        try:
+            for worker in launch.workers:  # every pod's manifest, before anything is made
+                pod_manifest(launch, worker, self.settings)
+        except ValueError as error:
+            raise LaunchRefused(f"Job {launch.job_id} cannot run here: {error}.") from error
         try:
             if self._deployed_already(launch):
                 return

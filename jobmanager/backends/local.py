@@ -13,11 +13,25 @@ jobs that are running. A worker whose init is gone without a status file died wh
 nobody watched: it is reported failed with no exit code, and the job manager's retry
 rules decide what follows.
 
+Tenants are kept apart by the kernel. Run as root, the backend runs every process of a
+job as its owner's Unix account (``launch.run_as``) and never as root: each worker's init
+stays root, out of the job's reach, and confines the command's process as
+``confine.enter`` does (cgroup or rlimits, the owner's uid, gid and groups,
+``no_new_privs``, the working directory entered as the owner). What a job may write is
+its own: its working directory (``<state>/<job>/work``) and its logs
+(``<logs>/<job>/``) belong to the owner, mode 0700; the backend's bookkeeping
+(``<state>/<job>/``: state, status and confinement files, which name the pids and
+cgroups root acts on) is root's, where the job can read and change nothing. The
+confinement of every worker is recorded in the state, so that a session into the job
+(SSH) can join it. Not run as root, the backend cannot switch users: every job runs as
+the backend's own account (single-user mode), confined otherwise the same way.
+
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
 work end to end on a laptop; a declared inventory may be a function, read at every call,
 so that it follows the nodes registered while the system runs. CPU and memory limits are
-cgroup v2 where the host allows it (both in ``local_host``).
+cgroup v2 where the host allows it, else a memory rlimit per process; real GPUs' device
+files are their worker's owner's alone while it runs (all three in ``local_host``).
 """
 
 from __future__ import annotations
@@ -43,15 +57,23 @@ from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
     DeployError,
+    Isolation,
     JobLaunch,
     JobReport,
+    LaunchRefused,
+    RunAs,
     WorkerReport,
     WorkerSpec,
     WorkerState,
 )
+from jobmanager.backends.confine import Confinement, open_log
+from jobmanager.backends.host_accounts import can_switch_users, own_run_as
 from jobmanager.backends.local_host import (
     DEFAULT_CGROUP_ROOT,
+    DEFAULT_DEVICE_DIR,
+    MIB,
     Cgroups,
+    GpuDevices,
     discover_gpus,
     gpu_type_of,
     host_resources,
@@ -60,7 +82,12 @@ from jobmanager.backends.local_host import (
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
 # What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
-INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+# The init's own environment: nothing of the job's (LD_PRELOAD, PYTHONPATH...) reaches a
+# process that is still root; the job's environment is in its confinement file.
+INIT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+TRAVERSABLE = 0o711  # other accounts pass through to their own directories, list nothing
+PRIVATE = 0o700
 WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find strays
 START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
@@ -80,15 +107,21 @@ class LocalBackend(ClusterBackend):
         nodes: str | Sequence[BackendNode] | Callable[[], Sequence[BackendNode]] | None = None,
         cgroup_root: Path | str | None = DEFAULT_CGROUP_ROOT,
         kill_after_seconds: float = 5.0,
+        device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
         host is one node with the GPUs NVML finds.
         ``kill_after_seconds``: how long what a command leaves running when it exits gets
-        between SIGTERM and SIGKILL. Raises ValueError for a malformed inventory."""
+        between SIGTERM and SIGKILL. ``device_dir``: where the GPUs' device files are.
+        Raises ValueError for a malformed inventory."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.switches_users = can_switch_users()
+        for directory in (self.state_dir, self.log_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+            if directory.stat().st_uid == os.geteuid():
+                directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
         self.kill_after_seconds = kill_after_seconds
         self._node_source = nodes if callable(nodes) else None
         if isinstance(nodes, str):
@@ -97,6 +130,7 @@ class LocalBackend(ClusterBackend):
             list(nodes) if nodes is not None and not callable(nodes) else None
         )
         self._cgroups = Cgroups(Path(cgroup_root) if cgroup_root else None)
+        self._devices = GpuDevices(Path(device_dir) if device_dir else None)
 
     @property
     def limits_enforced(self) -> bool:
@@ -108,11 +142,40 @@ class LocalBackend(ClusterBackend):
         """Why limits are not enforced ("" when they are)."""
         return self._cgroups.reason
 
+    @property
+    def limits_in_force(self) -> str:
+        """Which CPU and memory limits workers run under, in words."""
+        if self._cgroups.enabled:
+            return f"cgroup v2 ({self._cgroups.root}): cpu.max and memory.max per worker"
+        return (
+            "setrlimit: each process's memory (RLIMIT_DATA) is capped at its worker's; "
+            f"CPU is not limited (no cgroup v2: {self._cgroups.reason})"
+        )
+
+    def isolation(self, launch: JobLaunch) -> Isolation:
+        if not self.switches_users:
+            who = f"{own_run_as().describe()}, the portal's own account (single-user mode)"
+        elif launch.run_as is None:
+            who = "nobody: the owner has no Unix account, so the job cannot run"
+        else:
+            who = launch.run_as.describe()
+        return Isolation(run_as=who, limits=self.limits_in_force)
+
+    def session_confinement(self, job_id: str, rank: int = 0) -> Confinement | None:
+        """What a session into the running worker must join (its account, directory,
+        environment and limits), as its init confined it; None when it is not there."""
+        state = self._read_state(job_id) or {"workers": []}
+        for worker in state["workers"]:
+            if worker["rank"] == rank and _init_process(worker) is not None:
+                return Confinement.from_json(worker["confinement"])
+        return None
+
     # --- the interface ---------------------------------------------------------------------
 
     def deploy(self, launch: JobLaunch) -> None:
         if not launch.workers:
             raise DeployError(f"Job {launch.job_id} has no workers to start.")
+        run_as = self._run_as(launch)
         with self._locked():
             state = self._read_state(launch.job_id)
             if state and state["attempt"] == launch.attempt and state["complete"]:
@@ -128,7 +191,7 @@ class LocalBackend(ClusterBackend):
                 )
             working_dir = Path(launch.working_dir or self._job_dir(launch.job_id) / "work")
             if launch.working_dir and not working_dir.is_dir():
-                raise DeployError(f"The working directory {working_dir} does not exist.")
+                raise LaunchRefused(f"The working directory {working_dir} does not exist.")
             state = {
                 "job_id": launch.job_id,
                 "attempt": launch.attempt,
@@ -141,14 +204,17 @@ class LocalBackend(ClusterBackend):
                 "killed_at": None,
                 "inits_killed": False,
             }
+            if any(not nodes[spec.node].declared for spec in launch.workers):
+                self._release_idle_devices()
             try:
-                self._job_dir(launch.job_id).mkdir(exist_ok=True)
-                working_dir.mkdir(parents=True, exist_ok=True)
+                self._make_job_dirs(launch.job_id, run_as, own_work_dir=not launch.working_dir)
                 self._write_state(state)
                 for spec in launch.workers:
                     declared = nodes[spec.node].declared
-                    env = worker_env(launch, spec, state["master_port"], declared)
-                    state["workers"].append(self._start(launch, spec, env, working_dir))
+                    env = worker_env(launch, spec, state["master_port"], declared, run_as)
+                    state["workers"].append(
+                        self._start(launch, spec, env, working_dir, run_as, declared)
+                    )
                     self._write_state(state)
             except (OSError, subprocess.SubprocessError, psutil.Error, DeployError) as error:
                 self._remove_locked(launch.job_id)
@@ -173,7 +239,7 @@ class LocalBackend(ClusterBackend):
                     if init is not None:
                         _signal(init, signal.SIGTERM)  # the init forwards it to the group
                     elif _status(worker) is None:
-                        for stray in _marked_processes(_marker(state, worker)):
+                        for stray in _marked_processes(_marker(state, worker), _owner_uid(state)):
                             _signal(stray, signal.SIGTERM)
             self._enforce_grace(state)
 
@@ -213,40 +279,105 @@ class LocalBackend(ClusterBackend):
 
     # --- workers ---------------------------------------------------------------------------
 
+    def _run_as(self, launch: JobLaunch) -> RunAs:
+        """The account the launch's processes run as: its owner's, never root's; or, in
+        single-user mode, this process's own."""
+        if not self.switches_users:
+            return own_run_as()
+        run_as = launch.run_as
+        if run_as is None:
+            raise LaunchRefused(
+                f"The owner of job {launch.job_id} ({launch.owner}) has no Unix account; "
+                "jobs never run as root."
+            )
+        if run_as.uid == 0 or run_as.gid == 0:
+            raise LaunchRefused(f"Job {launch.job_id} would run as root ({run_as.describe()}).")
+        return run_as
+
+    def _release_idle_devices(self) -> None:
+        """Every GPU no live worker holds goes back to root alone (the host may have left
+        its device files open to all, as the driver does by default)."""
+        held = {
+            gpu
+            for state in self._states()
+            for worker in state["workers"]
+            if _init_process(worker) is not None
+            for gpu in worker.get("devices", [])
+        }
+        self._devices.release([gpu for gpu in self._devices.present() if gpu not in held])
+
+    def _make_job_dirs(self, job_id: str, run_as: RunAs, own_work_dir: bool) -> None:
+        """The backend's directory for the job (root's, passable), the job's own working
+        directory when it names none, and its log directory (both the owner's, 0700)."""
+        job_dir = self._job_dir(job_id)
+        job_dir.mkdir(exist_ok=True)
+        job_dir.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
+        owned = [self._log_dir(job_id)] + ([job_dir / "work"] if own_work_dir else [])
+        for directory in owned:
+            # Made fresh, or kept from an earlier attempt; either way under a directory of
+            # the backend's, so that the job could not have put a link in its place.
+            directory.mkdir(mode=PRIVATE, exist_ok=True)
+            if self.switches_users:
+                os.chown(directory, run_as.uid, run_as.gid, follow_symlinks=False)
+            directory.chmod(PRIVATE)
+
     def _start(
-        self, launch: JobLaunch, spec: WorkerSpec, env: dict[str, str], working_dir: Path
+        self,
+        launch: JobLaunch,
+        spec: WorkerSpec,
+        env: dict[str, str],
+        working_dir: Path,
+        run_as: RunAs,
+        declared: bool,
     ) -> dict:
         """Start one worker's init, detached; what the state keeps of it."""
         job_dir = self._job_dir(launch.job_id)
         prefix = f"a{launch.attempt}-worker-{spec.rank}"
         status_file, pid_file = job_dir / f"{prefix}.status.json", job_dir / f"{prefix}.pid"
-        log_file = self.log_dir / launch.job_id / f"worker-{spec.rank}.log"
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        confinement_file = job_dir / f"{prefix}.confinement.json"
+        log_file = self._log_dir(launch.job_id) / f"worker-{spec.rank}.log"
         cgroup = self._cgroups.create(
-            f"{launch.job_id}.a{launch.attempt}.w{spec.rank}", spec.millicpus, spec.memory
+            f"{launch.job_id}-a{launch.attempt}-w{spec.rank}", spec.millicpus, spec.memory
         )
+        memory_rlimit = {"RLIMIT_DATA": spec.memory * MIB} if not cgroup and spec.memory else {}
+        confinement = Confinement(
+            uid=run_as.uid,
+            gid=run_as.gid,
+            groups=run_as.groups,
+            user=run_as.name,
+            working_dir=str(working_dir),
+            env=env,
+            cgroup=str(cgroup) if cgroup else None,
+            rlimits=memory_rlimit,
+            switch_user=self.switches_users,
+        )
+        devices = [] if declared else list(spec.gpus)
         worker = {
             "rank": spec.rank,
             "node": spec.node,
             "gpus": list(spec.gpus),
+            "devices": devices,
             "status_file": str(status_file),
             "cgroup": str(cgroup) if cgroup else None,
+            "confinement": confinement.to_json(),
             "pid": None,
             "create_time": None,
         }
+        _write_private(confinement_file, json.dumps(confinement.to_json()))
+        self._devices.assign(devices, run_as.uid, run_as.gid)
         argv = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
         argv += ["--status-file", str(status_file), "--log-file", str(log_file)]
         argv += ["--pid-file", str(pid_file), "--kill-after", str(self.kill_after_seconds)]
-        argv += ["--cgroup", str(cgroup)] if cgroup else []
+        argv += ["--confinement", str(confinement_file)]
         argv += ["--", "/bin/sh", "-c", launch.command]
         started = datetime.now(UTC).isoformat(timespec="seconds")
-        with open(log_file, "a") as log:
+        with os.fdopen(open_log(str(log_file), run_as.uid, run_as.gid), "a") as log:
             log.write(f"=== attempt {launch.attempt} on {spec.node} at {started} ===\n")
             log.flush()
             launcher = subprocess.Popen(
                 argv,
-                cwd=working_dir,
-                env=env,
+                cwd=job_dir,
+                env=INIT_ENV,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -289,6 +420,7 @@ class LocalBackend(ClusterBackend):
             _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
+                self._devices.release(worker.get("devices", []))
         if job_dir.is_dir():
             for path in job_dir.iterdir():
                 if path.name != "work":  # the job's files stay, as its logs do
@@ -299,14 +431,20 @@ class LocalBackend(ClusterBackend):
     # --- state on disk ---------------------------------------------------------------------
 
     def _job_dir(self, job_id: str) -> Path:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_id) or job_id.startswith("."):
-            raise ValueError(f"Not a job id: {job_id!r}")
-        return self.state_dir / job_id
+        return self.state_dir / _checked_job_id(job_id)
+
+    def _log_dir(self, job_id: str) -> Path:
+        return self.log_dir / _checked_job_id(job_id)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """One change at a time, across every process using this state directory."""
-        with open(self.state_dir / ".lock", "a") as lock:
+        # Private: another account that could open it could take the lock and keep it.
+        descriptor = os.open(
+            self.state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -317,10 +455,7 @@ class LocalBackend(ClusterBackend):
         return _read_json(self._job_dir(job_id) / "state.json")
 
     def _write_state(self, state: dict) -> None:
-        path = self._job_dir(state["job_id"]) / "state.json"
-        partial = path.with_name(f".state.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(state))
-        partial.replace(path)
+        _write_private(self._job_dir(state["job_id"]) / "state.json", json.dumps(state))
 
     def _states(self) -> Iterator[dict]:
         for path in sorted(self.state_dir.glob("*/state.json")):
@@ -332,13 +467,36 @@ class LocalBackend(ClusterBackend):
 # --- helpers ------------------------------------------------------------------------------
 
 
+def _checked_job_id(job_id: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_id) or job_id.startswith("."):
+        raise ValueError(f"Not a job id: {job_id!r}")
+    return job_id
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write atomically a file only this account may read (mode 0600)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    partial.replace(path)
+
+
 def worker_env(
-    launch: JobLaunch, spec: WorkerSpec, master_port: int, declared: bool
+    launch: JobLaunch,
+    spec: WorkerSpec,
+    master_port: int,
+    declared: bool,
+    run_as: RunAs | None = None,
 ) -> dict[str, str]:
-    """A worker's environment: a few host variables, the job's own, then what
-    ``torch.distributed`` and Trainyard set (those win)."""
+    """A worker's environment: a few host variables, the owner's account (HOME, USER,
+    LOGNAME), the job's own, then what ``torch.distributed`` and Trainyard set (those
+    win)."""
     on_node = [w.rank for w in launch.workers if w.node == spec.node]
     env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    if run_as is not None:
+        env |= {"USER": run_as.name, "LOGNAME": run_as.name}
+        env |= {"HOME": run_as.home} if run_as.home else {}
     env |= launch.env
     env |= {
         "WORLD_SIZE": str(len(launch.workers)),
@@ -398,15 +556,29 @@ def _marker(state: dict, worker: dict | None = None) -> str:
     return job if worker is None else f"{job}{state['attempt']}/{worker['rank']}"
 
 
-def _marked_processes(marker: str) -> list[psutil.Process]:
+def _marked_processes(marker: str, uid: int | None = None) -> list[psutil.Process]:
     """Processes whose environment carries the marker (or one below it): what a worker
-    left behind, found even when its init is gone."""
+    left behind, found even when its init is gone. With ``uid``, only that account's:
+    a job can put any marker in its own processes' environment, and must not make the
+    backend signal another's."""
     found = []
-    for process in psutil.process_iter(["environ"]):
+    for process in psutil.process_iter(["environ", "uids"]):
         value = (process.info.get("environ") or {}).get(WORKER_MARKER, "")
+        uids = process.info.get("uids")
+        if uid is not None and (uids is None or uids.real != uid):
+            continue
         if value and (value + "/").startswith(marker.rstrip("/") + "/"):
             found.append(process)
     return found
+
+
+def _owner_uid(state: dict) -> int | None:
+    """The uid the job's processes run as, when the backend switched to it."""
+    for worker in state["workers"]:
+        confinement = worker.get("confinement") or {}
+        if confinement.get("switch_user"):
+            return confinement["uid"]
+    return None
 
 
 def _signal(process: psutil.Process, signum: int) -> None:
@@ -422,7 +594,8 @@ def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil
     for init in inits:
         with contextlib.suppress(psutil.Error):
             targets |= {child.pid: child for child in init.children(recursive=True)}
-    targets |= {process.pid: process for process in _marked_processes(_marker(state))}
+    marked = _marked_processes(_marker(state), _owner_uid(state))
+    targets |= {process.pid: process for process in marked}
     for init in inits:
         targets.pop(init.pid, None)
     if kill_inits:

@@ -1,9 +1,11 @@
-"""What this host offers the local backend: its nodes, and cgroup v2 limits.
+"""What this host offers the local backend: its nodes, cgroup v2 limits, GPU devices.
 
 The nodes are the GPUs NVML finds (one node named after the host), or an inventory
 declared by configuration (``name:gpu_type:gpus[:cpus:memoryMiB],...``), all of it
 running on this host, so that scheduling works end to end on a machine without GPUs.
-Limits are one cgroup v2 per worker under a delegated root, where the host allows it.
+Limits are one cgroup v2 scope per worker in a delegated ``trainyard.slice``, where the
+host allows it. Where the host has the GPUs' device files, a worker's own are its
+owner's alone while it runs.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import psutil
 from jobmanager.backends.base import BackendNode
 
 DECLARED_LABEL = "trainyard.io/declared"
-DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup/trainyard")
+DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup/trainyard.slice")
+DEFAULT_DEVICE_DIR = Path("/dev")
 MIB = 1024 * 1024
 CPU_PERIOD_US = 100_000
 _NODE_NAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _GPU_VENDOR_WORDS = {"NVIDIA", "Tesla", "GeForce", "Quadro"}
+_DEVICE = re.compile(r"nvidia([0-9]+)")
 
 
 # --- nodes ------------------------------------------------------------------------------
@@ -131,8 +135,9 @@ def host_resources() -> tuple[int, int]:
 
 
 class Cgroups:
-    """One cgroup v2 per worker under a delegated root, with cpu.max and memory.max; or,
-    where the host does not allow that, nothing, with the reason in ``reason``."""
+    """One cgroup v2 scope per worker under a delegated root (``<name>.scope`` in
+    ``trainyard.slice``), with cpu.max and memory.max; or, where the host does not allow
+    that, nothing, with the reason in ``reason``."""
 
     CONTROLLERS = ("cpu", "memory")
 
@@ -170,7 +175,7 @@ class Cgroups:
     def create(self, name: str, millicpus: int, memory: int) -> Path | None:
         if not self.enabled:
             return None
-        directory = self.root / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        directory = self.root / (re.sub(r"[^A-Za-z0-9_-]", "_", name) + ".scope")
         directory.mkdir(exist_ok=True)
         # The kernel refuses a quota under 1 ms per period.
         quota = str(max(1000, millicpus * CPU_PERIOD_US // 1000)) if millicpus > 0 else "max"
@@ -191,3 +196,41 @@ class Cgroups:
         if directory:
             with contextlib.suppress(OSError):
                 Path(directory).rmdir()  # only once empty; a stray keeps it, harmlessly
+
+
+# --- GPU device files ---------------------------------------------------------------------
+
+
+class GpuDevices:
+    """``/dev/nvidiaN`` of the GPUs a worker holds, made its owner's alone (owner, mode
+    0600) while it runs and root's alone once it is removed, so that a job opens no GPU
+    but its own whatever CUDA_VISIBLE_DEVICES says. Only where the files exist and this
+    process may change them (root); the control devices (nvidiactl, nvidia-uvm) stay as
+    they are, since every GPU user needs them."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def paths(self, gpus: list[int]) -> list[Path]:
+        if self.directory is None or os.geteuid() != 0:
+            return []
+        found = [self.directory / f"nvidia{gpu}" for gpu in gpus]
+        return [path for path in found if path.exists() and not path.is_symlink()]
+
+    def assign(self, gpus: list[int], uid: int, gid: int) -> None:
+        for path in self.paths(gpus):
+            os.chown(path, uid, gid, follow_symlinks=False)
+            os.chmod(path, 0o600)
+
+    def present(self) -> list[int]:
+        """The GPUs whose device files this host has (none unless this process is root)."""
+        if self.directory is None or os.geteuid() != 0:
+            return []
+        names = (path.name for path in self.directory.glob("nvidia*"))
+        return sorted(int(match[1]) for name in names if (match := _DEVICE.fullmatch(name)))
+
+    def release(self, gpus: list[int]) -> None:
+        for path in self.paths(gpus):
+            with contextlib.suppress(OSError):
+                os.chown(path, 0, 0, follow_symlinks=False)
+                os.chmod(path, 0o600)

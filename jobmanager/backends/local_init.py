@@ -1,7 +1,7 @@
 """The init process of one local-backend worker: runs a command and leaves nothing behind.
 
     python -m jobmanager.backends.local_init --status-file F --log-file L \
-        [--kill-after SECONDS] [--cgroup DIR] [--pid-file P] -- <argv>
+        [--kill-after SECONDS] [--confinement C] [--pid-file P] -- <argv>
 
 It makes itself a child subreaper (Linux), so that descendants orphaned on the way are
 reparented to it and reaped; starts the command in a process group of its own, with
@@ -9,15 +9,23 @@ stdout and stderr appended to the log file; forwards SIGTERM and SIGINT to that 
 and once the command exits, SIGTERMs whatever is left of the group and of its
 descendants, SIGKILLs it after ``--kill-after`` seconds, writes the exit code and the end
 time to the status file (atomically: a temporary file renamed) and exits with that code.
-A command killed by signal N ends with 128 + N, as a shell reports it.
+A command killed by signal N ends with 128 + N, as a shell reports it; one that could not
+be started (or confined) ends with 127, the reason in the log.
 
-With ``--cgroup`` it moves itself into that cgroup (v2) before starting the command, so
-the command inherits its limits. With ``--pid-file`` it first detaches: it forks, the
-parent writes the child's pid to the file and exits, so that whoever started it has no
-child left to reap, and the child leads a session of its own.
+The command runs confined as ``--confinement`` (a JSON file, see ``confine.py``) says: in
+the child it forks for it, the init joins the worker's cgroup or sets its rlimits, drops
+to the owner's account for good, enters the working directory as the owner and execs the
+command with the job's environment. The init itself stays root (where it was started as
+root), out of the job's reach: a process of another uid can neither signal nor trace it,
+and it keeps its state in files the job cannot write. Without ``--confinement`` the
+command runs as the caller, in its directory, with its environment.
 
-Only the standard library is imported, so that it runs isolated (``python -I -S``) from
-whatever the job's environment holds.
+With ``--pid-file`` it first detaches: it forks, the parent writes the child's pid to the
+file and exits, so that whoever started it has no child left to reap, and the child leads
+a session of its own.
+
+Only the standard library is imported (and ``confine.py``, loaded by path), so that it
+runs isolated (``python -I -S``) from whatever the job's environment holds.
 """
 
 from __future__ import annotations
@@ -25,12 +33,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
+
+
+def _load_confine():
+    """``confine.py`` beside this file, loaded by path: running isolated, the init has no
+    package to import it from."""
+    path = Path(__file__).with_name("confine.py")
+    spec = importlib.util.spec_from_file_location("trainyard_confine", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+confine = _load_confine()
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -41,7 +64,8 @@ CANNOT_RUN = 127  # as a shell reports a command it cannot find or run
 
 def write_atomically(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(partial, "w") as file:
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
@@ -86,9 +110,10 @@ def descendants(root: int) -> set[int]:
 
 
 class Init:
-    def __init__(self, argv: list[str], kill_after: float) -> None:
+    def __init__(self, argv: list[str], kill_after: float, confinement) -> None:
         self.argv = argv
         self.kill_after = kill_after
+        self.confinement = confinement
         self.group: int | None = None
         self.pending_signals: list[int] = []
 
@@ -98,16 +123,45 @@ class Init:
 
     def run(self) -> int:
         try:
-            pid = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setpgroup=0)
+            pid, failure = self._start()
         except OSError as error:
-            print(f"trainyard-init: cannot run {self.argv[0]!r}: {error}", file=sys.stderr)
+            print(f"trainyard-init: cannot start {self.argv[0]!r}: {error}", file=sys.stderr)
             return CANNOT_RUN
         self.group = pid  # the command leads its own process group
+        if failure:
+            print(f"trainyard-init: {failure}", file=sys.stderr)
+            self._wait_for(pid)
+            return CANNOT_RUN
         for signum in self.pending_signals:
             self._signal_group(signum)
         code = self._wait_for(pid)
         self._clean_up()
         return code
+
+    def _start(self) -> tuple[int, str]:
+        """Fork the command's process, confine it and exec the command in it; its pid and
+        why it could not run ("" once the exec succeeded, which closes the pipe)."""
+        reader, writer = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of the init's may run after the confinement
+            os.close(reader)
+            try:
+                os.setpgid(0, 0)
+                confine.enter(self.confinement)
+                os.execvpe(self.argv[0], self.argv, self.confinement.env)
+            except confine.ConfinementError as error:
+                os.write(writer, str(error).encode())
+            except OSError as error:
+                message = f"cannot run {self.argv[0]!r}: {error.strerror or error}"
+                os.write(writer, message.encode())
+            finally:
+                os._exit(CANNOT_RUN)
+        os.close(writer)
+        with contextlib.suppress(OSError):  # the child may have set it, or exec'd already
+            os.setpgid(pid, pid)
+        with os.fdopen(reader, "rb") as pipe:
+            failure = pipe.read().decode(errors="replace")
+        return pid, failure
 
     def _forward(self, signum: int, frame: object) -> None:
         if self.group is None:
@@ -179,15 +233,10 @@ def detach(pid_file: Path) -> None:
         os.setsid()
 
 
-def join_cgroup(directory: Path) -> None:
-    try:
-        (directory / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError as error:
-        print(f"trainyard-init: limits not applied, cannot join {directory}: {error}")
-
-
-def redirect_output(log_file: Path) -> None:
-    log = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def redirect_output(log_file: Path, confinement) -> None:
+    """stdout and stderr to the log, which belongs to the job's owner (opened without
+    following a link the job may have put in its place); stdin from /dev/null."""
+    log = confine.open_log(str(log_file), confinement.uid, confinement.gid)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
@@ -201,7 +250,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--status-file", type=Path, required=True)
     parser.add_argument("--log-file", type=Path, required=True)
     parser.add_argument("--kill-after", type=float, default=5.0)
-    parser.add_argument("--cgroup", type=Path)
+    parser.add_argument("--confinement", type=Path)
     parser.add_argument("--pid-file", type=Path)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -212,16 +261,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def own_confinement():
+    """Without a confinement file: the caller's account, directory and environment."""
+    uid, gid = os.getuid(), os.getgid()
+    return confine.Confinement(
+        uid=uid,
+        gid=gid,
+        groups=tuple(os.getgroups()),
+        user=str(uid),
+        working_dir=os.getcwd(),
+        env=dict(os.environ),
+        switch_user=False,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    init = Init(args.command, args.kill_after)
+    confinement = own_confinement() if args.confinement is None else confine.load(args.confinement)
+    init = Init(args.command, args.kill_after, confinement)
     init.install_signal_handlers()  # a stop that comes early is kept for the command
     if args.pid_file is not None:
         detach(args.pid_file)
-    redirect_output(args.log_file)
+    redirect_output(args.log_file, confinement)
     become_subreaper()
-    if args.cgroup is not None:
-        join_cgroup(args.cgroup)
     code = init.run()
     sys.stdout.flush()
     write_atomically(args.status_file, json.dumps({"exit_code": code, "ended_at": time.time()}))

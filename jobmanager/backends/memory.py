@@ -17,6 +17,7 @@ from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
     DeployError,
+    Isolation,
     JobLaunch,
     JobReport,
     WorkerReport,
@@ -65,6 +66,9 @@ class MemoryBackend(ClusterBackend):
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     # --- the interface ---------------------------------------------------------------------
+
+    def isolation(self, launch: JobLaunch) -> Isolation:
+        return Isolation(run_as="nobody: the memory backend runs no process", limits="none")
 
     def deploy(self, launch: JobLaunch) -> None:
         with self._state() as state:

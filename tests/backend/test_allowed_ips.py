@@ -59,6 +59,22 @@ def test_addresses_and_networks_are_normalised(world, address, network):
         ("10.0.0.0/33", "is not an IP address"),
         ("", "may not be blank"),
         ("fe80::1%eth0", "has a zone index"),
+        # Addresses no connection comes from, or IPv4 addresses in IPv6 disguise.
+        ("::ffff:203.0.113.7", "is IPv4-mapped; give the IPv4 address itself"),
+        ("::ffff:0:0/96", "is IPv4-mapped"),
+        ("64:ff9b::cb00:7107", "is NAT64; give the IPv4 address itself"),
+        ("64:ff9b:1::/48", "is local-use NAT64"),
+        ("127.0.0.1", "is loopback (127.0.0.0/8)"),
+        ("127.1.0.0/16", "is loopback"),
+        ("::1", "is loopback (::1/128)"),
+        ("169.254.10.1", "is link-local"),
+        ("fe80::1", "is link-local (fe80::/10)"),
+        ("224.0.0.1", "is multicast"),
+        ("ff02::1", "is multicast (ff00::/8)"),
+        ("0.0.0.0", "'this network' (unspecified)"),
+        ("::", "is the unspecified address"),
+        ("::/48", "is the unspecified address"),  # holds ::1 and the mapped range
+        ("255.255.255.255", "is reserved, with the broadcast address"),
     ],
 )
 def test_bad_addresses_are_refused_on_the_address_field(world, address, message):

@@ -258,11 +258,66 @@ def test_a_failed_deployment_is_undone_and_the_job_requeued(world, jobs, backend
     jobs.run()
     job = refreshed(job)
     assert job.status == JobStatus.QUEUED
-    assert "deployment failed" in job.status_message
+    assert "deployment 1 of at most 3 failed and was undone" in job.status_message
     assert backend.deployed() == {}
+    assert job.not_before > timezone.now()  # after a backoff, not at once
+
+    Job.objects.filter(pk=job.pk).update(not_before=timezone.now())
+    jobs.run()
+    job = refreshed(job)
+    assert job.status == JobStatus.RUNNING
+    assert job.deploy_failures == 0 and job.retries_used == 0
+    assert job.run_as == "nobody: the memory backend runs no process" and job.limits == "none"
+
+
+def test_a_job_that_never_deploys_fails_after_three_tries_with_growing_backoff(
+    world, jobs, backend, settings
+):
+    settings.TRAINYARD_DEPLOY_BACKOFF_SECONDS = 10
+    job = submit(world)
+    backend.fail_next_deploys(10)
+    backoffs = []
+
+    for _ in range(3):
+        before = timezone.now()
+        jobs.run()
+        job = refreshed(job)
+        if job.status == JobStatus.QUEUED:
+            backoffs.append(round((job.not_before - before).total_seconds()))
+            Job.objects.filter(pk=job.pk).update(not_before=timezone.now())
+
+    assert backoffs == [10, 20]
+    assert job.status == JobStatus.FAILED and job.finished_at is not None
+    assert job.status_message.startswith("failed: 3 deployments in a row failed; the last: ")
+    assert (job.failure_class, job.failure_rule) == (FailureClass.INFRASTRUCTURE, "deploy-failed")
+    assert [(a.number, a.failure_rule) for a in job.attempts.all()] == [
+        (1, "deploy-failed"), (2, "deploy-failed"), (3, "deploy-failed"),
+    ]  # fmt: skip
+    assert len(backend.deploy_calls()) == 3
+    jobs.run()  # nothing more: no loop of requeues
+    assert len(backend.deploy_calls()) == 3 and job.events.count() == 7
+
+
+def test_a_job_that_ended_before_its_deploy_task_recorded_it_still_ran(world, jobs, backend):
+    # The process exited before the deploy task marked the job running: the reconcile
+    # that sees it ended records that it ran, then how it ended.
+    job = submit(world)
+    lease = acquire_lease(manager.LEASE_NAME, 10_000)
+    schedule_pass(lease)
+    lease.release()
+    backend.deploy(lifecycle.launch_for(refreshed(job)))
+    backend.finish(job.job_id, exit_code=0)
 
     jobs.run()
-    assert refreshed(job).status == JobStatus.RUNNING
+
+    job = refreshed(job)
+    assert job.status == JobStatus.FINISHED and job.started_at is not None
+    assert [event.to_status for event in job.events.all()] == [
+        JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING, JobStatus.FINISHED,
+    ]  # fmt: skip
+    attempt = job.attempts.get(number=1)
+    assert attempt.started_at <= attempt.ended_at
+    assert job.started_at <= job.finished_at
 
 
 def test_deploying_the_same_attempt_twice_starts_it_once(world, jobs, backend):

@@ -167,7 +167,8 @@ def test_ffdl_50_two_worker_jobs_on_15_four_gpu_nodes_30_run_and_20_wait(live_sy
             60,
             "every job to be killed",
         )
-        assert live_system.backend.deployed() == {}
+        # The backend lets go of a job just after the transaction that records it killed.
+        wait_until(lambda: live_system.backend.deployed() == {}, 10, "the backend to let go")
 
 
 def test_a_finished_job_makes_room_for_a_waiting_one(live_system):

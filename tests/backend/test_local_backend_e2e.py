@@ -1,13 +1,13 @@
 """The local backend end to end: jobs submitted over REST, the job manager run in this
 process (as tests/backend/test_job_manager.py runs it) with its default retry rules, and
-every worker a real process on this host."""
+every worker a real process on this host, run as its owner's Unix account (provisioned on
+submission as ty-test-<user>)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import signal
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +20,7 @@ from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
 from tests.jobmanager.test_local_backend import job_processes, wait_for
+from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, readable_script
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -27,7 +28,7 @@ JOBS = "/api/v1/jobs/"
 DEADLINE_SECONDS = 60
 # The world fixture's cluster, declared: every node of it runs on this host.
 NODES = ",".join([*(f"a100-{index}:A100:8" for index in range(1, 5)), "cpu-1:cpu:0", "cpu-2:cpu:0"])
-PYTHON = shlex.quote(sys.executable)
+PYTHON = shlex.quote(JOB_PYTHON)
 SIGTERM_CATCHER = """
 import signal, sys, time
 
@@ -71,19 +72,19 @@ class JobManager(jobs_support.JobManager):
 
 
 @pytest.fixture
-def backend(tmp_path, settings) -> Iterator[LocalBackend]:
-    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+def backend(host_tmp, settings) -> Iterator[LocalBackend]:
+    settings.TRAINYARD_LOG_DIR = host_tmp / "logs"
     settings.TRAINYARD_STOP_GRACE_SECONDS = 2
-    backend = local_backend(tmp_path)
+    backend = local_backend(host_tmp)
     yield backend
     for job_id in backend.reports():
         backend.remove(job_id)
 
 
-def local_backend(tmp_path: Path) -> LocalBackend:
+def local_backend(host_tmp: Path) -> LocalBackend:
     return LocalBackend(
-        tmp_path / "local-backend",
-        tmp_path / "logs",
+        host_tmp / "local-backend",
+        host_tmp / "logs",
         nodes=NODES,
         cgroup_root=None,
         kill_after_seconds=1,
@@ -102,11 +103,10 @@ def submit(world, user=None, **spec) -> Job:
     return Job.objects.get(job_id=response.json()["id"])
 
 
-def script(tmp_path: Path, name: str, text: str) -> str:
-    """A command running ``text`` as a Python script written to ``tmp_path``."""
-    path = tmp_path / name
-    path.write_text(text)
-    return f"{PYTHON} {shlex.quote(str(path))}"
+def script(directory: Path, name: str, text: str) -> str:
+    """A command running ``text`` as a Python script written to ``directory``, which the
+    job's account can read."""
+    return f"{PYTHON} {shlex.quote(str(readable_script(directory, name, text)))}"
 
 
 def log_of(job: Job, rank: int = 0) -> str:
@@ -120,6 +120,8 @@ def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, job
     job = jobs.run_until(job, JobStatus.FINISHED)
 
     assert job.exit_code == 0
+    assert job.run_as.startswith("ty-test-mia (uid ")  # the member's own account
+    assert job.limits.startswith("setrlimit: each process's memory (RLIMIT_DATA)")
     client = world.client(world.member)
     download = client.get(f"{JOBS}{job.job_id}/log/")
     assert download.status_code == 200
@@ -131,8 +133,8 @@ def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, job
     assert "hello from trainyard" in tail.json()["text"] and tail.json()["complete"]
 
 
-def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, tmp_path):
-    job = submit(world, command=script(tmp_path, "train.py", 'print("epoch" 1)\n'), max_retries=3)
+def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, host_tmp):
+    job = submit(world, command=script(host_tmp, "train.py", 'print("epoch" 1)\n'), max_retries=3)
 
     job = jobs.run_until(job, JobStatus.FAILED)
 
@@ -167,10 +169,10 @@ def test_a_job_over_its_wall_time_ends_as_timeout_and_is_gone(world, jobs):
 
 
 def test_a_preempted_borrower_gets_sigterm_is_requeued_at_its_place_and_runs_again(
-    world, jobs, tmp_path
+    world, jobs, host_tmp
 ):
     # nlp (quota 8) borrows 16 GPUs beyond its quota; vision (quota 16) then asks.
-    command = script(tmp_path, "borrower.py", SIGTERM_CATCHER)
+    command = script(host_tmp, "borrower.py", SIGTERM_CATCHER)
     nlp_jobs = [
         submit(world, user=world.outsider, vc="nlp", gpus_per_worker=8, command=command)
         for _ in range(3)
@@ -200,13 +202,14 @@ def test_a_preempted_borrower_gets_sigterm_is_requeued_at_its_place_and_runs_aga
     wait_for(lambda: "=== attempt 2 on " in log_of(victim), "the second attempt's log")
 
 
-def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, tmp_path):
+def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, host_tmp):
     job = submit(
         world,
         type="distributed",
         workers=2,
         gpus_per_worker=4,
-        command=script(tmp_path, "all_reduce.py", ALL_REDUCE),
+        command=script(host_tmp, "all_reduce.py", ALL_REDUCE),
+        env={"PYTHONPATH": JOB_PYTHONPATH},  # torch, as a user's job finds its own
     )
 
     job = jobs.run_until(job, JobStatus.FINISHED, JobStatus.FAILED)
@@ -217,12 +220,12 @@ def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, tmp_pa
     assert "rank 1 of 2 (local 1): sum 3" in logs[1]
 
 
-def test_a_worker_restart_loses_no_job(world, jobs, tmp_path):
+def test_a_worker_restart_loses_no_job(world, jobs, host_tmp):
     job = submit(world, command="echo started; sleep 300", max_retries=2)
     jobs.run_until(job, JobStatus.RUNNING)
     wait_for(lambda: "started" in log_of(job), "the job to start")
 
-    jobs.backend = local_backend(tmp_path)  # a new process: the old instance is gone
+    jobs.backend = local_backend(host_tmp)  # a new process: the old instance is gone
     jobs.run()
     job.refresh_from_db()
     assert (job.status, job.attempt) == (JobStatus.RUNNING, 1)

@@ -30,13 +30,13 @@ JOBS = "/api/v1/jobs/"
 
 
 @pytest.fixture
-def backend(tmp_path, settings) -> Iterator[LocalBackend]:
+def backend(host_tmp, settings) -> Iterator[LocalBackend]:
     settings.TRAINYARD_BACKEND = "local"
     settings.TRAINYARD_LOCAL_NODES = REGISTERED
-    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    settings.TRAINYARD_LOG_DIR = host_tmp / "logs"
     settings.TRAINYARD_STOP_GRACE_SECONDS = 1
     backend = LocalBackend(
-        tmp_path / "state", tmp_path / "logs", nodes=registered_nodes, cgroup_root=None,
+        host_tmp / "state", host_tmp / "logs", nodes=registered_nodes, cgroup_root=None,
         kill_after_seconds=1,
     )  # fmt: skip
     yield backend
@@ -107,9 +107,9 @@ def test_a_cordoned_node_takes_no_new_work_and_keeps_what_runs(world, jobs):
     assert second.status == JobStatus.QUEUED and second.placement == []
 
 
-def test_a_removed_node_drains_and_goes_once_its_job_has_ended(world, jobs, tmp_path):
+def test_a_removed_node_drains_and_goes_once_its_job_has_ended(world, jobs, host_tmp):
     register(world, labels={"pool": "fresh"})
-    done = tmp_path / "done"
+    done = host_tmp / "done"
     job = submit(
         world, node_selector={"pool": "fresh"},
         command=f"while [ ! -e {done} ]; do sleep 0.05; done; echo finished",

@@ -1,4 +1,6 @@
-"""`make run` on a fresh machine: embedded SQLite and Redis, demo data, web + worker + beat."""
+"""`make run` on a fresh machine: embedded SQLite and Redis, demo data, web + worker + beat;
+as root with the demo users' Unix accounts (jobs run as their owners), and as a normal
+account in single-user mode (every job runs as that account, and it says so)."""
 
 from __future__ import annotations
 
@@ -13,25 +15,34 @@ import pytest
 import requests
 
 from tests.servers import ROOT, free_port, wait_until
+from tests.unix_accounts import (
+    JOB_PYTHON,
+    JOB_PYTHONPATH,
+    TEST_ACCOUNT_ENV,
+    job_account,
+    reachable_directory,
+)
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def trainyard(tmp_path):
-    """`manage.py run_trainyard` with nothing configured, in an empty var directory."""
+def trainyard(host_tmp):
+    """`manage.py run_trainyard` with nothing configured (but test accounts' names and
+    uids), in an empty var directory that the demo users' jobs can pass through."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env["TRAINYARD_VAR_DIR"] = str(tmp_path / "var")
+    env["TRAINYARD_VAR_DIR"] = str(host_tmp / "var")
     env["PYTHONUNBUFFERED"] = "1"
-    output = tmp_path / "output.log"
+    env |= TEST_ACCOUNT_ENV
+    output = host_tmp / "output.log"
     with output.open("w") as sink:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "run_trainyard", "--port", str(port)],
             cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
     yield process, output, env, f"http://localhost:{port}"
-    stop_everything_started_under(process, tmp_path)
+    stop_everything_started_under(process, host_tmp)
 
 
 def stop_everything_started_under(process: subprocess.Popen, var_dir) -> None:
@@ -51,6 +62,54 @@ def stop_everything_started_under(process: subprocess.Popen, var_dir) -> None:
             leftover.kill()
 
 
+def started(output, process, seconds: float = 180) -> tuple[str, dict[str, str]]:
+    """The banner, once the web server and the Celery worker are up, and its logins."""
+
+    def banner_shown() -> bool:
+        assert process.poll() is None, f"run_trainyard exited:\n{output.read_text()[-3000:]}"
+        return "Press Ctrl-C to stop." in output.read_text()
+
+    wait_until(banner_shown, seconds, "the banner")
+    worker_ready = re.compile(r"celery@\S+ ready\.")
+    wait_until(lambda: worker_ready.search(output.read_text()), seconds, "the Celery worker")
+    banner = output.read_text()
+    return banner, dict(re.findall(r"^\s+(\w+)\s+/\s+(\S+)", banner, re.MULTILINE))
+
+
+def run_a_job_as(base_url: str, username: str, password: str, command: str) -> dict:
+    """Sign in as a demo user with the printed password, submit ``command`` and wait for
+    it to end; its detail, with its log and the cluster summary."""
+    session = requests.Session()
+    login_page = session.get(f"{base_url}/api/auth/login/", timeout=10)
+    assert login_page.status_code == 200
+    signed_in = session.post(
+        f"{base_url}/api/auth/login/",
+        data={"username": username, "password": password, "next": "/api/v1/me/",
+              "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+        headers={"Referer": f"{base_url}/api/auth/login/"},
+        timeout=10,
+    )  # fmt: skip
+    assert signed_in.json()["username"] == username
+    submitted = session.post(
+        f"{base_url}/api/v1/jobs/",
+        json={"vc": "vision", "gpu_type": "A100", "command": command},
+        headers={"X-CSRFToken": session.cookies["csrftoken"]},
+        timeout=10,
+    )
+    assert submitted.status_code == 201, submitted.text
+    url = f"{base_url}/api/v1/jobs/{submitted.json()['id']}/"
+
+    def ended() -> dict | None:
+        job = session.get(url, timeout=10).json()
+        return job if job["status"] in ("finished", "failed") else None
+
+    wait_until(ended, 120, "the job to end")
+    job = ended()
+    job["log"] = session.get(f"{url}log/", timeout=10).text
+    job["summary"] = session.get(f"{base_url}/api/v1/cluster/summary/", timeout=10).json()
+    return job
+
+
 def signed_in(base_url: str, username: str, password: str) -> requests.Session:
     """A session signed in through the browsable API's login form, sending its CSRF token."""
     session = requests.Session()
@@ -68,12 +127,11 @@ def signed_in(base_url: str, username: str, password: str) -> requests.Session:
 
 
 def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once(
-    trainyard, tmp_path
+    trainyard, host_tmp
 ):
-    _, output, _, base_url = trainyard
-    wait_until(lambda: "Press Ctrl-C to stop." in output.read_text(), 120, "the banner")
-    logins = dict(re.findall(r"^\s+(\w+)\s+/\s+(\S+)", output.read_text(), re.MULTILINE))
-    assert "registered nodes (a100-01 ...; nodes registered later too)" in output.read_text()
+    process, output, _, base_url = trainyard
+    banner, logins = started(output, process)
+    assert "registered nodes (a100-01 ...; nodes registered later too)" in banner
     admin = signed_in(base_url, "admin", logins["admin"])
     alice = signed_in(base_url, "alice", logins["alice"])
     api = f"{base_url}/api/v1"
@@ -81,7 +139,7 @@ def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once
     node = {"name": "a100-new", "gpu_type": "A100", "gpus": 8, "cpus": 96, "memory": "1000Gi",
             "labels": {"pool": "fresh"}}  # fmt: skip
     assert admin.post(f"{api}/nodes/", json=node, timeout=10).status_code == 201
-    release = tmp_path / "release"
+    release = host_tmp / "release"
     job = {"vc": "vision", "gpu_type": "A100", "gpus_per_worker": 8,
            "node_selector": {"pool": "fresh"},
            "command": f"while [ ! -e {release} ]; do sleep 0.1; done; echo drained"}  # fmt: skip
@@ -110,37 +168,30 @@ def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once
     )
 
 
-def test_run_starts_the_whole_system_with_demo_logins_and_stops_cleanly(trainyard):
-    process, output, env, base_url = trainyard
-    wait_until(lambda: "Press Ctrl-C to stop." in output.read_text(), 120, "the banner")
-    banner = output.read_text()
-    assert f"Trainyard is running at {base_url}/" in banner
-    logins = dict(re.findall(r"^\s+(\w+)\s+/\s+(\S+)", banner, re.MULTILINE))
-    assert "admin" in logins and "alice" in logins
-    worker_ready = re.compile(r"celery@\S+ ready\.")
-    wait_until(lambda: worker_ready.search(output.read_text()), 120, "the Celery worker")
+def stops_cleanly(process: subprocess.Popen) -> None:
+    children = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
 
-    # A demo user signs in with the printed password and submits a job.
-    session = requests.Session()
-    login_page = session.get(f"{base_url}/api/auth/login/", timeout=10)
-    assert login_page.status_code == 200
-    signed_in = session.post(
-        f"{base_url}/api/auth/login/",
-        data={"username": "alice", "password": logins["alice"], "next": "/api/v1/me/",
-              "csrfmiddlewaretoken": session.cookies["csrftoken"]},
-        headers={"Referer": f"{base_url}/api/auth/login/"},
-        timeout=10,
-    )  # fmt: skip
-    assert signed_in.json()["username"] == "alice"
-    submitted = session.post(
-        f"{base_url}/api/v1/jobs/",
-        json={"vc": "vision", "gpu_type": "A100", "command": "python train.py"},
-        headers={"X-CSRFToken": session.cookies["csrftoken"]},
-        timeout=10,
-    )
-    assert submitted.status_code == 201, submitted.text
-    summary = session.get(f"{base_url}/api/v1/cluster/summary/", timeout=10).json()
-    assert {row["gpu_type"] for row in summary["gpu_types"]} == {"A100", "V100", "cpu"}
+
+def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts(trainyard):
+    process, output, env, base_url = trainyard
+    banner, logins = started(output, process)
+    assert f"Trainyard is running at {base_url}/" in banner
+    assert "admin" in logins and "alice" in logins
+    alice = job_account("alice")  # provisioned by make run, as every demo user's
+    assert "Every job runs as its owner's Unix account" in banner
+    assert f"alice  -> ty-test-alice (uid {alice.uid})" in banner
+
+    job = run_a_job_as(base_url, "alice", logins["alice"], "id -un; id -u")
+
+    assert job["status"] == "finished", job
+    assert job["log"].split()[-2:] == ["ty-test-alice", str(alice.uid)]
+    assert job["run_as"] == f"ty-test-alice (uid {alice.uid}, gid {alice.gid})"
+    assert {row["gpu_type"] for row in job["summary"]["gpu_types"]} == {"A100", "V100", "cpu"}
+    assert job["summary"]["tenancy"]["mode"] == "multi-tenant"
 
     # The broker is the embedded Redis, and the worker answers on it.
     broker = re.search(r"Embedded Redis on (\S+)", banner).group(1)
@@ -150,9 +201,39 @@ def test_run_starts_the_whole_system_with_demo_logins_and_stops_cleanly(trainyar
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "pong" in ping.stdout, ping.stdout + ping.stderr
+    stops_cleanly(process)
 
-    children = psutil.Process(process.pid).children(recursive=True)
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=60) == 0
-    _, alive = psutil.wait_procs(children, timeout=30)
-    assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+
+def test_run_as_a_normal_account_is_single_user_mode_and_says_so():
+    portal = job_account("portal")  # a laptop's user: not root
+    with reachable_directory() as directory:
+        os.chown(directory, portal.uid, portal.gid)
+        port = free_port()
+        env = {"PATH": os.environ["PATH"], "HOME": portal.home, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": JOB_PYTHONPATH, "TRAINYARD_VAR_DIR": f"{directory}/var"}  # fmt: skip
+        output = directory / "output.log"
+        with output.open("w") as sink:
+            os.chown(output, portal.uid, portal.gid)
+            process = subprocess.Popen(
+                ["setpriv", f"--reuid={portal.uid}", f"--regid={portal.gid}", "--init-groups",
+                 JOB_PYTHON, "manage.py", "run_trainyard", "--port", str(port)],
+                cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            banner, logins = started(output, process, seconds=300)
+            base_url = f"http://localhost:{port}"
+            assert (
+                "Single-user mode: the portal does not run as root, so every job runs as its "
+                f"account ty-test-portal (uid {portal.uid})"
+            ) in banner
+
+            job = run_a_job_as(base_url, "bob", logins["bob"], "id -u")
+
+            assert job["status"] == "finished", job
+            assert job["log"].split()[-1] == str(portal.uid)  # the portal's own account
+            assert job["run_as"].endswith("the portal's own account (single-user mode)")
+            assert job["summary"]["tenancy"]["mode"] == "single-user"
+            assert "jobs are not isolated" in job["summary"]["tenancy"]["message"]
+            stops_cleanly(process)
+        finally:
+            stop_everything_started_under(process, directory)

@@ -157,7 +157,7 @@ def test_bad_pastes_are_refused_with_a_clear_message(world, case):
     assert not SshKey.objects.exists()
 
 
-def test_the_same_key_twice_is_refused(world):
+def test_a_key_belongs_to_one_user_cluster_wide(world):
     client = world.client(world.member)
     public_key = generated_key("ed25519")
     add_key(client, public_key)
@@ -167,7 +167,23 @@ def test_the_same_key_twice_is_refused(world):
 
     assert again.status_code == 400
     assert "already added this key" in again.json()["public_key"][0]
-    assert other_user.status_code == 201
+    # The gateway knows who connects by the key alone: a second holder would be either.
+    assert other_user.status_code == 400
+    assert (
+        "belongs to another account; each key may belong to one user only"
+        in (other_user.json()["public_key"][0])
+    )
+    assert list(SshKey.objects.values_list("user__username", flat=True)) == ["mia"]
+
+
+@pytest.mark.parametrize("separator", ["\r", "\u2028", "\x85", "\x0b"])
+def test_a_paste_of_two_keys_on_two_lines_of_any_kind_is_refused(world, separator):
+    first, second = generated_key("ed25519"), generated_key("ecdsa-p256")
+
+    response = add_key(world.client(world.member), first + separator + second)
+
+    assert response.status_code == 400
+    assert not SshKey.objects.exists()
 
 
 def test_keys_are_listed_to_their_owner_alone(world):

@@ -107,6 +107,19 @@ def test_usage_answers_the_newest_snapshot_and_exports_as_csv(world, root):
     assert datetime.fromisoformat(rows[0]["snapshot_at"]) == newest.finished_at
 
 
+def test_a_csv_export_never_starts_a_cell_with_a_formula(world, root):
+    # A user names a directory so that a spreadsheet would run it as a formula.
+    for name in ('=HYPERLINK("evil")', "+cmd", "-2+3", "@SUM(A1)"):
+        make_files(Path(root.path) / name, 1, size=100)
+    actions.scan(root)
+
+    response = world.client(world.staff).get(f"{USAGE}export/", {"kind": "directory"})
+
+    keys = {row["key"] for row in csv.DictReader(io.StringIO(response.content.decode()))}
+    assert {'\'=HYPERLINK("evil")', "'+cmd", "'-2+3", "'@SUM(A1)", "vcs"} <= keys
+    assert not any(key.startswith(("=", "+", "-", "@")) for key in keys)
+
+
 @pytest.mark.parametrize("scan", ["9223372036854775808", "1.5", "0"])
 def test_a_scan_id_that_cannot_be_one_is_a_400_naming_it(world, scan):
     response = world.client(world.staff).get(USAGE, {"scan": scan})

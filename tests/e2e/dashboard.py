@@ -39,7 +39,8 @@ def build_dashboard() -> None:
         raise RuntimeError(
             "The dashboard tests need Node.js and Chromium: run `make test`, which installs them."
         )
-    subprocess.run(["make", "-s", "frontend"], cwd=ROOT, check=True)
+    # The build is the project's, readable by every account (the suite runs with umask 077).
+    subprocess.run(["make", "-s", "frontend"], cwd=ROOT, check=True, umask=0o022)
 
 
 def set_password(user: object, password: str = PASSWORD) -> None:

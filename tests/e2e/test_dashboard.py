@@ -34,10 +34,10 @@ def browser():
 
 
 @pytest.fixture
-def servers(world, tmp_path, redis_url):
+def servers(world, host_tmp, redis_url):
     """Fresh servers for each test, started after its data is in and stopped before the
     data is flushed, so that no job manager pass of one test lands in the next."""
-    with live_servers(tmp_path, redis_url, NODES) as running:
+    with live_servers(host_tmp, redis_url, NODES) as running:
         yield running
 
 

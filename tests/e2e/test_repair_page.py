@@ -46,13 +46,13 @@ def prometheus(tmp_path, agents, stop_at_end):
 
 
 @pytest.fixture
-def servers(world, tmp_path, redis_url, prometheus):
+def servers(world, host_tmp, redis_url, prometheus):
     repair = {
         "TRAINYARD_PROMETHEUS_URL": prometheus.url,
         "TRAINYARD_REPAIR_INTERVAL": "1",
         "TRAINYARD_REPAIR_MAX_OUT_SHARE": "0.2",  # 1 of the world's 6 nodes
     }
-    with live_servers(tmp_path, redis_url, test_dashboard.NODES, extra_env=repair) as running:
+    with live_servers(host_tmp, redis_url, test_dashboard.NODES, extra_env=repair) as running:
         yield running
 
 

@@ -33,8 +33,8 @@ open_browser = test_dashboard.open_browser
 
 
 @pytest.fixture
-def servers(world, tmp_path, redis_url):
-    with live_servers(tmp_path, redis_url, NODES) as running:
+def servers(world, host_tmp, redis_url):
+    with live_servers(host_tmp, redis_url, NODES) as running:
         yield running
 
 

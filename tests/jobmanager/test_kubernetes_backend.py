@@ -15,7 +15,14 @@ import urllib3
 import yaml
 from kubernetes import client
 
-from jobmanager.backends import DeployError, JobLaunch, WorkerSpec, WorkerState
+from jobmanager.backends import (
+    DeployError,
+    JobLaunch,
+    LaunchRefused,
+    RunAs,
+    WorkerSpec,
+    WorkerState,
+)
 from jobmanager.backends.base import NODE_UNHEALTHY
 from jobmanager.backends.k8s_manifests import (
     LABEL_ROLE,
@@ -38,6 +45,7 @@ JOB = "k3m9x2q7ab"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 KUBERNETES_VERSION = kubernetes_validate.latest_version()  # as tests/test_deploy_manifests.py
+MIA = RunAs(30001, 30001, (30001, 30100), "ty-mia", "/home/ty-mia")
 
 
 def a_launch(
@@ -48,6 +56,7 @@ def a_launch(
     owner: str = "mia",
     command: str = "sleep 600",
     workers: int = 2,
+    run_as: RunAs | None = MIA,
 ) -> JobLaunch:
     gpus = tuple(range(cluster.gpus_per_worker))
     return JobLaunch(
@@ -64,6 +73,7 @@ def a_launch(
         env={"NCCL_DEBUG": "WARN"},
         data_path="/data/wiki",
         output_path="/output/bert-large",
+        run_as=run_as,
     )
 
 
@@ -172,6 +182,53 @@ def test_deploy_makes_a_pod_per_worker_on_its_node_a_headless_service_and_the_vc
     assert headless["spec"]["selector"] == {"trainyard.io/job": JOB, "trainyard.io/attempt": "1"}
     policy = read_policy(k8s_cluster, "vision")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"trainyard.io/vc": "vision"}}
+
+
+def test_pods_run_as_their_owner_never_root_with_no_way_to_gain_privileges(k8s_cluster, backend):
+    backend.deploy(a_launch(k8s_cluster))
+
+    for pod in job_pods(k8s_cluster):  # as the API server stored them
+        assert pod["spec"]["securityContext"] == {
+            "runAsUser": 30001, "runAsGroup": 30001, "runAsNonRoot": True, "fsGroup": 30001,
+            "fsGroupChangePolicy": "OnRootMismatch", "supplementalGroups": [30100],
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }  # fmt: skip
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"] == {
+            "runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        }  # fmt: skip
+        assert pod["spec"]["automountServiceAccountToken"] is False
+    assert backend.isolation(a_launch(k8s_cluster)).run_as.startswith(
+        "ty-mia (uid 30001, gid 30001), set by the pod's securityContext"
+    )
+
+
+def test_a_launch_without_its_owner_s_account_is_refused_and_creates_nothing(k8s_cluster, backend):
+    with pytest.raises(LaunchRefused, match="its owner mia has no Unix account"):
+        backend.deploy(a_launch(k8s_cluster, run_as=None))
+
+    assert job_pods(k8s_cluster) == [] and job_services(k8s_cluster) == []
+
+
+def test_volumes_are_mounted_at_the_owner_s_and_the_vc_s_sub_paths():
+    launch = a_launch(_Placed(gpus_per_worker=1))
+    settings = KubernetesSettings(
+        data_volume=VolumeSettings.parse("nfs://nfs/export", "/data", True, "{vc}/shared"),
+        output_volume=VolumeSettings.parse("nfs://nfs/export", "/output", False, "{vc}/{user}"),
+    )
+
+    pod = pod_manifest(launch, launch.workers[0], settings)
+
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert (mounts["data"]["subPath"], mounts["data"]["readOnly"]) == ("vision/shared", True)
+    assert (mounts["output"]["subPath"], mounts["output"]["readOnly"]) == ("vision/ty-mia", False)
+    escaping = replace(launch, run_as=replace(MIA, name=".."))
+    with pytest.raises(ValueError, match="is not confined"):
+        pod_manifest(escaping, launch.workers[0], settings)
+    with pytest.raises(ValueError, match=r"without '\.\.'"):
+        VolumeSettings.parse("pvc://x", "/out", sub_path="../{user}")
 
 
 def test_every_manifest_passes_the_official_schema(k8s_cluster, backend):

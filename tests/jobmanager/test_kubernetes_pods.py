@@ -13,6 +13,7 @@ from jobmanager.backends import JobLaunch, WorkerSpec, WorkerState
 from jobmanager.backends.base import STOPPED
 from jobmanager.backends.k8s_logs import timestamp_key
 from jobmanager.backends.kubernetes import KubernetesBackend
+from tests.jobmanager.test_kubernetes_backend import MIA
 from tests.servers import wait_until
 
 pytest_plugins = ["tests.k8s_fake"]
@@ -64,6 +65,7 @@ def launch(cluster, workers: int = 1, gpus: tuple[int, ...] = (0, 1), job_id: st
         workers=tuple(
             WorkerSpec(rank, cluster.nodes[0], gpus, 500, 512) for rank in range(workers)
         ),
+        run_as=MIA,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,8 +28,9 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
+from tests.jobmanager.conftest import NODES
+from tests.unix_accounts import job_account, owned_directory
 
-NODES = "local-0:A100:8,local-1:A100:8"
 DEADLINE_SECONDS = 20
 T = TypeVar("T")
 
@@ -62,8 +64,10 @@ def launch(
     attempt: int = 1,
     node: str = "local-0",
     gpus: int = 1,
+    owner: str = "mia",
     **fields,
 ) -> JobLaunch:
+    """A launch of ``command`` owned by ``owner``, who runs it as ty-test-<owner>."""
     specs = tuple(
         WorkerSpec(rank, node, tuple(range(rank * gpus, (rank + 1) * gpus)), 1000, 1024)
         for rank in range(workers)
@@ -72,22 +76,12 @@ def launch(
         job_id=job_id or f"t{uuid.uuid4().hex[:9]}",
         attempt=attempt,
         name="test",
-        owner="mia",
+        owner=owner,
         vc="vision",
         command=command,
         workers=specs,
-        **fields,
+        **({"run_as": job_account(owner)} | fields),
     )
-
-
-@pytest.fixture
-def backend(tmp_path) -> Iterator[LocalBackend]:
-    backend = LocalBackend(
-        tmp_path / "state", tmp_path / "logs", nodes=NODES, cgroup_root=None, kill_after_seconds=1
-    )
-    yield backend
-    for job_id in backend.reports():
-        backend.remove(job_id)
 
 
 def ended(backend: LocalBackend, job_id: str) -> Callable[[], JobReport | None]:
@@ -190,13 +184,14 @@ def test_the_local_rank_counts_only_the_job_s_workers_on_the_same_node():
     assert "TRAINYARD_GPUS_DECLARED" not in envs[0]
 
 
-def test_a_job_runs_in_its_own_working_directory_when_it_names_one(backend, tmp_path):
-    job = launch("pwd", working_dir=str(tmp_path))
+def test_a_job_runs_in_its_own_working_directory_when_it_names_one(backend, host_tmp):
+    directory = owned_directory(host_tmp / "mine", job_account("mia"))
+    job = launch("pwd", working_dir=str(directory))
 
     backend.deploy(job)
     wait_for(ended(backend, job.job_id), "the job to end")
 
-    assert str(tmp_path) in log_of(backend, job.job_id).splitlines()
+    assert str(directory) in log_of(backend, job.job_id).splitlines()
 
 
 # --- stopping -----------------------------------------------------------------------------
@@ -445,9 +440,11 @@ def test_gpu_types_are_named_from_the_device_name(device, gpu_type):
     assert gpu_type_of(device) == gpu_type
 
 
-def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_run(tmp_path):
+def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_run(
+    tmp_path, host_tmp
+):
     backend = LocalBackend(
-        tmp_path / "s", tmp_path / "l", NODES, cgroup_root=tmp_path / "none" / "trainyard"
+        host_tmp / "s", host_tmp / "l", NODES, cgroup_root=tmp_path / "none" / "trainyard"
     )
     job = launch("echo ran")
 
@@ -455,24 +452,33 @@ def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_ru
 
     assert not backend.limits_enforced
     assert "is not a cgroup v2 hierarchy" in backend.limits_note
+    assert backend.limits_in_force.startswith("setrlimit: each process's memory (RLIMIT_DATA)")
+    assert backend.isolation(job).limits == backend.limits_in_force
     assert wait_for(ended(backend, job.job_id), "the job to end").succeeded
 
 
-def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(tmp_path):
+def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(tmp_path, host_tmp):
     hierarchy = _fake_cgroup_hierarchy(tmp_path / "cgroup")
-    backend = LocalBackend(tmp_path / "s", tmp_path / "l", NODES, cgroup_root=hierarchy)
+    backend = LocalBackend(host_tmp / "s", host_tmp / "l", NODES, cgroup_root=hierarchy)
     job = replace(launch("echo ran"), workers=(WorkerSpec(0, "local-0", (0,), 1500, 512),))
 
     backend.deploy(job)
     wait_for(ended(backend, job.job_id), "the job to end")
 
     assert backend.limits_enforced and backend.limits_note == ""
+    assert backend.limits_in_force == (
+        f"cgroup v2 ({hierarchy}): cpu.max and memory.max per worker"
+    )
     assert (hierarchy / "cgroup.subtree_control").read_text() == "+cpu +memory"
     (worker,) = [path for path in hierarchy.iterdir() if path.is_dir()]
-    assert worker.name == f"{job.job_id}.a1.w0"
+    assert worker.name == f"{job.job_id}-a1-w0.scope"
     assert (worker / "cpu.max").read_text() == "150000 100000"
     assert (worker / "memory.max").read_text() == str(512 * 1024 * 1024)
-    assert (worker / "cgroup.procs").read_text().strip().isdigit()  # the init joined it
+    assert (worker / "cgroup.procs").read_text().strip().isdigit()  # the command joined it
+    # The confinement recorded for sessions names the cgroup, and no rlimit stands in for it.
+    state = json.loads((backend.state_dir / job.job_id / "state.json").read_text())
+    confinement = state["workers"][0]["confinement"]
+    assert (confinement["cgroup"], confinement["rlimits"]) == (str(worker), {})
 
 
 def test_a_cgroup_root_without_the_cpu_and_memory_controllers_enforces_nothing(tmp_path):
@@ -490,7 +496,7 @@ def test_a_cgroup_root_without_the_cpu_and_memory_controllers_enforces_nothing(t
 
 def _fake_cgroup_hierarchy(parent: Path) -> Path:
     """Files shaped like a delegated cgroup v2 subtree (the sandbox has none to write)."""
-    root = parent / "trainyard"
+    root = parent / "trainyard.slice"
     root.mkdir(parents=True)
     (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (root / "cgroup.controllers").write_text("cpu memory pids\n")

@@ -28,9 +28,9 @@ DEADLINE = 90
 
 
 @pytest.fixture
-def server(world, tmp_path, redis_url) -> Iterator[str]:
+def server(world, host_tmp, redis_url) -> Iterator[str]:
     gateway = {"TRAINYARD_SSH_GATEWAY": "gateway.example.com", "TRAINYARD_SSH_PORT": "2222"}
-    with live_servers(tmp_path, redis_url, NODES, extra_env=gateway) as running:
+    with live_servers(host_tmp, redis_url, NODES, extra_env=gateway) as running:
         yield running.base_url
 
 

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
+from backend.accounts.unix import account_errors
 from backend.accounts.validators import parse_allowed_network
 
 User = get_user_model()
@@ -63,12 +65,31 @@ class AllowedIpEventSerializer(serializers.ModelSerializer):
         fields = ["id", "network", "kind", "at", "expires_at"]
 
 
+class UnixAccountSerializer(serializers.ModelSerializer):
+    """The Unix account a user's jobs run as (set by a cluster admin, or provisioned)."""
+
+    class Meta:
+        model = UnixAccount
+        fields = ["unix_name", "uid", "gid", "provisioned", "created_at"]
+        read_only_fields = ["provisioned", "created_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        errors = account_errors(attrs.get("uid"), attrs.get("gid"), attrs.get("unix_name", ""))
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
 class UserSerializer(serializers.ModelSerializer):
     password = serializers.CharField(write_only=True, required=False, min_length=8)
+    unix_account = UnixAccountSerializer(read_only=True, allow_null=True)
 
     class Meta:
         model = User
-        fields = ["username", "email", "password", "is_active", "is_staff", "date_joined"]
+        fields = [
+            "username", "email", "password", "is_active", "is_staff", "date_joined",
+            "unix_account",
+        ]  # fmt: skip
         read_only_fields = ["is_active", "date_joined"]
         extra_kwargs = {"email": {"required": False}, "is_staff": {"required": False}}
 
@@ -89,6 +110,12 @@ class MeSerializer(serializers.Serializer):
     email = serializers.EmailField()
     is_cluster_admin = serializers.BooleanField(source="is_staff")
     vcs = serializers.SerializerMethodField()
+    unix_account = serializers.SerializerMethodField()
+
+    @extend_schema_field(UnixAccountSerializer(allow_null=True))
+    def get_unix_account(self, user: object) -> dict | None:
+        account = UnixAccount.objects.filter(user=user).first()
+        return UnixAccountSerializer(account).data if account else None
 
     def get_vcs(self, user: object) -> list[dict[str, str]]:
         return [
@@ -97,5 +124,11 @@ class MeSerializer(serializers.Serializer):
         ]
 
 
+class TenancySerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["multi-tenant", "single-user"])
+    message = serializers.CharField()
+
+
 class SessionSerializer(serializers.Serializer):
     me = MeSerializer(allow_null=True)
+    tenancy = TenancySerializer(required=False)

@@ -21,9 +21,11 @@ from backend.accounts.api.serializers import (
     NewApiTokenSerializer,
     SessionSerializer,
     SshKeySerializer,
+    UnixAccountSerializer,
     UserSerializer,
 )
-from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey
+from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
+from backend.accounts.unix import tenancy
 from backend.core.scoping import TenantScopedViewSet
 
 User = get_user_model()
@@ -111,7 +113,7 @@ class UserViewSet(
 ):
     """Users, managed by cluster admins."""
 
-    queryset = User.objects.order_by("username")
+    queryset = User.objects.select_related("unix_account").order_by("username")
     serializer_class = UserSerializer
     permission_classes = [IsAdminUser]
     lookup_field = "username"
@@ -126,6 +128,30 @@ class UserViewSet(
             data.get("password"),
             data.get("is_staff", False),
         )
+
+    @extend_schema(methods=["GET"], request=None, responses={200: UnixAccountSerializer, 404: None})
+    @extend_schema(methods=["PUT"], request=UnixAccountSerializer, responses=UnixAccountSerializer)
+    @extend_schema(methods=["DELETE"], request=None, responses={204: None})
+    @action(detail=True, methods=["get", "put", "delete"], url_path="unix-account")
+    def unix_account(self, request: Request, username: str) -> Response:
+        """The Unix account the user's jobs run as: read it, set it (a uid of the minimum or
+        more; where this host knows the name, its uid and gid), or forget it."""
+        user = self.get_object()
+        if request.method == "PUT":
+            current = UnixAccount.objects.filter(user=user).first()
+            body = UnixAccountSerializer(current, data=request.data)
+            body.is_valid(raise_exception=True)
+            account = actions.set_unix_account(user, **body.validated_data)
+            return Response(UnixAccountSerializer(account).data)
+        if request.method == "DELETE":
+            actions.remove_unix_account(user)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        account = UnixAccount.objects.filter(user=user).first()
+        if account is None:
+            return Response(
+                {"detail": f"{username} has no Unix account yet."}, status=status.HTTP_404_NOT_FOUND
+            )
+        return Response(UnixAccountSerializer(account).data)
 
     @extend_schema(request=None, responses=UserSerializer)
     @action(detail=True, methods=["post"])
@@ -168,10 +194,13 @@ def login_view(request: Request) -> Response:
 @api_view(["GET"])
 @permission_classes([AllowAny])
 def session_view(request: Request) -> Response:
-    """Who is signed in on this session: ``{"me": ...}``, or ``{"me": null}`` (not a 401, so
-    that a signed-out browser's first page load logs no error)."""
+    """Who is signed in on this session: ``{"me": ..., "tenancy": ...}`` (how tenants are kept
+    apart, as the cluster summary says it), or ``{"me": null}`` (not a 401, so that a
+    signed-out browser's first page load logs no error)."""
     user = request.user
-    return Response({"me": MeSerializer(user).data if user.is_authenticated else None})
+    if not user.is_authenticated:
+        return Response({"me": None})
+    return Response({"me": MeSerializer(user).data, "tenancy": tenancy()})
 
 
 @extend_schema(request=None, responses={204: None})

@@ -9,6 +9,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from backend.accounts.unix import tenancy
 from backend.clusters import actions, removal
 from backend.clusters.api.serializers import (
     GpuTypeSerializer,
@@ -109,8 +110,12 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
 @api_view(["GET"])
 def cluster_summary_view(request: Request) -> Response:
     """Per GPU type: nodes, GPUs/CPUs/memory total, used and free, and how many schedulable
-    nodes have k free GPUs (the fragmentation histogram)."""
-    return Response({"gpu_types": cluster_summary()}, status=status.HTTP_200_OK)
+    nodes have k free GPUs (the fragmentation histogram); and how tenants are kept apart
+    (``tenancy``: ``multi-tenant``, or ``single-user`` when every job runs as the portal's
+    own account), in words."""
+    return Response(
+        {"gpu_types": cluster_summary(), "tenancy": tenancy()}, status=status.HTTP_200_OK
+    )
 
 
 @extend_schema(responses={200: dict})

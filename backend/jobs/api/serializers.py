@@ -7,15 +7,21 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from backend.accounts.actions import unix_account_of
+from backend.accounts.unix import NoUnixAccount, accounts_required, home_of
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.actions import JobSpec
 from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
+from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
+    BIDI_CONTROLS,
     check_command,
     check_env,
     check_image,
+    check_launch_size,
+    check_name,
     check_path,
     check_request,
     nodes_with_labels,
@@ -71,6 +77,12 @@ class JobSubmitSerializer(serializers.Serializer):
         if vc is None:
             raise serializers.ValidationError(f"No virtual cluster named {name!r} of yours.")
         return vc
+
+    def validate_name(self, name: str) -> str:
+        errors = check_name(name)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return name
 
     def validate_command(self, command: str) -> str:
         errors = check_command(command)
@@ -138,9 +150,27 @@ class JobSubmitSerializer(serializers.Serializer):
             )
         return gpu_type
 
+    def _check_owner_and_paths(self, user: object, attrs: dict) -> None:
+        """The owner needs a Unix account wherever jobs run as their owners, and every
+        path must lie under a root the owner may use (backend.jobs.paths)."""
+        account = None
+        if accounts_required():
+            try:
+                account = unix_account_of(user)
+            except NoUnixAccount as error:
+                raise serializers.ValidationError({"unix_account": [str(error)]}) from error
+        paths = {name: attrs.get(name, "") for name in PATH_FIELDS}
+        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths)
+        if errors:
+            raise serializers.ValidationError(errors)
+
     def validate(self, attrs: dict) -> dict:
         user = self.context["request"].user
         vc = attrs["vc"]
+        size_errors = check_launch_size(attrs["command"], attrs["env"])
+        if size_errors:
+            raise serializers.ValidationError({"env": size_errors})
+        self._check_owner_and_paths(user, attrs)
         gpu_type_name = self._gpu_type_name(attrs)
         gpus = attrs.get("gpus_per_worker")
         if gpu_type_name == CPU_ONLY_GPU_TYPE:
@@ -211,8 +241,11 @@ class JobSubmitSerializer(serializers.Serializer):
 
 
 def _default_name(command: str) -> str:
+    """The command's program, without what check_name refuses."""
     first_word = command.split()[0] if command.split() else "job"
-    return first_word.rsplit("/", 1)[-1][:200]
+    name = first_word.rsplit("/", 1)[-1][:200]
+    kept = "".join(char for char in name if char.isprintable() and char not in BIDI_CONTROLS)
+    return kept or "job"
 
 
 class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
@@ -236,7 +269,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "data_path", "output_path", "node_selector", "placement", "exit_code",
             "failure_class",
             "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
-            "submitted_at", "started_at", "finished_at", "updated_at",
+            "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from backend.core.filters import IdFilter
 from backend.core.scoping import TenantScopedViewSet
+from backend.core.spreadsheets import spreadsheet_safe
 from backend.storage import actions, tasks
 from backend.storage.api.serializers import (
     ExpiringFileSerializer,
@@ -176,7 +177,9 @@ class UsageViewSet(SnapshotRowsViewSet):
                   "apparent_bytes", "files"]  # fmt: skip
         writer.writerow(header)
         for row in UsageSerializer(rows, many=True).data:
-            writer.writerow(["" if row[column] is None else row[column] for column in header])
+            writer.writerow(
+                ["" if row[column] is None else spreadsheet_safe(row[column]) for column in header]
+            )
         response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="storage-usage.csv"'
         return response

@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState, type ReactNode } from "react";
-import { ApiError, api } from "../api";
+import { ApiError, type Tenancy, api } from "../api";
 
 const BADGE: Record<string, string> = {
   running: "green",
@@ -135,6 +135,16 @@ export function Field({
           {messages.join(" ")}
         </div>
       )}
+    </div>
+  );
+}
+
+/** Said plainly on every page when jobs are not isolated from one another (single-user mode). */
+export function TenancyNotice({ tenancy }: { tenancy?: Tenancy | null }) {
+  if (!tenancy || tenancy.mode !== "single-user") return null;
+  return (
+    <div className="notice warning" role="note" aria-label="Single-user mode">
+      {tenancy.message}
     </div>
   );
 }

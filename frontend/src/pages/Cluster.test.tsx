@@ -16,6 +16,7 @@ describe("the cluster page", () => {
             fragmentation: [{ free_gpus: 0, nodes: 1 }],
           },
         ],
+        tenancy: { mode: "single-user", message: "Single-user mode: the portal does not run as root, so every job runs as its account mia (uid 1000)." },
       },
       "GET /api/v1/nodes/": {
         count: 2, next: null, previous: null,
@@ -27,6 +28,9 @@ describe("the cluster page", () => {
       "GET /api/v1/cluster/vc-usage/": { vcs: [{ vc: "vision", gpu_type: "cpu", quota_gpus: 0, used_gpus: 0, queued_gpus: 0 }] },
     });
     renderPage(<ClusterPage />, "/cluster");
+    expect(await screen.findByLabelText("Tenant isolation")).toHaveTextContent(
+      "Single-user mode: the portal does not run as root",
+    );
     const types = await screen.findByRole("table", { name: "GPU types" });
     const row = within(types).getByText("cpu").closest("tr")!;
     expect(within(row).getAllByRole("cell").map((cell) => cell.textContent)).toEqual([

@@ -1,4 +1,4 @@
-import type { ClusterRow, Page } from "../api";
+import type { ClusterRow, Page, Tenancy } from "../api";
 import { Empty, ErrorBox, Loading, useApi } from "../components/common";
 import { FragmentationChart } from "../components/FragmentationChart";
 import { memory, when } from "../format";
@@ -26,13 +26,19 @@ interface VcUsage {
 }
 
 export function ClusterPage() {
-  const summary = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
+  const summary = useApi<{ gpu_types: ClusterRow[]; tenancy?: Tenancy }>("cluster/summary/", 15000);
   const nodes = useApi<Page<NodeRow>>("nodes/?page_size=500&ordering=name", 30000);
   const usage = useApi<{ vcs: VcUsage[] }>("cluster/vc-usage/", 30000);
   const rows = summary.data?.gpu_types ?? [];
   return (
     <section>
       <h1>Cluster status</h1>
+      {summary.data?.tenancy && (
+        <p className={`tenancy ${summary.data.tenancy.mode}`} aria-label="Tenant isolation">
+          <strong>{summary.data.tenancy.mode === "single-user" ? "Single-user mode" : "Multi-tenant"}:</strong>{" "}
+          {summary.data.tenancy.message}
+        </p>
+      )}
       <ErrorBox error={summary.error} retry={summary.reload} />
       {summary.loading && !summary.data ? (
         <Loading what="the cluster" />

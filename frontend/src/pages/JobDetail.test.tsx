@@ -13,6 +13,8 @@ const FAILED = {
   failure_rule: "python-syntax-error", attempt: 2, estimated_start_at: null,
   submitted_at: "2026-11-29T10:00:00Z", started_at: "2026-11-29T10:00:05Z",
   finished_at: "2026-11-29T10:01:00Z", endpoints: {},
+  run_as: "ty-mia (uid 30001, gid 30001)",
+  limits: "setrlimit: each process's memory (RLIMIT_DATA) is capped at its worker's; CPU is not limited",
 };
 
 afterEach(() => vi.unstubAllGlobals());
@@ -34,6 +36,9 @@ describe("a job's page", () => {
     renderPage(<JobDetailPage />, "/jobs/f1", "/jobs/:id");
     expect(await screen.findByLabelText("Status message")).toHaveTextContent("python-syntax-error");
     expect(screen.getByLabelText("Repair message")).toHaveTextContent("drained for repair");
+    const spec = screen.getByLabelText("Spec");
+    expect(within(spec).getByText("Runs as").nextSibling).toHaveTextContent("ty-mia (uid 30001, gid 30001)");
+    expect(within(spec).getByText("Limits").nextSibling).toHaveTextContent("RLIMIT_DATA");
     const attempts = await screen.findByRole("table", { name: "Attempts" });
     expect(within(attempts).getByText("infrastructure (xid-79)")).toBeInTheDocument();
     expect(within(attempts).getByText("user (python-syntax-error)")).toBeInTheDocument();

@@ -155,6 +155,18 @@ export function JobDetailPage() {
               <dd>{j.output_path}</dd>
             </>
           )}
+          {j.run_as && (
+            <>
+              <dt>Runs as</dt>
+              <dd>{j.run_as}</dd>
+            </>
+          )}
+          {j.limits && (
+            <>
+              <dt>Limits</dt>
+              <dd>{j.limits}</dd>
+            </>
+          )}
           <dt>Priority</dt>
           <dd>{j.priority}</dd>
           <dt>Retries</dt>

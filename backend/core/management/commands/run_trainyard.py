@@ -1,7 +1,9 @@
 """``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
 
-Migrates, seeds the demo cluster, starts an embedded Redis when REDIS_URL is unset, then the
-web server (gunicorn), a Celery worker and Celery beat, and stops them all on Ctrl-C.
+Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
+embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker and
+Celery beat, and stops them all on Ctrl-C. The banner says how jobs are isolated: as their
+owners' accounts (root), or all as this account (single-user mode).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from backend.accounts.models import UnixAccount
+from backend.accounts.unix import accounts_required, tenancy
 from backend.clusters.inventory import REGISTERED
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
+from backend.core.private_files import use_private_umask
 
 
 def _answers(url: str) -> bool:
@@ -39,21 +44,23 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="Do not seed demo data.")
 
     def handle(self, *args: object, **options: object) -> None:
+        use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        child_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        redis = None
+        if not settings.REDIS_URL:
+            # Before the demo data: what it asks of the job manager must find Redis up.
+            redis = start_embedded_redis()
+            child_env["REDIS_URL"] = embedded_redis_url(redis)
+            self.stdout.write(f"Embedded Redis on {redis.socket_file}")
         if not options["no_demo"]:
             call_command("seed_demo")
-        child_env = dict(os.environ, PYTHONUNBUFFERED="1")
         declared = settings.TRAINYARD_BACKEND == "local" and not settings.TRAINYARD_LOCAL_NODES
         if declared:
             # Run jobs as processes on this host on the registered nodes, their GPUs
             # declared: the inventory follows the nodes registered while it runs.
             child_env["TRAINYARD_LOCAL_NODES"] = REGISTERED
-        redis = None
-        if not settings.REDIS_URL:
-            redis = start_embedded_redis()
-            child_env["REDIS_URL"] = embedded_redis_url(redis)
-            self.stdout.write(f"Embedded Redis on {redis.socket_file}")
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         commands = {
@@ -120,6 +127,15 @@ class Command(BaseCommand):
                 f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
                 "declared, not real."
             )
+        lines.append(f"  {tenancy()['message']}")
+        if demo and accounts_required():
+            accounts = UnixAccount.objects.filter(
+                user__username__in=[username for username, *_ in DEMO_USERS]
+            ).select_related("user")
+            lines += [
+                f"    {account.user.username:<6} -> {account.unix_name} (uid {account.uid})"
+                for account in accounts.order_by("user__username")
+            ]
         lines.append("Press Ctrl-C to stop.")
         self.stdout.write("\n".join(lines))
         self.stdout.flush()

@@ -1,4 +1,5 @@
-"""``manage.py seed_demo``: a small demo cluster with users, VCs, quotas and nodes."""
+"""``manage.py seed_demo``: a small demo cluster with users, VCs, quotas and nodes, and,
+where jobs run as their owners, the demo users' Unix accounts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from backend.accounts.actions import unix_account_of
+from backend.accounts.unix import NoUnixAccount, accounts_required
 from backend.clusters.models import GpuType, Node
 from backend.vcs.actions import QuotaSpec, set_membership, set_vc_quotas
 from backend.vcs.models import Role, VirtualCluster
@@ -91,4 +94,18 @@ class Command(BaseCommand):
                 user.save()
             for vc_name, role in roles.items():
                 set_membership(vcs[vc_name], user, role)
+        if accounts_required():
+            self._provision_accounts(user_model)
         self.stdout.write("Demo cluster ready.")
+
+    def _provision_accounts(self, user_model) -> None:
+        """Each demo user's Unix account, found or provisioned (ty-<user>) now rather than
+        on their first submission; one that cannot be had is said, not fatal."""
+        for username, *_ in DEMO_USERS:
+            user = user_model.objects.get(username=username)
+            try:
+                account = unix_account_of(user)
+            except NoUnixAccount as error:
+                self.stderr.write(f"{username}: no Unix account: {error}")
+                continue
+            self.stdout.write(f"{username}'s jobs run as {account.unix_name} (uid {account.uid})")

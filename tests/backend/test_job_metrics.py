@@ -14,6 +14,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     start_prometheus,
     stop_at_end_fixture,
 )
+from tests.jobmanager.test_kubernetes_backend import MIA
 from tests.servers import free_port, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -75,7 +76,7 @@ def test_on_kubernetes_the_chart_shows_the_gpus_the_device_plugin_gave_the_pods(
     mine = running_on(world, "a100-1", [0, 1, 2, 3])  # the scheduler's indices
     other = running_on(world, "a100-1", [4, 5, 6, 7])
     for job in (other, mine):  # their deploy tasks ran in this order
-        backend.deploy(launch_for(job))
+        backend.deploy(launch_for(job, MIA))
     got = {
         job: fake_kubernetes.pod_devices(NAMESPACE, f"ty-{job.job_id}-1-0") for job in (mine, other)
     }

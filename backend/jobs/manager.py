@@ -24,11 +24,13 @@ from backend.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends import ClusterBackend
 from jobmanager.core.timeline import estimate_start_times
+from jobmanager.faults import crash_point
 
 logger = logging.getLogger(__name__)
 
 LEASE_NAME = "jobmanager"
-LEASE_TTL_MS = 60_000
+# Short, and renewed while a pass runs: a job manager killed mid-pass frees it in seconds.
+LEASE_TTL_MS = 5_000
 MAX_ROUNDS = 5
 
 
@@ -70,13 +72,14 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
             summary.lease_taken_by_another = summary.rounds == 0
             return summary
         try:
-            for _ in range(MAX_ROUNDS):
-                requested = client.delete(_rerun_key())
-                if not requested and not summary.preempted_last_round:
-                    break
-                _one_round(backend, lease, enqueue_deployment, summary)
-                if not lease.renew():
-                    break
+            with lease.kept():
+                for _ in range(MAX_ROUNDS):
+                    requested = client.delete(_rerun_key())
+                    if not requested and not summary.preempted_last_round:
+                        break
+                    _one_round(backend, lease, enqueue_deployment, summary)
+                    if lease.lost.is_set():
+                        break
         except LeaseLost:
             logger.warning("Job manager lease lost; a newer run applies decisions now.")
             return summary
@@ -89,6 +92,7 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
 
 def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
     summary.rounds += 1
+    crash_point("jobmanager-round")
     remove_drained_nodes()
     sync_nodes(backend)
     reconciled = reconcile(backend)

@@ -39,7 +39,7 @@ from repairmanager.states import NodeState
 logger = logging.getLogger(__name__)
 
 LEASE_NAME = "repairmanager"
-LEASE_TTL_MS = 120_000
+LEASE_TTL_MS = 10_000  # renewed while a pass runs
 PROMETHEUS_UNAVAILABLE = "prometheus-unavailable"
 
 
@@ -72,7 +72,8 @@ def run_repair_manager() -> RepairSummary | None:
     if lease is None:
         return None
     try:
-        return repair_pass(current_rules(), prometheus_query())
+        with lease.kept():
+            return repair_pass(current_rules(), prometheus_query())
     finally:
         lease.release()
 

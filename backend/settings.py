@@ -109,6 +109,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a database outage in any view below answers 503 JSON (backend/core/outage.py).
+    "backend.core.outage.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -244,6 +246,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "backend.core.exceptions.api_exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "backend.core.parsers.LimitedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "COERCE_DECIMAL_TO_STRING": False,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -340,6 +347,9 @@ TRAINYARD_MEMORY_BACKEND_STATE = Path(
 )
 # Keys in Redis start with this, so that installations (or test runs) can share a server.
 TRAINYARD_REDIS_PREFIX = env("TRAINYARD_REDIS_PREFIX", "trainyard")
+# JSON request bodies: larger than this answers 413, nested deeper than this 400.
+TRAINYARD_MAX_JSON_BYTES = env_int("TRAINYARD_MAX_JSON_BYTES", 1024 * 1024)
+TRAINYARD_MAX_JSON_DEPTH = env_int("TRAINYARD_MAX_JSON_DEPTH", 32)
 # Run the job manager when jobs are submitted, end or change (it also runs every few
 # seconds from beat). Off only in tests that drive it by hand.
 TRAINYARD_TRIGGER_JOB_MANAGER = env_bool("TRAINYARD_TRIGGER_JOB_MANAGER", True)

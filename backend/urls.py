@@ -74,3 +74,6 @@ urlpatterns = [
         name="dashboard",
     ),
 ]
+
+# Errors answer JSON, and a database outage 503 with Retry-After (backend/core/outage.py).
+handler500 = "backend.core.outage.server_error"

@@ -11,6 +11,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from backend.core.outage import RETRY_AFTER_SECONDS, UNAVAILABLE, is_database_outage
+
 logger = logging.getLogger(__name__)
 
 
@@ -23,7 +25,15 @@ class ActionRefused(Exception):
 
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF's handler, plus Django validation errors as 400 and refused actions as 409."""
+    """DRF's handler, plus Django validation errors as 400, refused actions as 409 and a
+    database outage as 503 with Retry-After."""
+    if is_database_outage(exc):
+        logger.warning("database unavailable, answered 503: %s", exc)
+        return Response(
+            {"detail": UNAVAILABLE},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = ValidationError(detail)

@@ -4,6 +4,7 @@ account in single-user mode (every job runs as that account, and it says so)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -237,3 +238,37 @@ def test_run_as_a_normal_account_is_single_user_mode_and_says_so():
             stops_cleanly(process)
         finally:
             stop_everything_started_under(process, directory)
+
+
+def child_running(process: subprocess.Popen, role: str) -> psutil.Process | None:
+    """run_trainyard's ``celery worker`` or ``celery beat`` child, if it has one now."""
+    for child in psutil.Process(process.pid).children():
+        with contextlib.suppress(psutil.Error):
+            command = child.cmdline()
+            if "celery" in command and role in command:
+                return child
+    return None
+
+
+def test_a_worker_or_beat_killed_9_is_restarted_and_jobs_still_run(trainyard):
+    process, output, _, base_url = trainyard
+    _, logins = started(output, process)
+
+    for role in ("worker", "beat"):
+        victim = child_running(process, role)
+        victim.send_signal(signal.SIGKILL)
+        wait_until(
+            lambda role=role, victim=victim: (
+                (child := child_running(process, role)) is not None and child.pid != victim.pid
+            ),
+            60,
+            f"a new {role}",
+        )
+        assert process.poll() is None
+        assert f"{role} exited with -9; restarting it in" in output.read_text()
+
+    job = run_a_job_as(base_url, "alice", logins["alice"], "echo still here")
+
+    assert job["status"] == "finished", job
+    assert "still here" in job["log"]
+    stops_cleanly(process)

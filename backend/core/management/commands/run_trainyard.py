@@ -4,10 +4,16 @@ Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), 
 embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker and
 Celery beat, and stops them all on Ctrl-C. The banner says how jobs are isolated: as their
 owners' accounts (root), or all as this account (single-user mode).
+
+It supervises its children as an init system would: one that dies (a crash, the OOM
+killer, kill -9) is logged and started again after a backoff (1 s, doubling up to 30 s;
+back to 1 s once it has run a minute), and what it left in its process group (gunicorn's
+or Celery's pool workers) is killed first. A dying child never stops the system.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +31,57 @@ from backend.clusters.inventory import REGISTERED
 from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
 from backend.core.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
+
+RESTART_BACKOFF_SECONDS = (1, 2, 4, 8, 16, 30)
+STABLE_SECONDS = 60.0  # a child that ran this long before dying restarts at the first delay
+
+
+class Child:
+    """One supervised process, in a process group of its own."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], cwd) -> None:
+        self.name, self.command, self.env, self.cwd = name, command, env, cwd
+        self.process: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.restart_at = 0.0
+        self.failures = 0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, env=self.env, cwd=self.cwd, start_new_session=True
+        )
+        self.started_at = time.monotonic()
+
+    def exited(self) -> int | None:
+        """The exit status when the process has just been found dead (then forgotten)."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        code = self.process.returncode
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # its pool workers, left behind
+        self.process = None
+        now = time.monotonic()
+        if now - self.started_at >= STABLE_SECONDS:
+            self.failures = 0
+        delay = RESTART_BACKOFF_SECONDS[min(self.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
+        self.failures += 1
+        self.restart_at = now + delay
+        return code
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+    def wait(self) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def _answers(url: str) -> bool:
@@ -71,10 +128,11 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
         }  # fmt: skip
-        children = {
-            name: subprocess.Popen(command, env=child_env, cwd=settings.BASE_DIR)
-            for name, command in commands.items()
-        }
+        children = [
+            Child(name, command, child_env, settings.BASE_DIR) for name, command in commands.items()
+        ]
+        for child in children:
+            child.start()
         stopping = False
         banner_shown = False
 
@@ -86,23 +144,26 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         try:
             while not stopping:
-                exited = {n: c.returncode for n, c in children.items() if c.poll() is not None}
-                if exited:
-                    self.stderr.write(f"Stopping: {exited} exited.")
-                    break
+                for child in children:
+                    code = child.exited()
+                    if code is not None:
+                        delay = child.restart_at - time.monotonic()
+                        self.stderr.write(
+                            f"{child.name} exited with {code}; restarting it in {delay:.0f} s "
+                            f"(restart {child.failures})."
+                        )
+                    if child.process is None and time.monotonic() >= child.restart_at:
+                        child.start()
+                        self.stderr.write(f"{child.name} restarted (pid {child.process.pid}).")
                 if not banner_shown and _answers(f"http://{bind}/healthz"):
                     self._print_banner(bind, demo=not options["no_demo"], declared=declared)
                     banner_shown = True
                 time.sleep(0.5)
         finally:
-            for child in children.values():
-                if child.poll() is None:
-                    child.terminate()
-            for child in children.values():
-                try:
-                    child.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            for child in children:
+                child.stop()
+            for child in children:
+                child.wait()
             del redis
 
     def _print_banner(self, bind: str, demo: bool, declared: bool = False) -> None:

@@ -42,6 +42,7 @@ from jobmanager.backends import (
     WorkerSpec,
 )
 from jobmanager.backends.base import NODE_UNHEALTHY
+from jobmanager.faults import crash_point
 from jobmanager.retries import (
     Classification,
     classify,
@@ -128,10 +129,12 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
         run_as = owner_run_as(job)
         check_paths_still_allowed(job, run_as)
         launch = launch_for(job, run_as)
+        crash_point("deploy-before-backend")
         backend.deploy(launch)
     except DeployError as error:
         backend.remove(job.job_id)
         return _record_failed_deploy(job_pk, attempt, error)
+    crash_point("deploy-before-running")
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=job_pk).first()
         if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:

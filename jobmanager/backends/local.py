@@ -13,6 +13,13 @@ jobs that are running. A worker whose init is gone without a status file died wh
 nobody watched: it is reported failed with no exit code, and the job manager's retry
 rules decide what follows.
 
+Deployment is crash-safe: each worker is recorded before it is started, and its init
+waits on a pipe until its pid is recorded too, so nothing runs that the state does not
+name (an init whose deployer died first exits, having run nothing). A deployment holds
+the state directory's lock throughout; one found incomplete by whoever takes the lock
+next was cut short by a crash, and is undone (everything of it killed, its state
+removed): the job manager then deploys the job again, or finishes stopping it.
+
 Tenants are kept apart by the kernel. Run as root, the backend runs every process of a
 job as its owner's Unix account (``launch.run_as``) and never as root: each worker's init
 stays root, out of the job's reach, and confines the command's process as
@@ -79,6 +86,7 @@ from jobmanager.backends.local_host import (
     host_resources,
     parse_declared_nodes,
 )
+from jobmanager.faults import crash_point
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
 # What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
@@ -212,13 +220,11 @@ class LocalBackend(ClusterBackend):
                 for spec in launch.workers:
                     declared = nodes[spec.node].declared
                     env = worker_env(launch, spec, state["master_port"], declared, run_as)
-                    state["workers"].append(
-                        self._start(launch, spec, env, working_dir, run_as, declared)
-                    )
-                    self._write_state(state)
+                    self._start(launch, spec, env, working_dir, run_as, declared, state)
+                crash_point("local-deploy-before-complete")
             except (OSError, subprocess.SubprocessError, psutil.Error, DeployError) as error:
                 self._remove_locked(launch.job_id)
-                rank = len(state["workers"])
+                rank = max(len(state["workers"]) - 1, 0)  # the one being started
                 raise DeployError(
                     f"Could not start worker {rank} of job {launch.job_id}: {error}"
                 ) from error
@@ -229,6 +235,9 @@ class LocalBackend(ClusterBackend):
         with self._locked():
             state = self._read_state(job_id)
             if state is None:
+                return
+            if not state["complete"]:  # cut short by a crash (we hold the lock): undo it
+                self._remove_locked(job_id)
                 return
             if state["stop_requested_at"] is None:
                 state["stop_requested_at"] = time.time()
@@ -246,6 +255,8 @@ class LocalBackend(ClusterBackend):
     def reports(self) -> dict[str, JobReport]:
         reports = {}
         for state in self._states():
+            if not state["complete"] and self._undo_if_abandoned(state["job_id"]):
+                continue
             report = _report(state)
             if self._kill_due(state) and not report.ended:
                 with self._locked():
@@ -258,6 +269,18 @@ class LocalBackend(ClusterBackend):
     def remove(self, job_id: str) -> None:
         with self._locked():
             self._remove_locked(job_id)
+
+    def _undo_if_abandoned(self, job_id: str) -> bool:
+        """Undo a deployment that its deployer left incomplete (it died: nobody holds the
+        lock); whether it was undone. One in progress (the lock taken) is left be."""
+        with self._locked(wait=False) as taken:
+            if not taken:
+                return False
+            state = self._read_state(job_id)
+            if state is None or state["complete"]:
+                return state is None
+            self._remove_locked(job_id)
+            return True
 
     def nodes(self) -> list[BackendNode]:
         if self._node_source is not None:
@@ -329,8 +352,10 @@ class LocalBackend(ClusterBackend):
         working_dir: Path,
         run_as: RunAs,
         declared: bool,
-    ) -> dict:
-        """Start one worker's init, detached; what the state keeps of it."""
+        state: dict,
+    ) -> None:
+        """Record one worker in the state, then start its init, detached, held until its
+        pid is recorded too."""
         job_dir = self._job_dir(launch.job_id)
         prefix = f"a{launch.attempt}-worker-{spec.rank}"
         status_file, pid_file = job_dir / f"{prefix}.status.json", job_dir / f"{prefix}.pid"
@@ -363,34 +388,48 @@ class LocalBackend(ClusterBackend):
             "pid": None,
             "create_time": None,
         }
+        state["workers"].append(worker)
+        self._write_state(state)  # before anything of it starts
+        crash_point("local-worker-recorded")
         _write_private(confinement_file, json.dumps(confinement.to_json()))
         self._devices.assign(devices, run_as.uid, run_as.gid)
         argv = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
         argv += ["--status-file", str(status_file), "--log-file", str(log_file)]
         argv += ["--pid-file", str(pid_file), "--kill-after", str(self.kill_after_seconds)]
-        argv += ["--confinement", str(confinement_file)]
+        go_read, go_write = os.pipe()  # the init waits on it until its pid is recorded
+        unclosed = [go_read, go_write]
+        argv += ["--confinement", str(confinement_file), "--go-fd", str(go_read)]
         argv += ["--", "/bin/sh", "-c", launch.command]
         started = datetime.now(UTC).isoformat(timespec="seconds")
-        with os.fdopen(open_log(str(log_file), run_as.uid, run_as.gid), "a") as log:
-            log.write(f"=== attempt {launch.attempt} on {spec.node} at {started} ===\n")
-            log.flush()
-            launcher = subprocess.Popen(
-                argv,
-                cwd=job_dir,
-                env=INIT_ENV,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        # The launcher forks the init and exits at once, leaving nothing here to reap.
-        if launcher.wait(timeout=START_TIMEOUT_SECONDS) != 0 or not pid_file.exists():
-            raise DeployError(f"its init exited with {launcher.returncode}; see {log_file}")
-        worker["pid"] = int(pid_file.read_text())
-        pid_file.unlink()
-        with contextlib.suppress(psutil.NoSuchProcess):  # a command may end this fast
-            worker["create_time"] = psutil.Process(worker["pid"]).create_time()
-        return worker
+        try:
+            with os.fdopen(open_log(str(log_file), run_as.uid, run_as.gid), "a") as log:
+                log.write(f"=== attempt {launch.attempt} on {spec.node} at {started} ===\n")
+                log.flush()
+                launcher = subprocess.Popen(
+                    argv,
+                    cwd=job_dir,
+                    env=INIT_ENV,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    pass_fds=(go_read,),
+                )
+            os.close(unclosed.pop(0))  # the init's end: ours closed, the pipe ends with us
+            # The launcher forks the init and exits at once, leaving nothing here to reap.
+            if launcher.wait(timeout=START_TIMEOUT_SECONDS) != 0 or not pid_file.exists():
+                raise DeployError(f"its init exited with {launcher.returncode}; see {log_file}")
+            worker["pid"] = int(pid_file.read_text())
+            pid_file.unlink()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker["create_time"] = psutil.Process(worker["pid"]).create_time()
+            crash_point("local-init-started")
+            self._write_state(state)
+            crash_point("local-pid-recorded")
+            os.write(go_write, b"go")
+        finally:
+            for descriptor in unclosed:
+                os.close(descriptor)
 
     def _kill_due(self, state: dict) -> bool:
         """Whether a stopping job's processes (or, later, its inits) are to be killed now."""
@@ -437,17 +476,22 @@ class LocalBackend(ClusterBackend):
         return self.log_dir / _checked_job_id(job_id)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """One change at a time, across every process using this state directory."""
+    def _locked(self, wait: bool = True) -> Iterator[bool]:
+        """One change at a time, across every process using this state directory; with
+        ``wait=False``, yields whether the lock was free (and then taken)."""
         # Private: another account that could open it could take the lock and keep it.
         descriptor = os.open(
             self.state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
         )
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "r+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -590,6 +634,9 @@ def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil
     """SIGKILL everything the workers run, and what any attempt of the job left behind;
     the workers' inits only when ``kill_inits``. Returns the processes signalled."""
     inits = [init for init in map(_init_process, workers) if init is not None]
+    if kill_inits:
+        for init in inits:  # stopped, an init forks nothing between the look and the kill
+            _signal(init, signal.SIGSTOP)
     targets: dict[int, psutil.Process] = {}
     for init in inits:
         with contextlib.suppress(psutil.Error):
@@ -639,7 +686,12 @@ def _worker_report(worker: dict) -> WorkerReport:
 
 
 def _report(state: dict) -> JobReport:
-    workers = [_worker_report(worker) for worker in state["workers"]]
+    workers = [
+        WorkerReport(worker["rank"], WorkerState.PENDING)
+        if worker["pid"] is None and not state["complete"]  # recorded, being started
+        else _worker_report(worker)
+        for worker in state["workers"]
+    ]
     workers += [
         WorkerReport(rank, WorkerState.PENDING)
         for rank in range(len(workers), state["worker_count"])

@@ -1,7 +1,7 @@
 """The init process of one local-backend worker: runs a command and leaves nothing behind.
 
     python -m jobmanager.backends.local_init --status-file F --log-file L \
-        [--kill-after SECONDS] [--confinement C] [--pid-file P] -- <argv>
+        [--kill-after SECONDS] [--confinement C] [--pid-file P] [--go-fd N] -- <argv>
 
 It makes itself a child subreaper (Linux), so that descendants orphaned on the way are
 reparented to it and reaped; starts the command in a process group of its own, with
@@ -23,6 +23,12 @@ command runs as the caller, in its directory, with its environment.
 With ``--pid-file`` it first detaches: it forks, the parent writes the child's pid to the
 file and exits, so that whoever started it has no child left to reap, and the child leads
 a session of its own.
+
+With ``--go-fd`` it waits, once detached, until ``go`` is written to that descriptor
+(a pipe from whoever started it) before it starts anything: the backend records the
+init's pid first, so that no command ever runs that the backend's records do not name.
+Should the pipe close without ``go`` (the backend died before recording it), the init
+exits at once, having run nothing.
 
 Only the standard library is imported (and ``confine.py``, loaded by path), so that it
 runs isolated (``python -I -S``) from whatever the job's environment holds.
@@ -233,6 +239,18 @@ def detach(pid_file: Path) -> None:
         os.setsid()
 
 
+def wait_for_go(descriptor: int) -> bool:
+    """Whether ``go`` came before the pipe closed."""
+    received = b""
+    while len(received) < 2:
+        chunk = os.read(descriptor, 2 - len(received))
+        if not chunk:
+            break
+        received += chunk
+    os.close(descriptor)
+    return received == b"go"
+
+
 def redirect_output(log_file: Path, confinement) -> None:
     """stdout and stderr to the log, which belongs to the job's owner (opened without
     following a link the job may have put in its place); stdin from /dev/null."""
@@ -252,6 +270,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kill-after", type=float, default=5.0)
     parser.add_argument("--confinement", type=Path)
     parser.add_argument("--pid-file", type=Path)
+    parser.add_argument("--go-fd", type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -282,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     init.install_signal_handlers()  # a stop that comes early is kept for the command
     if args.pid_file is not None:
         detach(args.pid_file)
+    if args.go_fd is not None and not wait_for_go(args.go_fd):
+        return CANNOT_RUN  # never recorded: nothing runs, nothing is written
     redirect_output(args.log_file, confinement)
     become_subreaper()
     code = init.run()

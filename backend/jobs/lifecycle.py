@@ -345,6 +345,8 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
             backend.stop(job.job_id, grace)  # one worker failed: the gang cannot go on
         else:
             if job.status == JobStatus.SCHEDULING:
+                if not report.started:
+                    continue  # a deployment in progress: its task records the start
                 with transaction.atomic():
                     locked = Job.objects.select_for_update().get(pk=job.pk)
                     if locked.status == JobStatus.SCHEDULING and locked.attempt == job.attempt:

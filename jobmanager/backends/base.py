@@ -99,6 +99,11 @@ class JobReport:
         return all(w.state in (WorkerState.SUCCEEDED, WorkerState.FAILED) for w in self.workers)
 
     @property
+    def started(self) -> bool:
+        """Whether every worker has started (none is still pending)."""
+        return all(w.state != WorkerState.PENDING for w in self.workers)
+
+    @property
     def succeeded(self) -> bool:
         return bool(self.workers) and all(w.state == WorkerState.SUCCEEDED for w in self.workers)
 

@@ -5,10 +5,12 @@ import os
 from celery import Celery
 from celery.signals import beat_init, celeryd_init
 
+from backend.core.broker import patch_kombu_redis
 from backend.core.private_files import use_private_umask
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backend.settings")
 
+patch_kombu_redis()  # a broker outage must not end the worker (backend/core/broker.py)
 app = Celery("trainyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

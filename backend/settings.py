@@ -197,6 +197,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("TRAINYARD_CELERY_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Workers and beat wait out a broker outage however long it lasts (retrying with backoff).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # The queue Trainyard's tasks go to (separate installations, or test runs, sharing a Redis).
 CELERY_TASK_DEFAULT_QUEUE = env("TRAINYARD_CELERY_QUEUE", "trainyard")
 

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -20,20 +19,9 @@ from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
 from tests.backend.test_job_manager import submit
-from tests.fault_servers import RedisServer
 from tests.servers import ROOT, session_database_url
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def own_redis(settings):
-    """A redis-server of this test's own, which it may kill and flush."""
-    server = RedisServer()
-    settings.REDIS_URL = server.url
-    settings.TRAINYARD_REDIS_PREFIX = f"trainyard-test-{uuid.uuid4().hex}"
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -1,0 +1,20 @@
+"""Fixtures for the backend's fault-injection tests."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.fault_servers import RedisServer
+
+
+@pytest.fixture
+def own_redis(settings):
+    """A redis-server of this test's own, which it may kill and flush; Trainyard's locks
+    and triggers use it."""
+    server = RedisServer()
+    settings.REDIS_URL = server.url
+    settings.TRAINYARD_REDIS_PREFIX = f"trainyard-test-{uuid.uuid4().hex}"
+    yield server
+    server.close()

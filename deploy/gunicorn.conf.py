@@ -7,6 +7,8 @@ Command-line flags and GUNICORN_CMD_ARGS override what is set here.
 
 import gc
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 # Sync workers take one request at a time from the kernel's accept queue, first come first
@@ -34,3 +36,24 @@ def post_worker_init(worker) -> None:
 
     get_resolver(settings.ROOT_URLCONF).url_patterns  # noqa: B018 - imports every view
     gc.freeze()
+
+
+# Health checks beside the request workers (backend/core/health.py): a process of its own,
+# started with the master and gone with it. TRAINYARD_HEALTH_BIND="" starts none.
+_health = {}
+
+
+def when_ready(server) -> None:
+    bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
+    if bind:
+        _health["process"] = subprocess.Popen(
+            [sys.executable, "-m", "backend.core.health", bind, "--parent", str(os.getpid())],
+            cwd=Path(__file__).resolve().parents[1],
+        )
+
+
+def on_exit(server) -> None:
+    process = _health.get("process")
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait(timeout=10)

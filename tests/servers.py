@@ -60,18 +60,23 @@ def is_healthy(base_url: str) -> bool:
 
 
 def start_gunicorn(
-    extra_env: dict[str, str] | None = None, workers: int = 1, threads: int = 1
+    extra_env: dict[str, str] | None = None,
+    workers: int = 1,
+    threads: int = 1,
+    arguments: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen, str]:
-    """Serve the app on the test database with gunicorn; return the process and its URL."""
+    """Serve the app on the test database with gunicorn; return the process and its URL.
+    ``arguments``: more of gunicorn's (``--config deploy/gunicorn.conf.py``, say)."""
     port = free_port()
     env = os.environ | {"DATABASE_URL": session_database_url()} | TEST_ACCOUNT_ENV
+    env |= {"TRAINYARD_HEALTH_BIND": ""}  # no health server unless the test asks for one
     env |= extra_env or {}
     var_dir = Path(env.get("TRAINYARD_VAR_DIR") or ROOT / "var")
     control_socket = var_dir / "run" / f"gunicorn-{port}.ctl"  # one per instance
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "backend.wsgi", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--threads", str(threads), "--log-level", "warning",
-         "--control-socket", str(control_socket)],
+         "--control-socket", str(control_socket), *arguments],
         cwd=ROOT,
         env=env,
         start_new_session=True,  # its own process group, so that the workers die with it

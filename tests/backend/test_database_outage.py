@@ -14,7 +14,7 @@ import requests
 
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
-from tests.fault_servers import MariaDBServer
+from tests.fault_servers import MariaDBServer, own_port
 from tests.servers import ROOT, kill_process_group, start_celery, start_gunicorn, wait_until
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,13 @@ def test_mariadb_stopped_and_started_answers_503_json_then_resumes_by_itself(
     }
     manage(env, "manage.py", "migrate", "--noinput", "-v0")
     token = manage(env, "-c", SEED).split()[-1]
-    web, base_url = start_gunicorn(extra_env=env, workers=2)
+    health = f"http://127.0.0.1:{own_port()}"
+    env["TRAINYARD_HEALTH_BIND"] = health.removeprefix("http://")
+    web, base_url = start_gunicorn(
+        extra_env=env,
+        workers=2,
+        arguments=("--config", "deploy/gunicorn.conf.py", "--access-logfile", "/dev/null"),
+    )
     worker = start_celery(env, "worker", "--concurrency", "1", "--without-gossip",
                           "--without-mingle", "--without-heartbeat")  # fmt: skip
     beat = start_celery(env, "beat", "--schedule", str(tmp_path / "celerybeat-schedule"))
@@ -99,6 +105,8 @@ def test_mariadb_stopped_and_started_answers_503_json_then_resumes_by_itself(
             assert int(answer.headers["Retry-After"]) > 0
             assert "database is unavailable" in answer.json()["detail"]
         assert requests.get(f"{base_url}/healthz", timeout=30).status_code == 503
+        wait_until(lambda: requests.get(f"{health}/livez", timeout=5).ok, 30, "health server")
+        assert requests.get(f"{health}/healthz", timeout=5).status_code == 503  # not ready
 
         mariadb.start()
         wait_until(
@@ -106,6 +114,7 @@ def test_mariadb_stopped_and_started_answers_503_json_then_resumes_by_itself(
             60,
             "the API to answer again",
         )
+        assert requests.get(f"{health}/healthz", timeout=5).status_code == 200
         for _ in range(4):
             assert submit().status_code == 201
         assert len(acknowledged) == 8

@@ -120,6 +120,8 @@ class Command(BaseCommand):
             child_env["TRAINYARD_LOCAL_NODES"] = REGISTERED
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
+        # The health server (backend/core/health.py) on the next port, unless told where.
+        child_env.setdefault("TRAINYARD_HEALTH_BIND", f"{options['host']}:{options['port'] + 1}")
         commands = {
             "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind,
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],

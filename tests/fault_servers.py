@@ -19,9 +19,12 @@ from pathlib import Path
 
 from tests.servers import wait_until
 
+_HANDED_OUT: set[int] = set()
+
 
 def own_port() -> int:
-    """A free port, from ``TRAINYARD_TEST_PORTS`` when it names a range."""
+    """A free port, from ``TRAINYARD_TEST_PORTS`` when it names a range; never one this
+    process was given before (a server may not have bound it yet)."""
     ports = os.environ.get("TRAINYARD_TEST_PORTS", "")
     if not ports:
         with socket.socket() as probe:
@@ -29,12 +32,15 @@ def own_port() -> int:
             return probe.getsockname()[1]
     first, last = (int(part) for part in ports.split("-"))
     for port in range(first, last + 1):
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     raise RuntimeError(f"no free port in {ports}")
 
 

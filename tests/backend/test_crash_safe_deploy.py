@@ -147,7 +147,10 @@ def test_a_worker_killed_at_each_step_of_a_deployment_leaves_no_job_stuck(
         assert job.status == JobStatus.FINISHED, job.status_message
         assert job.events.filter(to_status=JobStatus.FINISHED).count() == 1
         assert job.events.filter(to_status=JobStatus.RUNNING).count() == job.attempt
-        assert "ran" in log_of(job)
+        runs = log_of(job).count("ran\n")
+        # Only a crash after the command started (and before the deployment was complete,
+        # which is then undone and redone) may have run it twice.
+        assert runs == 1 or (point == "local-deploy-before-complete" and runs == 2), runs
         assert job_processes(job.job_id) == []
 
         doomed = crash_a_deployment(world, workers, jobs, point, "sleep 300")

@@ -99,6 +99,7 @@ PRIVATE = 0o700
 WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find strays
 START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
+STRAY_ROUNDS = 5  # looks for a removed job's processes forked while it was being killed
 SAME_START_SECONDS = 0.05  # a pid whose start time differs more is another process
 
 
@@ -457,6 +458,13 @@ class LocalBackend(ClusterBackend):
         job_dir = self._job_dir(job_id)
         if state is not None:
             _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
+            for _ in range(STRAY_ROUNDS):  # what the job forked between the look and the kill
+                strays = _marked_processes(_marker(state), _owner_uid(state))
+                if not strays:
+                    break
+                for stray in strays:
+                    _signal(stray, signal.SIGKILL)
+                _wait_dead(strays)
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))

@@ -152,8 +152,11 @@ class Utilisation:
             return None, "the attempt's GPUs are not known"
         duration = (end - start).total_seconds()
         step = max(MIN_STEP_SECONDS, math.ceil(duration / POINTS_PER_ATTEMPT))
+        # Points end at the end (or now), as the job page's chart reads them: an attempt
+        # younger than a step still has one.
+        first = end.timestamp() - (end - start).total_seconds() // step * step
         try:
-            series = self.client.query_range(selector, start.timestamp(), end.timestamp(), step)
+            series = self.client.query_range(selector, first, end.timestamp(), step)
         except PrometheusUnavailable as error:
             return None, f"GPU metrics cannot be read now: {error}"
         if len(series) < gpu_count(attempt) or not all(one.points for one in series):

@@ -107,6 +107,9 @@ def test_each_sees_their_own_a_vc_admin_their_vc_a_cluster_admin_all(world, ran,
     assert by_key(rows(world, world.member, group_by="user", **WINDOW)) == {"mia": 24}
     assert by_key(rows(world, world.vc_admin, group_by="user", **WINDOW)) == {"mia": 24, "vera": 1}
     assert by_key(rows(world, world.outsider, group_by="vc", **WINDOW)) == {"nlp": 8}
+    in_vision = rows(world, world.staff, group_by="user", vc="vision", **WINDOW)
+    assert by_key(in_vision) == {"mia": 24, "vera": 1}
+    assert rows(world, world.member, group_by="user", vc="nlp", **WINDOW) == []  # not theirs
     assert world.client(None).get(URL).status_code in (401, 403)
 
 

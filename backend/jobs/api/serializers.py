@@ -396,6 +396,7 @@ class GpuHoursQuerySerializer(serializers.Serializer):
     until = serializers.DateTimeField(required=False)
     bucket = serializers.ChoiceField(choices=BUCKETS, required=False)
     job = serializers.CharField(required=False, max_length=16)
+    vc = serializers.CharField(required=False, max_length=60)
     measure = serializers.BooleanField(
         default=True, help_text="Read utilisation from Prometheus (used and idle hours)."
     )

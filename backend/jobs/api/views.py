@@ -293,8 +293,11 @@ def _gpu_hours_rows(request: Request) -> tuple[dict, list[dict]]:
     query = GpuHoursQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
     asked = query.validated_data
+    jobs = Job.objects.visible_to(request.user)
+    if asked.get("vc"):
+        jobs = jobs.filter(vc__name=asked["vc"])
     rows = gpu_hours(
-        Job.objects.visible_to(request.user),
+        jobs,
         asked["group_by"],
         asked["since"],
         asked["until"],

@@ -155,8 +155,9 @@ function BookedVsIdle({ rows, month }: { rows: GpuHoursRow[]; month: string }) {
     <figure className="chart gpu-utilisation">
       <svg viewBox={`0 0 ${width} ${top.length * line + 4}`} role="img" aria-label={`Booked and idle GPU-hours per user in ${month}`}>
         {top.map((row, index) => {
-          const booked = (row.booked_gpu_hours / most) * (width - 200);
-          const idle = row.idle_gpu_hours === null ? 0 : (row.idle_gpu_hours / most) * (width - 200);
+          const room = width - 120 - 190; // names on the left, the figures on the right
+          const booked = (row.booked_gpu_hours / most) * room;
+          const idle = row.idle_gpu_hours === null ? 0 : (row.idle_gpu_hours / most) * room;
           return (
             <g key={row.key}>
               <text x={0} y={index * line + 13} className="value">
@@ -177,8 +178,8 @@ function BookedVsIdle({ rows, month }: { rows: GpuHoursRow[]; month: string }) {
       </svg>
       <figcaption>
         The month's GPU-hours per user:
-        <span className="legend"><span className="swatch" style={{ background: PALETTE[0] }} />used</span>
-        <span className="legend"><span className="swatch" style={{ background: PALETTE[1] }} />idle</span>
+        <span className="legend"><span className="swatch" style={{ background: PALETTE[0] }} />booked</span>
+        <span className="legend"><span className="swatch" style={{ background: PALETTE[1] }} />of which idle</span>
       </figcaption>
     </figure>
   );

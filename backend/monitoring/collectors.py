@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.jobs.manager import LEASE_NAME
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, SchedulerFence
+from backend.jobs.usage import used_by_node
 from backend.repairs.manager import HELD_BACK
 from backend.repairs.models import NodeFault
 from backend.storage.models import RunStatus, Scan, StorageRoot
@@ -74,7 +75,6 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
         "GPUs by state: used and borrowed (per VC), free and out_of_service (vc empty).",
         labels=["state", "gpu_type", "vc"],
     )
-    held: dict[int, int] = defaultdict(int)
     rows = (
         Job.objects.filter(status__in=ACTIVE_STATUSES)
         .order_by()
@@ -84,19 +84,21 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     for vc_id, gpu_type_id, borrowing, gpus in rows:
         state = "borrowed" if borrowing else "used"
         family.add_metric([state, gpu_types.get(gpu_type_id, ""), vcs.get(vc_id, "")], gpus or 0)
-        held[gpu_type_id] += gpus or 0
-    in_service: dict[int, int] = defaultdict(int)
+    # Free: what the in-service nodes have beyond what the jobs placed on them hold (a job
+    # still on a node being drained holds GPUs that are out of service, not free ones).
+    held_on = used_by_node()
+    free: dict[int, int] = defaultdict(int)
     out: dict[int, int] = defaultdict(int)
-    nodes = Node.objects.order_by().values_list("gpu_type_id", "gpus", "schedulable", "ready")
-    for gpu_type_id, gpus, schedulable, ready in nodes.filter(repair_state=RepairState.IN_SERVICE):
-        (in_service if schedulable and ready else out)[gpu_type_id] += gpus
-    for gpu_type_id, gpus in nodes.exclude(repair_state=RepairState.IN_SERVICE).values_list(
-        "gpu_type_id", "gpus"
-    ):
-        out[gpu_type_id] += gpus
+    nodes = Node.objects.order_by().values_list(
+        "name", "gpu_type_id", "gpus", "schedulable", "ready", "repair_state"
+    )
+    for name, gpu_type_id, gpus, schedulable, ready, repair_state in nodes:
+        if schedulable and ready and repair_state == RepairState.IN_SERVICE:
+            free[gpu_type_id] += max(0, gpus - held_on[name].gpus)
+        else:
+            out[gpu_type_id] += gpus
     for gpu_type_id, name in gpu_types.items():
-        free = max(0, in_service[gpu_type_id] - held[gpu_type_id])
-        family.add_metric(["free", name, ""], free)
+        family.add_metric(["free", name, ""], free[gpu_type_id])
         family.add_metric(["out_of_service", name, ""], out[gpu_type_id])
     return family
 

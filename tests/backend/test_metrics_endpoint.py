@@ -35,8 +35,12 @@ def scrape(client: Client | None = None, **headers) -> dict:
 def test_the_gauges_count_what_the_database_holds(world):
     for _ in range(3):
         make_job(world, status=JobStatus.QUEUED)
-    make_job(world, status=JobStatus.RUNNING, workers=2, gpus_per_worker=4)
-    make_job(world, status=JobStatus.RUNNING, gpus_per_worker=2, borrowing=True)
+    on = [{"node": "a100-2", "gpus": [0, 1, 2, 3]}, {"node": "a100-3", "gpus": [0, 1, 2, 3]}]
+    make_job(world, status=JobStatus.RUNNING, workers=2, gpus_per_worker=4, placement=on)
+    on = [{"node": "a100-2", "gpus": [4, 5]}]
+    make_job(world, status=JobStatus.RUNNING, gpus_per_worker=2, borrowing=True, placement=on)
+    on = [{"node": "a100-1", "gpus": [7]}]  # on the node taken out: not free GPUs it holds
+    make_job(world, status=JobStatus.KILLING, placement=on)
     make_job(world, owner=world.outsider, vc=world.nlp, status=JobStatus.FINISHED)
     waiting = make_job(world, status=JobStatus.QUEUED)
     waiting.queued_at = timezone.now() - timedelta(hours=2)
@@ -52,9 +56,9 @@ def test_the_gauges_count_what_the_database_holds(world):
     assert got[(jobs, (("gpu_type", "A100"), ("status", "running"), ("vc", "vision")))] == 2
     assert got[(jobs, (("gpu_type", "A100"), ("status", "finished"), ("vc", "nlp")))] == 1
     gpus = "trainyard_gpus"
-    assert got[(gpus, (("gpu_type", "A100"), ("state", "used"), ("vc", "vision")))] == 8
+    assert got[(gpus, (("gpu_type", "A100"), ("state", "used"), ("vc", "vision")))] == 9
     assert got[(gpus, (("gpu_type", "A100"), ("state", "borrowed"), ("vc", "vision")))] == 2
-    # 4 nodes of 8: one out of the pool, 10 of the other 24 held
+    # 4 nodes of 8: one out of the pool, 10 of the other 24 held (and 1 on the one out)
     assert got[(gpus, (("gpu_type", "A100"), ("state", "out_of_service"), ("vc", "")))] == 8
     assert got[(gpus, (("gpu_type", "A100"), ("state", "free"), ("vc", "")))] == 14
     oldest = got[("trainyard_queue_oldest_wait_seconds", (("vc", "vision"),))]

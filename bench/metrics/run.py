@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     from backend.jobs.models import Job
 
     jobs = Job.objects.count()
+    from django.conf import settings
+
+    for stale in settings.TRAINYARD_METRICS_DIR.glob("*.db"):  # earlier runs' processes
+        stale.unlink()
     port = free_port()
     env = os.environ | {"DATABASE_URL": database_url, "TRAINYARD_VAR_DIR": args.var_dir}
     server = subprocess.Popen(

@@ -16,28 +16,37 @@ from backend.monitoring.collectors import TrainyardCollector
 
 def scrape_refusal(request: HttpRequest) -> str:
     """Why this request may not scrape, or '' when it may."""
+    return refusal_for(
+        request.headers.get("Authorization", ""),
+        "X-Forwarded-For" in request.headers,
+        request.META.get("REMOTE_ADDR", ""),
+    )
+
+
+def refusal_for(authorization: str, forwarded: bool, remote_address: str) -> str:
+    """The bearer token when TRAINYARD_METRICS_TOKEN is set; else this host alone."""
     token = settings.TRAINYARD_METRICS_TOKEN
     if token:
-        given = request.headers.get("Authorization", "")
-        if given.startswith("Bearer ") and hmac.compare_digest(
-            given.removeprefix("Bearer ").encode(), token.encode()
-        ):
+        given = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else ""
+        if given and hmac.compare_digest(given.encode(), token.encode()):
             return ""
         return "A valid bearer token (TRAINYARD_METRICS_TOKEN) is required."
-    if "X-Forwarded-For" in request.headers:  # through a proxy on this host: not this host
-        return "Set TRAINYARD_METRICS_TOKEN to scrape from beyond this host."
+    beyond = "Set TRAINYARD_METRICS_TOKEN to scrape from beyond this host."
+    if forwarded:  # through a proxy on this host: not this host
+        return beyond
     try:
-        loopback = ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+        loopback = ipaddress.ip_address(remote_address).is_loopback
     except ValueError:
         loopback = False
-    return "" if loopback else "Set TRAINYARD_METRICS_TOKEN to scrape from beyond this host."
+    return "" if loopback else beyond
 
 
-def registry() -> CollectorRegistry:
+def registry(with_database: bool = True) -> CollectorRegistry:
     """Every process's counters and histograms (multiprocess mode), and the database's gauges."""
     combined = CollectorRegistry()
     multiprocess.MultiProcessCollector(combined)
-    combined.register(TrainyardCollector())
+    if with_database:
+        combined.register(TrainyardCollector())
     return combined
 
 

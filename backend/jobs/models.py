@@ -177,8 +177,9 @@ class Job(models.Model):
             models.Index(fields=["vc", "submitted_at"], name="job_vc_idx"),
             models.Index(fields=["status", "submitted_at"], name="job_status_idx"),
             models.Index(fields=["submitted_at"], name="job_submitted_idx"),
-            # /metrics counts jobs by status, VC and GPU type from this index alone.
-            models.Index(fields=["status", "vc", "gpu_type"], name="job_metrics_idx"),
+            # /metrics counts jobs by status, VC and GPU type, and finds each VC's oldest
+            # queued job, from this index alone.
+            models.Index(fields=["status", "vc", "gpu_type", "queued_at"], name="job_metrics_idx"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from django.db import DatabaseError
-from django.db.models import Count, F, Min, Sum
+from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.jobs.manager import LEASE_NAME
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, SchedulerFence
-from backend.jobs.usage import used_by_node
+from backend.jobs.usage import worker_gpu_count
 from backend.repairs.manager import HELD_BACK
 from backend.repairs.models import NodeFault
 from backend.storage.models import RunStatus, Scan, StorageRoot
@@ -75,18 +75,20 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
         "GPUs by state: used and borrowed (per VC), free and out_of_service (vc empty).",
         labels=["state", "gpu_type", "vc"],
     )
-    rows = (
-        Job.objects.filter(status__in=ACTIVE_STATUSES)
-        .order_by()
-        .values_list("vc_id", "gpu_type_id", "borrowing")
-        .annotate(gpus=Sum(F("workers") * F("gpus_per_worker")))
+    # One pass over the jobs holding resources: their GPUs per VC, and per node as placed.
+    held: dict[tuple[str, int, int], int] = defaultdict(int)
+    held_on: dict[str, int] = defaultdict(int)
+    active = Job.objects.filter(status__in=ACTIVE_STATUSES).values_list(
+        "vc_id", "gpu_type_id", "borrowing", "workers", "gpus_per_worker", "placement"
     )
-    for vc_id, gpu_type_id, borrowing, gpus in rows:
-        state = "borrowed" if borrowing else "used"
-        family.add_metric([state, gpu_types.get(gpu_type_id, ""), vcs.get(vc_id, "")], gpus or 0)
+    for vc_id, gpu_type_id, borrowing, workers, gpus_per_worker, placement in active:
+        held["borrowed" if borrowing else "used", gpu_type_id, vc_id] += workers * gpus_per_worker
+        for worker in placement or []:
+            held_on[worker["node"]] += worker_gpu_count(worker)
+    for (state, gpu_type_id, vc_id), gpus in sorted(held.items()):
+        family.add_metric([state, gpu_types.get(gpu_type_id, ""), vcs.get(vc_id, "")], gpus)
     # Free: what the in-service nodes have beyond what the jobs placed on them hold (a job
     # still on a node being drained holds GPUs that are out of service, not free ones).
-    held_on = used_by_node()
     free: dict[int, int] = defaultdict(int)
     out: dict[int, int] = defaultdict(int)
     nodes = Node.objects.order_by().values_list(
@@ -94,7 +96,7 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     )
     for name, gpu_type_id, gpus, schedulable, ready, repair_state in nodes:
         if schedulable and ready and repair_state == RepairState.IN_SERVICE:
-            free[gpu_type_id] += max(0, gpus - held_on[name].gpus)
+            free[gpu_type_id] += max(0, gpus - held_on[name])
         else:
             out[gpu_type_id] += gpus
     for gpu_type_id, name in gpu_types.items():

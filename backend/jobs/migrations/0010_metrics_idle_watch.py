@@ -39,6 +39,8 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="job",
-            index=models.Index(fields=["status", "vc", "gpu_type"], name="job_metrics_idx"),
+            index=models.Index(
+                fields=["status", "vc", "gpu_type", "queued_at"], name="job_metrics_idx"
+            ),
         ),
     ]

@@ -205,10 +205,10 @@ def gpu_hours(
             if attempt.borrowing:
                 row.borrowed += booked
             mean = _mean_in(per_gpu, piece) if per_gpu is not None else None
-            if mean is None or row.used is None:
+            if mean is None:  # one attempt unmeasured: the row's used hours are unknown
                 row.used = None
                 row.reasons.add(reason or "no utilisation points")
-            else:
+            elif row.used is not None:
                 row.used += booked * min(100.0, max(0.0, mean)) / 100
     return [row.as_dict() for _, row in sorted(rows.items(), key=lambda item: _order(item[0]))]
 

@@ -49,6 +49,7 @@ class TrainyardCollector(Collector):
         yield _jobs(vcs, gpu_types)
         yield _gpus(vcs, gpu_types)
         yield _queue_oldest_wait(vcs)
+        yield _queue_wait_thresholds()
         yield from _scheduler()
         yield from _repairs(gpu_types)
         yield from _storage()
@@ -102,6 +103,18 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     for gpu_type_id, name in gpu_types.items():
         family.add_metric(["free", name, ""], free[gpu_type_id])
         family.add_metric(["out_of_service", name, ""], out[gpu_type_id])
+    return family
+
+
+def _queue_wait_thresholds() -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "trainyard_queue_wait_threshold_seconds",
+        "The VC's queue wait alert threshold (absent: no alert).",
+        labels=["vc"],
+    )
+    thresholds = VirtualCluster.objects.filter(queue_wait_alert_minutes__isnull=False)
+    for name, minutes in thresholds.values_list("name", "queue_wait_alert_minutes"):
+        family.add_metric([name], minutes * 60)
     return family
 
 

@@ -24,6 +24,7 @@ VC_SETTINGS = (
     "idle_kill_minutes",
     "interactive_idle_warn_minutes",
     "interactive_idle_kill_minutes",
+    "queue_wait_alert_minutes",
 )
 
 

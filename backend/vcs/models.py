@@ -74,6 +74,12 @@ class VirtualCluster(models.Model):
         null=True, blank=True, help_text="The same for interactive jobs. Empty: off."
     )
     interactive_idle_kill_minutes = models.PositiveIntegerField(default=240)
+    queue_wait_alert_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=240,
+        help_text="Alert (deploy/prometheus) when a queued job waited longer. Empty: never.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = VirtualClusterQuerySet.as_manager()

@@ -10,7 +10,7 @@ URL = "/api/v1/vcs/vision/"
 
 def test_a_vc_admin_sets_the_idle_policy(world):
     body = {"idle_util_percent": 10, "idle_warn_minutes": 60, "idle_kill_minutes": 30,
-            "interactive_idle_warn_minutes": None}  # fmt: skip
+            "interactive_idle_warn_minutes": None, "queue_wait_alert_minutes": 30}  # fmt: skip
     response = world.client(world.vc_admin).patch(URL, body, format="json")
     assert response.status_code == 200, response.content
     assert {name: response.json()[name] for name in body} == body

@@ -45,6 +45,8 @@ def test_the_gauges_count_what_the_database_holds(world):
     waiting = make_job(world, status=JobStatus.QUEUED)
     waiting.queued_at = timezone.now() - timedelta(hours=2)
     waiting.save()
+    world.nlp.queue_wait_alert_minutes = None  # no alert for nlp
+    world.nlp.save()
     node = world.nodes[0]
     node.repair_state = RepairState.OUT_OF_POOL
     node.save()
@@ -64,9 +66,11 @@ def test_the_gauges_count_what_the_database_holds(world):
     oldest = got[("trainyard_queue_oldest_wait_seconds", (("vc", "vision"),))]
     assert 7200 <= oldest < 7300
     assert got[("trainyard_queue_oldest_wait_seconds", (("vc", "nlp"),))] == 0
+    assert got[("trainyard_queue_wait_threshold_seconds", (("vc", "vision"),))] == 240 * 60
     nodes = "trainyard_nodes"
     assert got[(nodes, (("gpu_type", "A100"), ("repair_state", "out_of_pool")))] == 1
     assert got[(nodes, (("gpu_type", "A100"), ("repair_state", "in_service")))] == 3
+    assert ("trainyard_queue_wait_threshold_seconds", (("vc", "nlp"),)) not in got
     assert got[("trainyard_database_up", ())] == 1
 
 

@@ -14,7 +14,7 @@ MAX_QUOTA_CPUS = Decimal("9999999.999")  # what Quota.cpus (10 digits, 3 decimal
 MAX_IDLE_MINUTES = 30 * 24 * 60
 IDLE_SETTINGS = [
     "idle_util_percent", "idle_warn_minutes", "idle_kill_minutes",
-    "interactive_idle_warn_minutes", "interactive_idle_kill_minutes",
+    "interactive_idle_warn_minutes", "interactive_idle_kill_minutes", "queue_wait_alert_minutes",
 ]  # fmt: skip
 
 
@@ -78,6 +78,9 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     )
     interactive_idle_kill_minutes = serializers.IntegerField(
         min_value=0, max_value=MAX_IDLE_MINUTES, required=False
+    )
+    queue_wait_alert_minutes = serializers.IntegerField(
+        min_value=1, max_value=MAX_IDLE_MINUTES, required=False, allow_null=True
     )
 
     def validate(self, attrs: dict) -> dict:

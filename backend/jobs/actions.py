@@ -21,7 +21,7 @@ from backend.jobs.models import (
     new_job_id,
 )
 from backend.jobs.submission import Request, needs_approval
-from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS
+from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.vcs.models import Membership, Role, VirtualCluster
 
 SYSTEM_ACTOR = "trainyard"
@@ -60,6 +60,8 @@ def record_event(
 ) -> JobEvent:
     if from_status and from_status != job.status:
         _observe_state_change(job, from_status)
+    if job.status in TERMINAL_STATUSES and from_status not in TERMINAL_STATUSES:
+        JOBS_ENDED.labels(job.status, job.vc.name).inc()
     return JobEvent.objects.create(
         job=job,
         from_status=from_status,

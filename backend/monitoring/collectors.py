@@ -15,7 +15,13 @@ from prometheus_client.registry import Collector
 
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.jobs.manager import LEASE_NAME
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, SchedulerFence
+from backend.jobs.models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Job,
+    JobStatus,
+    SchedulerFence,
+)
 from backend.jobs.usage import worker_gpu_count
 from backend.repairs.manager import HELD_BACK
 from backend.repairs.models import NodeFault
@@ -57,10 +63,15 @@ class TrainyardCollector(Collector):
 
 def _jobs(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
-        "trainyard_jobs", "Jobs by status, VC and GPU type.", labels=["status", "vc", "gpu_type"]
+        "trainyard_jobs",
+        "Jobs not ended yet, by status, VC and GPU type (ended ones: trainyard_jobs_ended_total).",
+        labels=["status", "vc", "gpu_type"],
     )
+    # Not the ended jobs: the scrape stays as cheap as the queue is short, however many
+    # finished jobs the database keeps.
     rows = (
-        Job.objects.order_by()
+        Job.objects.exclude(status__in=TERMINAL_STATUSES)
+        .order_by()
         .values_list("status", "vc_id", "gpu_type_id")
         .annotate(count=Count("*"))
     )

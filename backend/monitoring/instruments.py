@@ -29,6 +29,11 @@ JOB_STATE_CHANGE_LATENCY_SECONDS = Histogram(
     ["from", "to"],
     buckets=WAIT_BUCKETS,
 )
+JOBS_ENDED = Counter(
+    "trainyard_jobs_ended",
+    "Jobs that ended (finished, failed, killed, timeout), by how and VC.",
+    ["status", "vc"],
+)
 SCHEDULER_PASS_SECONDS = Histogram(
     "trainyard_scheduler_pass_seconds",
     "Seconds one scheduling pass took (snapshot, decide, apply).",

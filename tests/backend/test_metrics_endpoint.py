@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from backend.clusters.models import RepairState
+from backend.jobs.actions import kill_job
 from backend.jobs.models import JobStatus
 from tests.backend.jobs_support import make_job
 
@@ -56,7 +57,8 @@ def test_the_gauges_count_what_the_database_holds(world):
     jobs = "trainyard_jobs"
     assert got[(jobs, (("gpu_type", "A100"), ("status", "queued"), ("vc", "vision")))] == 4
     assert got[(jobs, (("gpu_type", "A100"), ("status", "running"), ("vc", "vision")))] == 2
-    assert got[(jobs, (("gpu_type", "A100"), ("status", "finished"), ("vc", "nlp")))] == 1
+    # Ended jobs are counted as they end (trainyard_jobs_ended_total), not kept as a gauge
+    assert not any(name == jobs and ("status", "finished") in labels for name, labels in got)
     gpus = "trainyard_gpus"
     assert got[(gpus, (("gpu_type", "A100"), ("state", "used"), ("vc", "vision")))] == 9
     assert got[(gpus, (("gpu_type", "A100"), ("state", "borrowed"), ("vc", "vision")))] == 2
@@ -105,3 +107,17 @@ def test_with_a_token_the_scraper_must_send_it(db, settings):
     assert wrong.status_code == 403
     got = scrape(Client(REMOTE_ADDR="10.1.2.3"), HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
     assert got[("trainyard_database_up", ())] == 1
+
+
+def test_jobs_that_end_are_counted_by_how_and_vc(world):
+    ended = (("status", "killed"), ("vc", "vision"))
+    before = scrape().get(("trainyard_jobs_ended_total", ended), 0)
+    job = make_job(world, status=JobStatus.QUEUED)
+    kill_job(job, world.member)
+    kill_job(make_job(world, status=JobStatus.QUEUED), world.member)
+
+    got = scrape()
+
+    assert got[("trainyard_jobs_ended_total", ended)] == before + 2
+    queued = ("trainyard_jobs", (("gpu_type", "A100"), ("status", "queued"), ("vc", "vision")))
+    assert queued not in got  # both gone from the gauge

@@ -22,6 +22,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 make_portal_files_private(VAR_DIR)  # var/ 0711 (root) or 0700, its files 0600
+# prometheus-client's multiprocess mode: gunicorn's workers, Celery's worker and beat each
+# write their counters and histograms here, and /metrics adds them up (backend/monitoring).
+# Set before anything imports prometheus-client; run_trainyard empties it at start.
+TRAINYARD_METRICS_DIR = Path(env("TRAINYARD_METRICS_DIR", str(VAR_DIR / "metrics")))
+TRAINYARD_METRICS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(TRAINYARD_METRICS_DIR)
 
 
 def _secret_key() -> str:
@@ -105,11 +111,14 @@ INSTALLED_APPS = [
     "backend.jobs",
     "backend.repairs",
     "backend.storage",
+    "backend.monitoring",
     "axes",
 ]
 
 MIDDLEWARE = [
-    # First: a database outage in any view below answers 503 JSON (backend/core/outage.py).
+    # Request latency per view (django-prometheus): first and last.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # A database outage in any view below answers 503 JSON (backend/core/outage.py).
     "backend.core.outage.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -120,8 +129,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
-    # Last: it answers a locked-out sign-in (backend/accounts/throttling.py).
+    # Last but the metrics: it answers a locked-out sign-in (backend/accounts/throttling.py).
     "axes.middleware.AxesMiddleware",
+    "backend.monitoring.middleware.DatabaseTimeMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 # Sign-in throttling (django-axes, backend/accounts/throttling.py): per username and per
@@ -439,6 +450,12 @@ TRAINYARD_REPAIR_DRAIN_SECONDS = env_int("TRAINYARD_REPAIR_DRAIN_SECONDS", 4 * 3
 TRAINYARD_REPAIR_INTERVAL = env_int("TRAINYARD_REPAIR_INTERVAL", 15)
 TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])
 
+# /metrics (docs/operations.md, "Monitoring"): with a token, scrapers send it as a bearer
+# token; without one, only this host (loopback) may scrape.
+TRAINYARD_METRICS_TOKEN = env("TRAINYARD_METRICS_TOKEN", "")
+# The idle watch (backend/jobs/idle.py): how often it looks at running jobs' GPUs.
+TRAINYARD_IDLE_WATCH_INTERVAL = env_int("TRAINYARD_IDLE_WATCH_INTERVAL", 300)
+
 # Beat: the job manager every few seconds (it also runs on every submit and end).
 CELERY_BEAT_SCHEDULE = {
     "job-manager": {
@@ -473,6 +490,11 @@ CELERY_BEAT_SCHEDULE = {
     "storage-expiry": {
         "task": "backend.storage.tasks.queue_due_expiry",
         "schedule": 3600.0,
+    },
+    "idle-watch": {
+        "task": "backend.jobs.tasks.watch_idle_jobs",
+        "schedule": float(TRAINYARD_IDLE_WATCH_INTERVAL),
+        "options": {"expires": TRAINYARD_IDLE_WATCH_INTERVAL},
     },
     "lustre-quotas": {
         "task": "backend.storage.tasks.apply_lustre_quotas",

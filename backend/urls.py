@@ -21,7 +21,8 @@ from backend.clusters.api.views import (
     vc_usage_view,
 )
 from backend.core.views import health_view, home_view
-from backend.jobs.api.views import JobViewSet
+from backend.jobs.api.views import JobViewSet, gpu_hours_export_view, gpu_hours_view
+from backend.monitoring.views import metrics_view
 from backend.repairs.api.views import NodeFaultViewSet, NodeRepairViewSet
 from backend.storage.api.views import (
     ExpiringFileViewSet,
@@ -55,12 +56,15 @@ router.register("storage/expiring-files", ExpiringFileViewSet, basename="storage
 urlpatterns = [
     path("", home_view, name="home"),
     path("healthz", health_view, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/me/", me_view, name="me"),
     path("api/v1/auth/login/", login_view, name="login"),
     path("api/v1/auth/logout/", logout_view, name="logout"),
     path("api/v1/auth/session/", session_view, name="session"),
     path("api/v1/cluster/summary/", cluster_summary_view, name="cluster-summary"),
     path("api/v1/cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
+    path("api/v1/usage/gpu-hours/", gpu_hours_view, name="usage-gpu-hours"),
+    path("api/v1/usage/gpu-hours/export/", gpu_hours_export_view, name="usage-gpu-hours-export"),
     path("api/v1/", include(router.urls)),
     path("api/auth/", include("rest_framework.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -69,7 +73,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The dashboard's client-side routes, so that its URLs can be shared and bookmarked.
     re_path(
-        r"^(?:login|submit|jobs|cluster|vcs|quotas|storage|repairs|me)(?:/.*)?$",
+        r"^(?:login|submit|jobs|cluster|vcs|quotas|storage|repairs|usage|me)(?:/.*)?$",
         home_view,
         name="dashboard",
     ),

@@ -6,7 +6,8 @@
 # given as arguments are installed too (`make bench` asks for wrk).
 set -euo pipefail
 
-# prometheus: the repair manager's tests scrape node agents with the real server.
+# prometheus: the repair manager's and the monitoring tests scrape node agents and the portal
+# with the real server; its promtool checks deploy/prometheus's alert rules.
 # nftables: the allowlist tests drive the real `nft` in a network namespace of their own.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables "$@")
 missing=()

@@ -21,6 +21,7 @@ from backend.jobs.models import (
     new_job_id,
 )
 from backend.jobs.submission import Request, needs_approval
+from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.vcs.models import Membership, Role, VirtualCluster
 
 SYSTEM_ACTOR = "trainyard"
@@ -57,6 +58,10 @@ class JobSpec:
 def record_event(
     job: Job, from_status: str, actor: AbstractUser | None, reason: str, actor_name: str = ""
 ) -> JobEvent:
+    if from_status and from_status != job.status:
+        _observe_state_change(job, from_status)
+    if job.status in TERMINAL_STATUSES and from_status not in TERMINAL_STATUSES:
+        JOBS_ENDED.labels(job.status, job.vc.name).inc()
     return JobEvent.objects.create(
         job=job,
         from_status=from_status,
@@ -65,6 +70,19 @@ def record_event(
         actor_name=actor_name or (actor.get_username() if actor else SYSTEM_ACTOR),
         reason=reason,
     )
+
+
+def _observe_state_change(job: Job, from_status: str) -> None:
+    """How long the job was in ``from_status``: since its latest event."""
+    entered = (
+        JobEvent.objects.filter(job=job)
+        .order_by("-created_at", "-id")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if entered is not None:
+        seconds = max(0.0, (timezone.now() - entered).total_seconds())
+        JOB_STATE_CHANGE_LATENCY_SECONDS.labels(from_status, job.status).observe(seconds)
 
 
 def run_job_manager_after_commit() -> None:

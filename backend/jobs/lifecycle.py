@@ -30,6 +30,7 @@ from backend.jobs.models import (
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.scheduling import placement_from_json
+from backend.monitoring.instruments import DEPLOY_FAILURES, JOB_WAIT_SECONDS
 from jobmanager.backends import (
     ClusterBackend,
     DeployError,
@@ -152,6 +153,8 @@ def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:
 
 def _mark_running(job: Job, isolation: Isolation) -> None:
     now = timezone.now()
+    if job.started_at is None:  # its first start (a requeued job keeps its start)
+        JOB_WAIT_SECONDS.observe(max(0.0, (now - job.submitted_at).total_seconds()))
     job.status = JobStatus.RUNNING
     job.started_at = now
     job.status_message = ""
@@ -161,7 +164,9 @@ def _mark_running(job: Job, isolation: Isolation) -> None:
     nodes = sorted({worker["node"] for worker in job.placement})
     gpus = [{"node": worker["node"], "gpus": worker.get("gpus", [])} for worker in job.placement]
     JobAttempt.objects.update_or_create(
-        job=job, number=job.attempt, defaults={"started_at": now, "nodes": nodes, "gpus": gpus}
+        job=job,
+        number=job.attempt,
+        defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing},
     )
     record_event(job, JobStatus.SCHEDULING, None, f"running on {', '.join(nodes)}")
 
@@ -180,6 +185,7 @@ def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
         if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
             return "superseded"
         job.deploy_failures += 1
+        DEPLOY_FAILURES.inc()
         failures, limit = job.deploy_failures, settings.TRAINYARD_MAX_DEPLOY_FAILURES
         message = f"deployment {failures} of at most {limit} failed and was undone: {error}"
         JobAttempt.objects.update_or_create(

@@ -150,6 +150,12 @@ class Job(models.Model):
         max_length=300, blank=True, help_text="The CPU and memory limits in force, and how."
     )
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    idle_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when its GPUs have stayed idle (the idle watch)."
+    )
+    idle_warned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its owner was warned that it would be killed."
+    )
 
     submitted_at = models.DateTimeField(default=timezone.now)
     # Queue order; a preempted job keeps its original place.
@@ -171,6 +177,9 @@ class Job(models.Model):
             models.Index(fields=["vc", "submitted_at"], name="job_vc_idx"),
             models.Index(fields=["status", "submitted_at"], name="job_status_idx"),
             models.Index(fields=["submitted_at"], name="job_submitted_idx"),
+            # /metrics counts jobs by status, VC and GPU type, and finds each VC's oldest
+            # queued job, from this index alone.
+            models.Index(fields=["status", "vc", "gpu_type", "queued_at"], name="job_metrics_idx"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -213,6 +222,9 @@ class JobAttempt(models.Model):
     nodes = models.JSONField(default=list)
     # Each worker's node and GPU indices, as placed: what its GPU metrics are read for.
     gpus = models.JSONField(default=list)
+    borrowing = models.BooleanField(
+        default=False, help_text="Ran beyond its VC's quota on borrowed GPUs (preemptible)."
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +16,7 @@ from django.utils import timezone
 from backend.clusters.models import Node, RepairState
 from backend.jobs.lease import Lease
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, JobType, StopOutcome
+from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
     Decisions,
@@ -187,10 +189,14 @@ def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
     """Snapshot, decide and apply in one transaction that begins by recording this lease's
     fencing token: the row lock that takes serialises passes, and a job manager whose lease
     was taken over (an older token) raises LeaseLost before it reads anything."""
+    started = time.perf_counter()
     with transaction.atomic():
         lease.fence()
         decisions = schedule(load_snapshot())
-        return decisions, apply_decisions(decisions)
+        applied = apply_decisions(decisions)
+    SCHEDULER_PASS_SECONDS.observe(time.perf_counter() - started)
+    record_decisions(len(decisions.starts), len(decisions.preemptions), len(decisions.waits))
+    return decisions, applied
 
 
 def apply_decisions(decisions: Decisions) -> Applied:

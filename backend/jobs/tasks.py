@@ -66,3 +66,17 @@ def purge_finished_jobs() -> int:
     return manager.purge_finished_jobs(
         settings.TRAINYARD_JOB_RETENTION_DAYS, settings.TRAINYARD_PURGE_BATCH_SIZE
     )
+
+
+@shared_task(ignore_result=True)
+def watch_idle_jobs() -> dict:
+    from backend.jobs.idle import watch_idle_jobs as watch
+
+    summary = watch()
+    if summary.warned or summary.killed or summary.unmeasured:
+        logger.info(
+            "Idle watch: %d watched, warned %s, killed %s, %d unmeasured (%s)",
+            summary.watched, summary.warned, summary.killed, len(summary.unmeasured),
+            summary.reason,
+        )  # fmt: skip
+    return {"warned": summary.warned, "killed": summary.killed}

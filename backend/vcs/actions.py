@@ -19,6 +19,12 @@ VC_SETTINGS = (
     "max_interactive_gpus",
     "default_max_retries",
     "user_gpu_limit",
+    "idle_util_percent",
+    "idle_warn_minutes",
+    "idle_kill_minutes",
+    "interactive_idle_warn_minutes",
+    "interactive_idle_kill_minutes",
+    "queue_wait_alert_minutes",
 )
 
 

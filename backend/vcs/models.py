@@ -58,6 +58,28 @@ class VirtualCluster(models.Model):
         blank=True,
         help_text="GPUs one member's non-preemptible jobs may hold before a VC admin approves.",
     )
+    # The idle watch (backend/jobs/idle.py): a running job whose GPUs all stay under
+    # idle_util_percent for idle_warn_minutes is warned, then killed idle_kill_minutes
+    # later unless they are used. Interactive jobs follow their own pair; empty: off.
+    idle_util_percent = models.PositiveSmallIntegerField(
+        default=5, help_text="GPU utilisation (%) under which a GPU counts as idle."
+    )
+    idle_warn_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Idle this long: the owner is warned. Empty: off."
+    )
+    idle_kill_minutes = models.PositiveIntegerField(
+        default=60, help_text="Still idle this long after the warning: the job is killed."
+    )
+    interactive_idle_warn_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The same for interactive jobs. Empty: off."
+    )
+    interactive_idle_kill_minutes = models.PositiveIntegerField(default=240)
+    queue_wait_alert_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=240,
+        help_text="Alert (deploy/prometheus) when a queued job waited longer. Empty: never.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = VirtualClusterQuerySet.as_manager()

@@ -13,6 +13,7 @@ import { RepairsPage } from "./pages/Repairs";
 import { SshKeysPage } from "./pages/SshKeys";
 import { StoragePage } from "./pages/Storage";
 import { SubmitPage } from "./pages/Submit";
+import { UsagePage } from "./pages/Usage";
 import { VcPage } from "./pages/Vc";
 
 export function App() {
@@ -68,6 +69,7 @@ export function App() {
           <Route path="/vcs/:name/settings" element={<VcPage tab="settings" />} />
           <Route path="/quotas" element={<QuotasPage />} />
           <Route path="/storage" element={<StoragePage />} />
+          <Route path="/usage" element={<UsagePage />} />
           <Route path="/repairs" element={<RepairsPage />} />
           <Route path="/me/ssh-keys" element={<SshKeysPage />} />
           <Route path="/me/allowed-ips" element={<AllowedIpsPage />} />
@@ -120,6 +122,7 @@ function Layout({ children, tenancy }: { children: React.ReactNode; tenancy: Ten
             </NavLink>
           ))}
           <NavLink to="/storage">Storage</NavLink>
+          <NavLink to="/usage">Usage</NavLink>
           {me.is_cluster_admin && <NavLink to="/quotas">Quotas</NavLink>}
           {me.is_cluster_admin && <NavLink to="/repairs">Node repair</NavLink>}
           <NavLink to="/me/ssh-keys">My SSH keys</NavLink>

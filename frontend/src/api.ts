@@ -121,6 +121,12 @@ export interface Vc {
   max_interactive_gpus: number;
   default_max_retries: number;
   user_gpu_limit: number | null;
+  // The idle watch: a warning time of null is off.
+  idle_util_percent?: number;
+  idle_warn_minutes?: number | null;
+  idle_kill_minutes?: number;
+  interactive_idle_warn_minutes?: number | null;
+  interactive_idle_kill_minutes?: number;
   my_role: "member" | "admin" | null;
   resources?: {
     gpu_type: string;

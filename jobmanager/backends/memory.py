@@ -76,18 +76,21 @@ class MemoryBackend(ClusterBackend):
             if known is not None and known["attempt"] == launch.attempt:
                 return
             state["deploys"].append([launch.job_id, launch.attempt])
-            if state["fail_next_deploys"] > 0:
+            failing = state["fail_next_deploys"] > 0
+            if failing:  # raised once the state is written (a shared file's too)
                 state["fail_next_deploys"] -= 1
-                raise DeployError(f"injected failure deploying {launch.job_id}")
-            state["jobs"][launch.job_id] = {
-                "attempt": launch.attempt,
-                "workers": [
-                    {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "state": "running"}
-                    for w in launch.workers
-                ],
-                "env": launch.env,
-                "stopping": False,
-            }
+            else:
+                state["jobs"][launch.job_id] = {
+                    "attempt": launch.attempt,
+                    "workers": [
+                        {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "state": "running"}
+                        for w in launch.workers
+                    ],
+                    "env": launch.env,
+                    "stopping": False,
+                }
+        if failing:
+            raise DeployError(f"injected failure deploying {launch.job_id}")
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
         with self._state() as state:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from backend.accounts.actions import unix_account_of
@@ -12,6 +14,7 @@ from backend.accounts.unix import NoUnixAccount, accounts_required, home_of
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField
 from backend.core.representation import CompiledRepresentationMixin
+from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import JobSpec
 from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
@@ -30,6 +33,9 @@ from backend.jobs.submission import (
 )
 from backend.vcs.models import Quota
 from backend.vcs.permissions import is_vc_admin
+
+MAX_DAY_BUCKETS = 400
+MAX_SPAN_DAYS = 3660
 
 MAX_WORKERS = 1024
 MIN_WALL_TIME = 60
@@ -380,3 +386,40 @@ class LogTailSerializer(serializers.Serializer):
     next_offset = serializers.IntegerField()
     size = serializers.IntegerField()
     complete = serializers.BooleanField()
+
+
+class GpuHoursQuerySerializer(serializers.Serializer):
+    """GET /api/v1/usage/gpu-hours/'s parameters."""
+
+    group_by = serializers.ChoiceField(choices=GROUPS, default="user")
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+    bucket = serializers.ChoiceField(choices=BUCKETS, required=False)
+    job = serializers.CharField(required=False, max_length=16)
+    vc = serializers.CharField(required=False, max_length=60)
+    measure = serializers.BooleanField(
+        default=True, help_text="Read utilisation from Prometheus (used and idle hours)."
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        now = timezone.now()
+        attrs["until"] = attrs.get("until") or now
+        attrs["since"] = attrs.get("since") or attrs["until"].replace(
+            day=1, hour=0, minute=0, second=0, microsecond=0
+        )
+        if attrs["since"] >= attrs["until"]:
+            raise serializers.ValidationError({"since": ["Must be before until."]})
+        limit = MAX_DAY_BUCKETS if attrs.get("bucket") == "day" else MAX_SPAN_DAYS
+        if attrs["until"] - attrs["since"] > timedelta(days=limit):
+            raise serializers.ValidationError({"since": [f"At most {limit} days before until."]})
+        return attrs
+
+
+class GpuHoursRowSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    bucket = serializers.CharField(required=False)
+    booked_gpu_hours = serializers.FloatField()
+    used_gpu_hours = serializers.FloatField(allow_null=True)
+    idle_gpu_hours = serializers.FloatField(allow_null=True)
+    borrowed_gpu_hours = serializers.FloatField()
+    used_unavailable_reason = serializers.CharField()

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 
 from django.db import transaction
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
-from rest_framework.decorators import action
+from rest_framework.decorators import action, api_view
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from backend.core.exceptions import ActionRefused
 from backend.core.scoping import TenantScopedViewSet
+from backend.core.spreadsheets import spreadsheet_safe
 from backend.jobs import actions
+from backend.jobs.accounting import gpu_hours
 from backend.jobs.api.filters import JobFilter
 from backend.jobs.api.serializers import (
+    GpuHoursQuerySerializer,
+    GpuHoursRowSerializer,
     GpuUtilisationSerializer,
     JobActionSerializer,
     JobAttemptSerializer,
@@ -275,3 +281,65 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 "complete": job.is_terminal and chunk.next_offset >= chunk.size,
             }
         )
+
+
+GPU_HOURS_COLUMNS = [
+    "key", "bucket", "booked_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
+    "borrowed_gpu_hours", "used_unavailable_reason",
+]  # fmt: skip
+
+
+def _gpu_hours_rows(request: Request) -> tuple[dict, list[dict]]:
+    query = GpuHoursQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    asked = query.validated_data
+    jobs = Job.objects.visible_to(request.user)
+    if asked.get("vc"):
+        jobs = jobs.filter(vc__name=asked["vc"])
+    rows = gpu_hours(
+        jobs,
+        asked["group_by"],
+        asked["since"],
+        asked["until"],
+        bucket=asked.get("bucket"),
+        job_id=asked.get("job"),
+        measure=asked["measure"],
+    )
+    return asked, rows
+
+
+@extend_schema(parameters=[GpuHoursQuerySerializer], responses=GpuHoursRowSerializer(many=True))
+@api_view(["GET"])
+def gpu_hours_view(request: Request) -> Response:
+    """Booked, used, idle and borrowed GPU-hours of the jobs one may see (one's own, a VC
+    admin's VCs', all for cluster admins) per cluster, VC, user, job or GPU type."""
+    asked, rows = _gpu_hours_rows(request)
+    return Response(
+        {
+            "group_by": asked["group_by"],
+            "since": asked["since"],
+            "until": asked["until"],
+            "bucket": asked.get("bucket"),
+            "results": rows,
+        }
+    )
+
+
+@extend_schema(parameters=[GpuHoursQuerySerializer], responses={(200, "text/csv"): bytes})
+@api_view(["GET"])
+def gpu_hours_export_view(request: Request) -> HttpResponse:
+    """The same rows as a CSV file."""
+    _, rows = _gpu_hours_rows(request)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(GPU_HOURS_COLUMNS)
+    for row in rows:
+        writer.writerow(
+            [
+                "" if row.get(name) is None else spreadsheet_safe(row[name])
+                for name in GPU_HOURS_COLUMNS
+            ]
+        )
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="gpu-hours.csv"'
+    return response

@@ -11,6 +11,11 @@ from backend.vcs.models import Membership, Quota, Role, SchedulingPolicy, Virtua
 
 MAX_VC_WALL_TIME = 365 * 24 * 3600
 MAX_QUOTA_CPUS = Decimal("9999999.999")  # what Quota.cpus (10 digits, 3 decimals) holds
+MAX_IDLE_MINUTES = 30 * 24 * 60
+IDLE_SETTINGS = [
+    "idle_util_percent", "idle_warn_minutes", "idle_kill_minutes",
+    "interactive_idle_warn_minutes", "interactive_idle_kill_minutes", "queue_wait_alert_minutes",
+]  # fmt: skip
 
 
 class VirtualClusterSerializer(serializers.ModelSerializer):
@@ -20,8 +25,8 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
         model = VirtualCluster
         fields = [
             "name", "description", "notification", "policy", "max_wall_time",
-            "max_interactive_gpus", "default_max_retries", "user_gpu_limit", "created_at",
-            "my_role",
+            "max_interactive_gpus", "default_max_retries", "user_gpu_limit", *IDLE_SETTINGS,
+            "created_at", "my_role",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
@@ -60,6 +65,22 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     default_max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
     user_gpu_limit = serializers.IntegerField(
         min_value=0, max_value=100000, required=False, allow_null=True
+    )
+    idle_util_percent = serializers.IntegerField(min_value=0, max_value=100, required=False)
+    idle_warn_minutes = serializers.IntegerField(
+        min_value=1, max_value=MAX_IDLE_MINUTES, required=False, allow_null=True
+    )
+    idle_kill_minutes = serializers.IntegerField(
+        min_value=0, max_value=MAX_IDLE_MINUTES, required=False
+    )
+    interactive_idle_warn_minutes = serializers.IntegerField(
+        min_value=1, max_value=MAX_IDLE_MINUTES, required=False, allow_null=True
+    )
+    interactive_idle_kill_minutes = serializers.IntegerField(
+        min_value=0, max_value=MAX_IDLE_MINUTES, required=False
+    )
+    queue_wait_alert_minutes = serializers.IntegerField(
+        min_value=1, max_value=MAX_IDLE_MINUTES, required=False, allow_null=True
     )
 
     def validate(self, attrs: dict) -> dict:

@@ -86,11 +86,17 @@ describe("a job's page", () => {
           { attempt: 2, node: "a100-3", gpu: 1, points: [[1764410400, 10], [1764410415, 8]] },
         ],
       },
+      "GET /api/v1/usage/gpu-hours/": (_body: unknown, url: URL) => [200, {
+        results: url.searchParams.get("job") === "g1" && url.searchParams.get("group_by") === "job"
+          ? [{ key: "g1", booked_gpu_hours: 8, used_gpu_hours: 3.9, idle_gpu_hours: 4.1, borrowed_gpu_hours: 0, used_unavailable_reason: "" }]
+          : [],
+      }],
     });
     renderPage(<JobDetailPage />, "/jobs/g1", "/jobs/:id");
     const chart = await screen.findByRole("img", { name: /GPU utilisation of 2 GPU\(s\), mean 49 %/ });
     expect(chart.querySelectorAll("polyline")).toHaveLength(2);
     expect(screen.getByText("a100-3 GPU 1")).toBeInTheDocument();
+    expect(await screen.findByLabelText("GPU-hours")).toHaveTextContent("GPU-hours: 8 booked, 3.9 used, 4.1 idle");
 
   });
 

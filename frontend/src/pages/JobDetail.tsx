@@ -3,6 +3,7 @@ import { Link, useParams } from "react-router";
 import { api, type Job } from "../api";
 import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
 import { type GpuUtilisation, GpuUtilisationChart } from "../components/GpuUtilisationChart";
+import { type GpuHoursRow, hours } from "./Usage";
 import { LogViewer } from "../components/LogViewer";
 import { duration, memory, timeLeft, when } from "../format";
 
@@ -36,6 +37,11 @@ export function JobDetailPage() {
   // GPU utilisation, once the job has run, while metrics exist (the chart is left out otherwise).
   const ran = Boolean(job.data?.started_at || job.data?.attempt);
   const metrics = useApi<GpuUtilisation>(ran ? `jobs/${id}/metrics/` : null, active ? 30000 : 0);
+  const since = job.data?.submitted_at;
+  const gpuHours = useApi<{ results: GpuHoursRow[] }>(
+    ran && since ? `usage/gpu-hours/?group_by=job&job=${id}&since=${encodeURIComponent(since)}` : null,
+    active ? 60000 : 0,
+  );
   const [actionError, setActionError] = useState<unknown>(null);
   // A change of status brings new events and attempts (polling stops once the job ended).
   const status = job.data?.status;
@@ -259,6 +265,7 @@ export function JobDetailPage() {
           )}
         </div>
       </div>
+      {gpuHours.data?.results[0] && <GpuHoursLine row={gpuHours.data.results[0]} />}
       {metrics.data?.available && (
         <>
           <h2>GPU utilisation</h2>
@@ -268,5 +275,17 @@ export function JobDetailPage() {
       <h2>Log</h2>
       {j.started_at || j.attempt ? <LogViewer jobId={j.id} workers={j.workers} /> : <p className="empty">No log yet: the job has not started.</p>}
     </section>
+  );
+}
+
+/** Booked, used and idle GPU-hours of the job's attempts so far. */
+function GpuHoursLine({ row }: { row: GpuHoursRow }) {
+  return (
+    <p aria-label="GPU-hours">
+      GPU-hours: <strong>{hours(row.booked_gpu_hours)}</strong> booked, {hours(row.used_gpu_hours)} used,{" "}
+      <strong>{hours(row.idle_gpu_hours)}</strong> idle
+      {row.borrowed_gpu_hours > 0 && <>, {hours(row.borrowed_gpu_hours)} on borrowed GPUs</>}
+      {row.used_gpu_hours === null && <span className="muted"> (used and idle unknown: {row.used_unavailable_reason})</span>}
+    </p>
   );
 }

@@ -54,3 +54,24 @@ describe("the VC page", () => {
     await waitFor(() => expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ policy: "RF", max_wall_time: 14400 }));
   });
 });
+
+describe("the idle watch settings", () => {
+  it("lets a VC admin turn the idle watch on, and off for interactive jobs", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin", idle_util_percent: 5, idle_warn_minutes: null, idle_kill_minutes: 60, interactive_idle_warn_minutes: 240, interactive_idle_kill_minutes: 240 },
+      "GET /api/v1/vcs/vision/members/": [],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) => [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const warn = await screen.findByLabelText("Warn after (minutes)");
+    expect(warn).toHaveValue(null); // off
+    await userEvent.type(warn, "90");
+    await userEvent.clear(screen.getByLabelText("Interactive: warn after (minutes)"));
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    await waitFor(() =>
+      expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({
+        idle_util_percent: 5, idle_warn_minutes: 90, idle_kill_minutes: 60, interactive_idle_warn_minutes: null,
+      }),
+    );
+  });
+});

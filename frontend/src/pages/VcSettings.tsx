@@ -18,6 +18,11 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     default_max_retries: String(vc.default_max_retries),
     user_gpu_limit: vc.user_gpu_limit === null ? "" : String(vc.user_gpu_limit),
     notification: vc.notification,
+    idle_util_percent: String(vc.idle_util_percent ?? 5),
+    idle_warn_minutes: optional(vc.idle_warn_minutes),
+    idle_kill_minutes: String(vc.idle_kill_minutes ?? 60),
+    interactive_idle_warn_minutes: optional(vc.interactive_idle_warn_minutes),
+    interactive_idle_kill_minutes: String(vc.interactive_idle_kill_minutes ?? 240),
   });
   const [errors, setErrors] = useState<FieldErrors>({});
   const [failure, setFailure] = useState<unknown>(null);
@@ -35,6 +40,11 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         default_max_retries: Number(values.default_max_retries),
         user_gpu_limit: values.user_gpu_limit.trim() === "" ? null : Number(values.user_gpu_limit),
         notification: values.notification,
+        idle_util_percent: Number(values.idle_util_percent),
+        idle_warn_minutes: orNull(values.idle_warn_minutes),
+        idle_kill_minutes: Number(values.idle_kill_minutes),
+        interactive_idle_warn_minutes: orNull(values.interactive_idle_warn_minutes),
+        interactive_idle_kill_minutes: Number(values.interactive_idle_kill_minutes),
       };
       const updated = await api<Vc>(`vcs/${vc.name}/`, { method: "PATCH", body });
       setErrors({});
@@ -73,6 +83,28 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
           </Field>
           <Field label="GPUs per user before approval" name="user_gpu_limit" errors={errors} hint="empty: no limit">
             <input id="f-user_gpu_limit" type="number" min={0} value={values.user_gpu_limit} onChange={set("user_gpu_limit")} />
+          </Field>
+        </div>
+        <h2>Idle GPUs</h2>
+        <p className="muted">
+          A running job whose GPUs all stay under the threshold for the warning time is warned (an insight and an
+          email), then killed after the kill time unless they are used. Empty warning time: not watched.
+        </p>
+        <div className="row">
+          <Field label="Idle under (%)" name="idle_util_percent" errors={errors}>
+            <input id="f-idle_util_percent" type="number" min={0} max={100} value={values.idle_util_percent} onChange={set("idle_util_percent")} />
+          </Field>
+          <Field label="Warn after (minutes)" name="idle_warn_minutes" errors={errors} hint="empty: off">
+            <input id="f-idle_warn_minutes" type="number" min={1} value={values.idle_warn_minutes} onChange={set("idle_warn_minutes")} />
+          </Field>
+          <Field label="Kill after the warning (minutes)" name="idle_kill_minutes" errors={errors}>
+            <input id="f-idle_kill_minutes" type="number" min={0} value={values.idle_kill_minutes} onChange={set("idle_kill_minutes")} />
+          </Field>
+          <Field label="Interactive: warn after (minutes)" name="interactive_idle_warn_minutes" errors={errors} hint="empty: off">
+            <input id="f-interactive_idle_warn_minutes" type="number" min={1} value={values.interactive_idle_warn_minutes} onChange={set("interactive_idle_warn_minutes")} />
+          </Field>
+          <Field label="Interactive: kill after (minutes)" name="interactive_idle_kill_minutes" errors={errors}>
+            <input id="f-interactive_idle_kill_minutes" type="number" min={0} value={values.interactive_idle_kill_minutes} onChange={set("interactive_idle_kill_minutes")} />
           </Field>
         </div>
         <Field label="Notification (shown to members as a banner)" name="notification" errors={errors}>
@@ -178,4 +210,12 @@ function Members({ vc }: { vc: string }) {
       {failure !== null && Object.keys(errors).length === 0 && <ErrorBox error={failure} />}
     </div>
   );
+}
+
+function optional(value: number | null | undefined): string {
+  return value === null || value === undefined ? "" : String(value);
+}
+
+function orNull(value: string): number | null {
+  return value.trim() === "" ? null : Number(value);
 }

@@ -105,6 +105,10 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # prometheus-client's multiprocess files are per process id: those of an earlier
+        # run would add old workers' counters to this run's.
+        for stale in settings.TRAINYARD_METRICS_DIR.glob("*.db"):
+            stale.unlink(missing_ok=True)
         redis = None
         if not settings.REDIS_URL:
             # Before the demo data: what it asks of the job manager must find Redis up.

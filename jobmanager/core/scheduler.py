@@ -58,7 +58,10 @@ __all__ = ["QueueBook", "covered_borrowers", "queue_order", "schedule"]
 # short enough to backfill (as Slurm's bf_max_job_test bounds its backfill scan).
 BACKFILL_DEPTH = 64
 # Jobs per VC and pass that look for LAS victims.
-LAS_PREEMPTION_TRIES = 16
+LAS_PREEMPTION_TRIES = 64
+# Least attained service: a preempted job waits at most this many times what it ran
+# (and at least the starvation guard) before it goes back to the first queue.
+LAS_STARVE_FACTOR = 2.0
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
 FAIR_SHARE_START_SECONDS = 3600.0
 
@@ -197,8 +200,12 @@ class _Pass:
     def rank(self, vc: VcState, job: QueuedJob) -> tuple:
         """A job's place in its VC's queue before its queue order, by the VC's policy."""
         if vc.policy == Policy.LAS:
-            if self.snapshot.now - job.waiting_from >= self.snapshot.starvation_seconds:
-                return (0,)  # waited too long: first again, whatever it ran
+            # Waited too long (past the guard, and some times what it ran: Tiresias's
+            # STARVE_LIMIT): first again, whatever it ran.
+            ran = job.attained / max(job.shape.total.gpus, 1)
+            guard = max(self.snapshot.starvation_seconds, LAS_STARVE_FACTOR * ran)
+            if self.snapshot.now - job.waiting_from >= guard:
+                return (0,)
             return (las_level(job.attained, self.snapshot.las_thresholds),)
         if vc.policy == Policy.FAIR_SHARE:
             return (self.usage[(vc.name, job.user)],)

@@ -21,20 +21,26 @@ from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob, WorkerPlacement
 
 Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
+SHORT_MARGIN = 1.5
+OVERRUN_SECONDS = 600.0
+OVERRUN_SHARE = 0.1
 
 
-def effective_end(job: RunningJob, now: float) -> float | None:
-    """When a running job is taken to end, for reservations (None: unknown)."""
+def effective_end(job: RunningJob, now: float) -> float:
+    """When a running job is taken to end, for reservations."""
     if job.releasing:
         return now
     ends = [end for end in (job.expected_end, job.deadline) if end is not None]
     if not ends:
-        return None
-    end = min(ends)
-    if end > now:
-        return end
-    # Past its expected end (and its wall time not enforced yet): as long again.
-    return now + max(60.0, now - job.started_at)
+        # None known: it is taken to run as long again as it has so far.
+        return now + max(60.0, now - job.started_at)
+    if min(ends) > now:
+        return min(ends)
+    # Past its expected end (its wall time not enforced yet): soon, rather than late, so
+    # that few jobs count as short enough to backfill onto the reserved nodes meanwhile
+    # (a reservation planned too early costs some backfill; one planned too late lets
+    # short jobs fill the nodes it needs and slips when the job does end).
+    return now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - job.started_at))
 
 
 @dataclass
@@ -49,8 +55,9 @@ class Reservation:
     held: list[WorkerPlacement] = field(default_factory=list)
 
     def is_short(self, duration: float | None, now: float) -> bool:
-        """Whether a job of this expected duration, started now, ends by the shadow."""
-        return duration is not None and now + duration <= self.shadow
+        """Whether a job of this expected duration, started now, ends by the shadow
+        even if it runs half as long again as expected (learned estimates are means)."""
+        return duration is not None and now + SHORT_MARGIN * duration <= self.shadow
 
     def hold(self, cluster: ClusterState) -> None:
         """Take what the gang needs at the shadow time of what is free now and does not
@@ -58,10 +65,11 @@ class Reservation:
         self.held = []
         for name, need in self.needed.items():
             node = cluster.nodes[name]
-            back = self.released.get(name, (0, 0, 0))
-            gpus = max(0, min(len(node.free_gpus), need[0] - back[0]))
-            millicpus = max(0, min(node.free_millicpus, need[1] - back[1]))
-            memory = max(0, min(node.free_memory, need[2] - back[2]))
+            # All of it, not less what running jobs are expected to give back: they may
+            # run longer than expected, and the reservation would slip.
+            gpus = max(0, min(len(node.free_gpus), need[0]))
+            millicpus = max(0, min(node.free_millicpus, need[1]))
+            memory = max(0, min(node.free_memory, need[2]))
             if gpus or millicpus or memory:
                 self.held.append(
                     WorkerPlacement(name, tuple(node.free_gpus[:gpus]), millicpus, memory)
@@ -155,7 +163,14 @@ def reserve(
     # The nodes it takes then: those that fit the most workers (whole nodes for gangs).
     needed: dict[str, Amounts] = {}
     left = shape.workers
-    for name in sorted(fitting, key=lambda name: (-fitting[name], name)):
+
+    # Nodes free now first, so that one pass after another keeps the same nodes (and
+    # what is held stays held) rather than moving the reservation around.
+    def preference(name: str) -> tuple:
+        node = cluster.nodes[name]
+        return (-fitting[name], -len(node.free_gpus), -node.free_millicpus, name)
+
+    for name in sorted(fitting, key=preference):
         if left <= 0 or fitting[name] <= 0:
             break
         count = min(left, fitting[name])

@@ -59,9 +59,6 @@ __all__ = ["QueueBook", "covered_borrowers", "queue_order", "schedule"]
 BACKFILL_DEPTH = 64
 # Jobs per VC and pass that look for LAS victims.
 LAS_PREEMPTION_TRIES = 64
-# Least attained service: a preempted job waits at most this many times what it ran
-# (and at least the starvation guard) before it goes back to the first queue.
-LAS_STARVE_FACTOR = 2.0
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
 FAIR_SHARE_START_SECONDS = 3600.0
 
@@ -190,9 +187,7 @@ class _Pass:
             for job in self.snapshot.running:
                 if job.releasing or job.id in self.preempted:
                     continue  # pending already: free for reservations
-                end = effective_end(job, now)
-                if end is not None:
-                    ends.append((end, len(ends), job.placement))
+                ends.append((effective_end(job, now), len(ends), job.placement))
             heapq.heapify(ends)
             self.ends = ends
         return self.ends
@@ -203,7 +198,7 @@ class _Pass:
             # Waited too long (past the guard, and some times what it ran: Tiresias's
             # STARVE_LIMIT): first again, whatever it ran.
             ran = job.attained / max(job.shape.total.gpus, 1)
-            guard = max(self.snapshot.starvation_seconds, LAS_STARVE_FACTOR * ran)
+            guard = max(self.snapshot.starvation_seconds, self.snapshot.las_starve_factor * ran)
             if self.snapshot.now - job.waiting_from >= guard:
                 return (0,)
             return (las_level(job.attained, self.snapshot.las_thresholds),)

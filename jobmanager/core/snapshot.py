@@ -221,6 +221,9 @@ class Snapshot:
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     # A job LAS restarted is not preempted again before it has run this long.
     las_quantum: float = 1800.0
+    # A preempted job waits at most this many times what it ran (and at least the
+    # starvation guard) before it goes back to the first queue (Tiresias's STARVE_LIMIT).
+    las_starve_factor: float = 1.0
     # Fair share: each (VC, user)'s decayed past usage in GPU-seconds.
     usage: dict[tuple[str, str], float] = field(default_factory=dict)
 

@@ -44,6 +44,7 @@ class ReplayOptions:
     oracle: bool = False  # backfill knows each duration in advance (no real scheduler does)
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     las_quantum: float = 1800.0
+    las_starve_factor: float = 1.0
     deadline_factor: float | None = None  # jobs get deadline = submit + factor x duration
 
 
@@ -70,6 +71,7 @@ class Replay:
     passes: int = 0
     wall_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0  # work preemptions threw away (since last checkpoints)
+    busy_in_window: float = 0.0  # busy GPU-seconds from the first submission to the last
 
     @property
     def label(self) -> str:
@@ -144,11 +146,14 @@ def replay(
             "fair_lending": options.fair_lending,
             "las_thresholds": options.las_thresholds,
             "las_quantum": options.las_quantum,
+            "las_starve_factor": options.las_starve_factor,
         },
     )
 
     busy_gpus = 0
-    last_event = jobs[0].submitted if jobs else 0.0
+    first_submit = jobs[0].submitted if jobs else 0.0
+    last_submit = jobs[-1].submitted if jobs else 0.0
+    last_event = first_submit
     next_job = 0
     pass_at = math.inf
     while True:
@@ -158,6 +163,9 @@ def replay(
         if now == math.inf:
             break
         result.busy_gpu_seconds += busy_gpus * (now - last_event)
+        overlap = min(now, last_submit) - max(last_event, first_submit)
+        if overlap > 0:
+            result.busy_in_window += busy_gpus * overlap
         last_event = now
 
         changed = False

@@ -277,10 +277,8 @@ def test_a_vc_within_its_quota_is_not_kept_waiting_by_borrowers(snapshot):
             # A reserving policy's first waiting job gets a reservation that later jobs
             # must leave alone (or, with no expected end to plan by, blocks as FIFO).
             may_block = (
-                vc.policy in (Policy.FIFO, Policy.RF)
-                and (vc.policy == Policy.FIFO or starved)
-                or vc.policy.reserves
-            )
+                vc.policy in (Policy.FIFO, Policy.RF) and (vc.policy == Policy.FIFO or starved)
+            ) or vc.policy.reserves
             quota = vc.quota.get(job.shape.gpu_type, Resources())
             within_quota = (used[job.shape.gpu_type] + job.shape.total).fits_in(quota)
             if job.id in starts:

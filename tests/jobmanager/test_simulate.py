@@ -291,7 +291,7 @@ def test_fifo_keeps_the_small_job_behind_the_gang():
     assert metrics.avg_queue_delay == (0 + 0 + 80 + 100) / 4
     assert metrics.makespan == 140
     # 4*100 + 4*50 + 8*30 + 2*10 busy GPU-seconds of 8 GPUs over 140 s
-    assert metrics.gpu_utilisation == pytest.approx(860 / (8 * 140))
+    assert metrics.utilisation_makespan == pytest.approx(860 / (8 * 140))
     assert (metrics.completed, metrics.preemptions, metrics.queued_over_15min) == (4, 0, 0)
 
 
@@ -303,7 +303,7 @@ def test_runnable_first_lets_the_small_job_by():
     assert by_id(result, result.first_start) == {"j1": 0, "j2": 10, "j3": 100, "j4": 60}
     assert metrics.avg_jct == (100 + 50 + 110 + 40) / 4
     assert metrics.makespan == 130
-    assert metrics.gpu_utilisation == pytest.approx(860 / (8 * 130))
+    assert metrics.utilisation_makespan == pytest.approx(860 / (8 * 130))
 
 
 def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
@@ -322,7 +322,7 @@ def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
     metrics = measure(result)
     assert metrics.preemptions == 1
     # b2's first 10 s are busy too, though lost: 4*(100 + 10 + 100 + 50) of 8*160
-    assert metrics.gpu_utilisation == pytest.approx(4 * 260 / (8 * 160))
+    assert metrics.utilisation_makespan == pytest.approx(4 * 260 / (8 * 160))
 
 
 @pytest.mark.parametrize(("placement", "delay"), [(Placement.PACK, 0), (Placement.SPREAD, 999)])
@@ -352,7 +352,7 @@ def test_every_job_of_a_busy_multi_vc_trace_completes_under_every_combination():
         metrics = measure(result)
 
         assert metrics.completed == len(trace.jobs)
-        assert 0 < metrics.gpu_utilisation <= 1
+        assert 0 < metrics.utilisation_makespan <= 1
         assert sum(result.starts) - len(trace.jobs) == result.preemptions
         for job_id, submitted, ended in zip(
             result.job_ids, result.submitted, result.ended, strict=True

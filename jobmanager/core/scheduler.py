@@ -37,6 +37,7 @@ from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers, fewest_victims, preemption_order
 from jobmanager.core.queues import QueueBook, Walk, las_level, queue_order
 from jobmanager.core.reservations import NEVER, Reservation, effective_end, reserve
+from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
     NO_RESOURCES,
     Decisions,
@@ -74,35 +75,6 @@ class _VcQueue:
     las_tries: int = 0
 
 
-class QuotaUse:
-    """What each VC's guaranteed work holds of each GPU type (GPUs, millicores, MiB)."""
-
-    def __init__(self) -> None:
-        self._held: dict[tuple[str, str], list[int]] = {}
-
-    def add(self, vc: str, shape: JobShape, sign: int = 1) -> None:
-        """Count the job (sign -1: no longer)."""
-        held = self._held.setdefault((vc, shape.gpu_type), [0, 0, 0])
-        per_worker, workers = shape.per_worker, shape.workers * sign
-        held[0] += per_worker.gpus * workers
-        held[1] += per_worker.millicpus * workers
-        held[2] += per_worker.memory * workers
-
-    def gpus(self, vc: str, gpu_type: str) -> int:
-        return self._held.get((vc, gpu_type), (0, 0, 0))[0]
-
-    def room_for(self, vc: VcState, shape: JobShape) -> bool:
-        """Whether the VC's quota has room for the job besides its guaranteed work."""
-        quota = vc.quota.get(shape.gpu_type, NO_RESOURCES)
-        held = self._held.get((vc.name, shape.gpu_type), (0, 0, 0))
-        per_worker, workers = shape.per_worker, shape.workers
-        return (
-            held[0] + per_worker.gpus * workers <= quota.gpus
-            and held[1] + per_worker.millicpus * workers <= quota.millicpus
-            and held[2] + per_worker.memory * workers <= quota.memory
-        )
-
-
 @dataclass
 class _Pass:
     snapshot: Snapshot
@@ -126,6 +98,7 @@ class _Pass:
     usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
+    summary: RunningSummary = field(default_factory=RunningSummary)
 
     def starved(self, job: QueuedJob) -> bool:
         return self.snapshot.now - job.queued_at >= self.snapshot.starvation_seconds
@@ -212,22 +185,21 @@ def covered_borrowers(snapshot: Snapshot) -> set[str]:
     work has ended): they count as guaranteed and are not preempted, since the VC would
     at once take its quota back by starting them again. The highest priority and the
     longest running are covered first."""
-    return _guaranteed_use(snapshot, _book(snapshot))[1]
+    return _guaranteed_use(snapshot, _book(snapshot), RunningSummary.of(snapshot.running))[1]
 
 
 def _book(snapshot: Snapshot) -> QueueBook:
     return QueueBook.of(snapshot.queued, snapshot.vcs, snapshot.las_thresholds)
 
 
-def _guaranteed_use(snapshot: Snapshot, book: QueueBook) -> tuple[QuotaUse, set[str], set[str]]:
+def _guaranteed_use(
+    snapshot: Snapshot, book: QueueBook, summary: RunningSummary
+) -> tuple[QuotaUse, set[str], set[str]]:
     """What guaranteed work holds of each VC's quota: running jobs, then queued jobs whose
     places were kept by the pass before (their claim comes first), then borrowers the
     rest of the quota covers. Also those borrowers, and those queued jobs."""
     vcs = {vc.name: vc for vc in snapshot.vcs}
-    used = QuotaUse()
-    for job in snapshot.running:
-        if not (job.preemptible or job.borrowing):
-            used.add(job.vc, job.shape)
+    used = summary.guaranteed.copy()
     claimants: set[str] = set()
     reserved = [job for job in book.reserved.values() if job.vc in vcs]
     for job in sorted(reserved, key=queue_order):
@@ -235,11 +207,7 @@ def _guaranteed_use(snapshot: Snapshot, book: QueueBook) -> tuple[QuotaUse, set[
             used.add(job.vc, job.shape)
             claimants.add(job.id)
     covered: set[str] = set()
-    borrowers = [
-        job
-        for job in snapshot.running
-        if job.borrowing and not (job.preemptible or job.releasing) and job.vc in vcs
-    ]
+    borrowers = [job for job in summary.borrowers.values() if job.vc in vcs]
     for job in sorted(borrowers, key=preemption_order, reverse=True):
         if used.room_for(vcs[job.vc], job.shape):
             used.add(job.vc, job.shape)
@@ -248,7 +216,10 @@ def _guaranteed_use(snapshot: Snapshot, book: QueueBook) -> tuple[QuotaUse, set[
 
 
 def schedule(
-    snapshot: Snapshot, free: ClusterState | None = None, book: QueueBook | None = None
+    snapshot: Snapshot,
+    free: ClusterState | None = None,
+    book: QueueBook | None = None,
+    summary: RunningSummary | None = None,
 ) -> Decisions:
     """Decide what starts, what is preempted and why everything else waits.
 
@@ -256,33 +227,38 @@ def schedule(
     taken, kept up to date by the caller (a simulation) between passes; the pass uses it
     in a trial and leaves it as it was. Without it, the pass builds it from the snapshot.
     ``book``, if given, holds the queued jobs (kept up to date by the caller, who then
-    leaves ``snapshot.queued`` empty); the pass does not change it.
+    leaves ``snapshot.queued`` empty); the pass does not change it. ``summary``, if given,
+    sums up the snapshot's running jobs (RunningSummary, kept up to date by the caller).
     """
     if book is None:
         book = _book(snapshot)
+    if summary is None:
+        summary = RunningSummary.of(snapshot.running)
     if free is None:
         cluster = ClusterState.of(snapshot.nodes, snapshot.running, snapshot.placement)
-        return _schedule(snapshot, cluster, book)
+        return _schedule(snapshot, cluster, book, summary)
     with free.trial():
-        return _schedule(snapshot, free, book)
+        return _schedule(snapshot, free, book, summary)
 
 
-def _schedule(snapshot: Snapshot, cluster: ClusterState, book: QueueBook) -> Decisions:
-    used, covered, claimants = _guaranteed_use(snapshot, book)
-    victims = [job for job in snapshot.running if job.can_be_preempted and job.id not in covered]
+def _schedule(
+    snapshot: Snapshot, cluster: ClusterState, book: QueueBook, summary: RunningSummary
+) -> Decisions:
+    used, covered, claimants = _guaranteed_use(snapshot, book, summary)
+    victims = [job for job in summary.preemptible.values() if job.id not in covered]
     state = _Pass(snapshot, cluster, Borrowers(victims, snapshot.now), book, guaranteed_use=used)
+    state.summary = summary
     vcs = {vc.name: vc for vc in snapshot.vcs}
     now = snapshot.now
-    fair = any(vc.policy == Policy.FAIR_SHARE for vc in snapshot.vcs)
-    for key, amount in snapshot.usage.items():
-        state.usage[key] += amount
-    for job in snapshot.running:
-        if job.interactive:
-            state.interactive_gpus[job.vc] += job.shape.total.gpus
-        if job.borrowing:
-            state.borrowed_gpus[job.vc] += job.shape.total.gpus
-        if fair:
-            state.usage[(job.vc, job.user)] += job.shape.total.gpus * max(0.0, now - job.started_at)
+    for vc_name, gpus in summary.interactive_gpus.items():
+        state.interactive_gpus[vc_name] += gpus
+    for vc_name, gpus in summary.borrowed_gpus.items():
+        state.borrowed_gpus[vc_name] += gpus
+    if any(vc.policy == Policy.FAIR_SHARE for vc in snapshot.vcs):
+        for key, amount in snapshot.usage.items():
+            state.usage[key] += amount
+        for key in summary.gpus:
+            state.usage[key] += summary.ran(key, now)
     if snapshot.explain:
         state.decisions.waits.extend(
             Wait(job.id, f"VC {job.vc} does not exist")
@@ -563,9 +539,8 @@ def _preempt_for_less_attained(state: _Pass, queue: _VcQueue, job: QueuedJob) ->
         pool = Borrowers(
             (
                 running
-                for running in snapshot.running
+                for running in state.summary.preemptible.values()
                 if running.vc == queue.vc.name
-                and running.can_be_preempted
                 and running.id not in state.preempted
                 and now - running.started_at >= snapshot.las_quantum
                 and las_level(running.attained_at(now), snapshot.las_thresholds) > level

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.queues import QueueBook
+from jobmanager.core.running import RunningSummary
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
     LAS_THRESHOLDS,
@@ -62,12 +63,14 @@ class SimulatedCluster:
     # so that a pass need not rebuild it from every running job.
     free: ClusterState = field(init=False)
     book: QueueBook = field(init=False)
+    summary: RunningSummary = field(init=False)
     # Decayed usage by (VC, user), stored scaled by 2 ** (time / half-life).
     _usage: dict[tuple[str, str], float] = field(init=False)
     _fair: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.free = ClusterState.of(self.nodes, self.running.values(), self.placement)
+        self.summary = RunningSummary.of(self.running.values())
         thresholds = self.options.get("las_thresholds", LAS_THRESHOLDS)
         self.book = QueueBook(self.vcs, thresholds)  # type: ignore[arg-type]
         self._usage = defaultdict(float)
@@ -81,6 +84,7 @@ class SimulatedCluster:
 
     def add_running(self, job: RunningJob, ends_at: float, spec: QueuedJob) -> None:
         self.running[job.id] = job
+        self.summary.add(job)
         self.specs[job.id] = spec
         self.free.occupy(job.placement)
         heapq.heappush(self.ends, (ends_at, job.id, job.started_at))
@@ -117,7 +121,7 @@ class SimulatedCluster:
 
     def schedule(self, now: float) -> Decisions:
         """One scheduling pass at ``now`` (not applied)."""
-        return schedule(self.snapshot(now, queued=False), self.free, self.book)
+        return schedule(self.snapshot(now, queued=False), self.free, self.book, self.summary)
 
     def step(self, now: float, max_passes: int = 4) -> Decisions:
         """Passes at ``now`` until one preempts nothing (at most ``max_passes``), merged:
@@ -146,6 +150,7 @@ class SimulatedCluster:
         for preemption in decisions.preemptions:
             victim = self.running.pop(preemption.job_id, None)
             if victim is not None:
+                self.summary.remove(victim)
                 self.free.release(victim.placement)
                 self._use(victim, now)
                 ran = max(0.0, now - victim.started_at)
@@ -170,7 +175,7 @@ class SimulatedCluster:
                 self.book.remove(job.id)
             self.free.occupy(start.placement)
             expected = self.expect(job) if self.expect is not None else job.expected_duration
-            self.running[job.id] = RunningJob(
+            running = self.running[job.id] = RunningJob(
                 id=job.id,
                 vc=job.vc,
                 shape=job.shape,
@@ -187,6 +192,7 @@ class SimulatedCluster:
                 checkpoint_interval=job.checkpoint_interval,
                 due=job.due,
             )
+            self.summary.add(running)
             remaining = max(0.0, self.run_time(job) - self.saved.get(job.id, 0.0))
             heapq.heappush(self.ends, (now + remaining, job.id, now))
         for job_id, placement in decisions.claims.items():
@@ -209,6 +215,7 @@ class SimulatedCluster:
         while (at := self.next_end()) is not None and at <= now:
             _, job_id, _ = heapq.heappop(self.ends)
             job = self.running.pop(job_id)
+            self.summary.remove(job)
             self.free.release(job.placement)
             self._use(job, at)
             self.saved.pop(job_id, None)

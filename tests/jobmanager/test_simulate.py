@@ -402,7 +402,7 @@ def test_a_job_larger_than_the_cluster_is_left_out_and_reported():
 # --- the command line --------------------------------------------------------------------
 
 
-def test_the_command_line_compares_the_four_runs_on_an_itp_slice(tmp_path):
+def test_the_command_line_compares_every_policy_and_placement_on_an_itp_slice(tmp_path):
     output = tmp_path / "out"
 
     completed = subprocess.run(
@@ -414,31 +414,41 @@ def test_the_command_line_compares_the_four_runs_on_an_itp_slice(tmp_path):
             str(CLUSTER01),
             "--limit",
             "150",
+            "--compare",
             "--output",
             str(output),
         ],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
-        timeout=60,
+        timeout=120,
     )
 
     assert completed.returncode == 0, completed.stderr
-    for label in ("FIFO+pack", "FIFO+spread", "RF+pack", "RF+spread"):
-        assert label in completed.stdout
+    expected = [
+        (policy, placement)
+        for policy in ("FIFO", "RF", "BF", "LAS", "FS")
+        for placement in ("pack", "spread")
+    ]
+    for policy, placement in expected:
+        assert f"{policy}+{placement}" in completed.stdout
+    assert "util% window" in completed.stdout and "util% makespan" in completed.stdout
     with (output / "comparison.csv").open() as source:
         rows = list(csv.DictReader(source))
-    assert [(row["policy"], row["placement"]) for row in rows] == [
-        ("FIFO", "pack"),
-        ("FIFO", "spread"),
-        ("RF", "pack"),
-        ("RF", "spread"),
-    ]
+    assert [(row["policy"], row["placement"]) for row in rows] == expected
     assert {row["completed"] for row in rows} == {"150"}
     document = json.loads((output / "comparison.json").read_text())
-    assert document["jobs"] == 150 and len(document["runs"]) == 4
+    assert document["jobs"] == 150 and len(document["runs"]) == len(expected)
     png = (output / "comparison.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    # One row per job and run: when it was submitted, started and ended, and its wait.
+    with (output / "jobs-BF+pack.csv").open() as source:
+        jobs = list(csv.DictReader(source))
+    assert len(jobs) == 150
+    for job in jobs:
+        wait = float(job["first_start"]) - float(job["submitted"])
+        assert float(job["wait"]) == pytest.approx(wait)
+        assert float(job["ended"]) >= float(job["first_start"]) + float(job["duration"]) - 1e-6
 
 
 def test_the_simulator_imports_no_django_celery_or_kubernetes():

@@ -95,6 +95,7 @@ class _Pass:
     # What holds resources, by expected end, for reservations (built when first needed).
     ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
     preempted: set[str] = field(default_factory=set)
+    started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
     usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
@@ -116,6 +117,17 @@ class _Pass:
     def place_job(self, job: QueuedJob) -> tuple[WorkerPlacement, ...] | None:
         """Place the job; one expected to end before a reservation's shadow time may
         take what that reservation holds."""
+        own = next((r for r in self.reservations if r.job.id == job.id), None)
+        if own is not None:
+            # Its own reservation holds nothing back from it.
+            own.lift(self.cluster)
+            self.reservations.remove(own)
+            self.unplaceable.discard(job.shape)
+            placement = self.cluster.place(job.shape)
+            if placement is None:
+                self.reservations.append(own)
+                own.hold(self.cluster)
+            return placement
         placement = self.place(job.shape)
         if placement is not None or not self.reservations:
             return placement
@@ -147,11 +159,13 @@ class _Pass:
         )
 
     def note_end(self, job: QueuedJob, placement: tuple[WorkerPlacement, ...]) -> None:
-        """A job started in this pass holds its place until its expected end (for the
-        reservations made after it)."""
-        if self.ends is not None and job.expected_duration is not None:
-            end = self.snapshot.now + job.expected_duration
-            heapq.heappush(self.ends, (end, len(self.ends), placement))
+        """A job started in this pass holds its place until its expected end (or, with
+        none, as a running job with none: see effective_end) for reservations."""
+        now = self.snapshot.now
+        duration = job.expected_duration if job.expected_duration is not None else 60.0
+        self.started_ends.append((now + duration, placement))
+        if self.ends is not None:
+            heapq.heappush(self.ends, (now + duration, -len(self.started_ends), placement))
 
     def running_ends(self) -> list[tuple[float, int, tuple[WorkerPlacement, ...]]]:
         if self.ends is None:
@@ -161,6 +175,8 @@ class _Pass:
                 if job.releasing or job.id in self.preempted:
                     continue  # pending already: free for reservations
                 ends.append((effective_end(job, now), len(ends), job.placement))
+            for index, (end, placement) in enumerate(self.started_ends, 1):
+                ends.append((end, -index, placement))
             heapq.heapify(ends)
             self.ends = ends
         return self.ends
@@ -330,7 +346,15 @@ def _phase_one(state: _Pass, queue: _VcQueue) -> None:
                     if policy == Policy.FIFO or (policy == Policy.RF and state.starved(job)):
                         queue.stopped = True
                         break
-                    queue.dead.add(job.shape)
+                    if policy.reserves and queue.reservation is None:
+                        # The VC's first job that cannot start now: the guaranteed work
+                        # behind it leaves its place free (it is judged in phase two),
+                        # or, with nothing to plan by, waits behind it.
+                        if not _reserve(state, queue, job):
+                            queue.stopped = True
+                            break
+                    else:
+                        queue.dead.add(job.shape)
                 continue
             state.judged.add(job.id)
             _start_guaranteed(state, queue, job)
@@ -611,19 +635,10 @@ def _wait(
     if blocks is None:
         blocks = policy == Policy.FIFO or (policy == Policy.RF and state.starved(job))
         if policy.reserves and reservable and queue.reservation is None:
-            reservation = reserve(
-                state.cluster, job, sorted(state.running_ends()), state.snapshot.now
-            )
-            if reservation is None:
-                blocks = True
-            elif reservation is not NEVER:
-                queue.reservation = reservation
-                state.reservations.append(reservation)
-                reservation.hold(state.cluster)
-                if state.snapshot.explain:
-                    reason += (
-                        f" (reserved: starts by {reservation.shadow:.0f} at the latest expected)"
-                    )
+            blocks = not _reserve(state, queue, job)
+        mine = queue.reservation
+        if state.snapshot.explain and mine is not None and mine.job.id == job.id:
+            reason += f" (reserved: expected to start by {mine.shadow:.0f})"
     if state.snapshot.explain:
         state.decisions.waits.append(Wait(job.id, reason))
     if blocks and queue.blocker is None:
@@ -634,6 +649,19 @@ def _wait(
         queue.blocker_reason = (
             f"waits behind job {job.id}: first in VC {queue.vc.name}'s queue ({name}): {reason}"
         )
+
+
+def _reserve(state: _Pass, queue: _VcQueue, job: QueuedJob) -> bool:
+    """Give the job the VC's reservation; False if running jobs give no time to plan it
+    by (it then blocks its VC as under FIFO)."""
+    reservation = reserve(state.cluster, job, sorted(state.running_ends()), state.snapshot.now)
+    if reservation is None:
+        return False
+    if reservation is not NEVER:
+        queue.reservation = reservation
+        state.reservations.append(reservation)
+        reservation.hold(state.cluster)
+    return True
 
 
 def _explain(state: _Pass, job: QueuedJob) -> str:

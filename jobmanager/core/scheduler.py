@@ -555,7 +555,9 @@ def _preempt_for_less_attained(state: _Pass, queue: _VcQueue, job: QueuedJob) ->
     if queue.las_tries >= LAS_PREEMPTION_TRIES:
         return False
     queue.las_tries += 1
-    level = state.rank(queue.vc, job)[0]
+    # By what it ran, not where waiting moved it: a job let ahead for having waited
+    # long takes what is free first, but preempts only as its queue would.
+    level = las_level(job.attained, state.snapshot.las_thresholds)
     pool = state.las_victims.get((queue.vc.name, level))
     if pool is None:
         snapshot = state.snapshot

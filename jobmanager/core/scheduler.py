@@ -57,7 +57,7 @@ __all__ = ["QueueBook", "covered_borrowers", "queue_order", "schedule"]
 
 # Jobs of a shape that waits for a reservation still read in one pass, looking for one
 # short enough to backfill (as Slurm's bf_max_job_test bounds its backfill scan).
-BACKFILL_DEPTH = 64
+BACKFILL_DEPTH = 16
 # Jobs per VC and pass that look for LAS victims.
 LAS_PREEMPTION_TRIES = 64
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
@@ -133,6 +133,11 @@ class _Pass:
             return placement
         budget = self.backfill_budget.get(job.shape, 0)
         if budget <= 0:
+            return None
+        held = sum(len(worker.gpus) for r in self.reservations for worker in r.held)
+        if held < job.shape.per_worker.gpus:
+            # Nothing held that it could take: no job of the shape starts in this pass.
+            self.backfill_budget[job.shape] = 0
             return None
         self.backfill_budget[job.shape] = budget - 1
         now = self.snapshot.now

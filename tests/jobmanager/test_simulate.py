@@ -325,8 +325,9 @@ def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
     assert metrics.utilisation_makespan == pytest.approx(4 * 260 / (8 * 160))
 
 
+@pytest.mark.parametrize("policy", list(Policy))
 @pytest.mark.parametrize(("placement", "delay"), [(Placement.PACK, 0), (Placement.SPREAD, 999)])
-def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay):
+def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay, policy):
     # Four 4-GPU nodes, four 1-GPU jobs, then a 4-GPU job: packed, the small jobs share one
     # node; spread, they take one GPU on every node and the big job waits for them.
     cluster = ClusterSpec(nodes=4, gpus_per_node=4)
@@ -335,7 +336,7 @@ def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay):
         ("big", "vc", 1.0, 100.0, 4),
     )
 
-    result = run(trace, cluster, placement=placement)
+    result = run(trace, cluster, policy, placement=placement)
 
     queue_delay = by_id(result, result.first_start)["big"] - 1.0
     assert queue_delay == delay

@@ -65,13 +65,22 @@ class QueueBook:
             return las_level(job.attained, self.las_thresholds)
         if policy == Policy.FAIR_SHARE:
             return job.user
+        if policy == Policy.BACKFILL and job.due is not None:
+            return "deadline"
         return None
+
+    def order(self, job: QueuedJob) -> tuple:
+        """A job's place in its stream: queue order; by deadline first in backfill's
+        stream of jobs with one (earliest deadline first)."""
+        if job.due is not None and self.policies[job.vc] == Policy.BACKFILL:
+            return (job.due, *queue_order(job))
+        return queue_order(job)
 
     def add(self, job: QueuedJob) -> None:
         if job.id in self.jobs:
             self.remove(job.id)
         key = (job.shape, self.group(job))
-        order = queue_order(job)
+        order = self.order(job)
         insort(self.streams[job.vc].setdefault(key, []), (order, job))
         self.jobs[job.id] = (job.vc, key, order)
         if job.reserved:

@@ -30,8 +30,10 @@ cannot start, so that its cost follows the jobs it decides on rather than the qu
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers, fewest_victims, preemption_order
@@ -57,7 +59,7 @@ __all__ = ["QueueBook", "covered_borrowers", "queue_order", "schedule"]
 
 # Jobs of a shape that waits for a reservation still read in one pass, looking for one
 # short enough to backfill (as Slurm's bf_max_job_test bounds its backfill scan).
-BACKFILL_DEPTH = 16
+BACKFILL_DEPTH = 8
 # Jobs per VC and pass that look for LAS victims.
 LAS_PREEMPTION_TRIES = 64
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
@@ -170,9 +172,10 @@ class _Pass:
         duration = job.expected_duration if job.expected_duration is not None else 60.0
         self.started_ends.append((now + duration, placement))
         if self.ends is not None:
-            heapq.heappush(self.ends, (now + duration, -len(self.started_ends), placement))
+            insort(self.ends, (now + duration, -len(self.started_ends), placement))
 
     def running_ends(self) -> list[tuple[float, int, tuple[WorkerPlacement, ...]]]:
+        """What holds resources, in order of expected end (built once a pass)."""
         if self.ends is None:
             now = self.snapshot.now
             ends = []
@@ -182,7 +185,7 @@ class _Pass:
                 ends.append((effective_end(job, now), len(ends), job.placement))
             for index, (end, placement) in enumerate(self.started_ends, 1):
                 ends.append((end, -index, placement))
-            heapq.heapify(ends)
+            ends.sort()
             self.ends = ends
         return self.ends
 
@@ -198,6 +201,13 @@ class _Pass:
             return (las_level(job.attained, self.snapshot.las_thresholds),)
         if vc.policy == Policy.FAIR_SHARE:
             return (self.usage[(vc.name, job.user)],)
+        if vc.policy == Policy.BACKFILL:
+            # Earliest deadline first among jobs that can still make theirs; the others
+            # (none set, or out of reach) in queue order after them.
+            due = job.due
+            if due is not None and self.snapshot.now + (job.expected_duration or 0.0) <= due:
+                return (0, due)
+            return (1, *queue_order(job))
         return ()
 
 
@@ -470,6 +480,8 @@ def _take_kept_place(state: _Pass, queue: _VcQueue, job: QueuedJob) -> bool:
 
 
 def _preempt(state: _Pass, victims: list[RunningJob], job: QueuedJob, reason: str) -> None:
+    if victims:
+        state.ends = None  # what they hold is pending now: plan reservations afresh
     for victim in victims:
         if victim.id in state.borrowers.held:
             state.borrowers.remove(victim)
@@ -645,7 +657,8 @@ def _wait(
             blocks = not _reserve(state, queue, job)
         mine = queue.reservation
         if state.snapshot.explain and mine is not None and mine.job.id == job.id:
-            reason += f" (reserved: expected to start by {mine.shadow:.0f})"
+            when = datetime.fromtimestamp(mine.shadow, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            reason += f" (reserved: expected to start by {when})"
     if state.snapshot.explain:
         state.decisions.waits.append(Wait(job.id, reason))
     if blocks and queue.blocker is None:
@@ -661,7 +674,7 @@ def _wait(
 def _reserve(state: _Pass, queue: _VcQueue, job: QueuedJob) -> bool:
     """Give the job the VC's reservation; False if running jobs give no time to plan it
     by (it then blocks its VC as under FIFO)."""
-    reservation = reserve(state.cluster, job, sorted(state.running_ends()), state.snapshot.now)
+    reservation = reserve(state.cluster, job, state.running_ends(), state.snapshot.now)
     if reservation is None:
         return False
     if reservation is not NEVER:

@@ -108,6 +108,23 @@ def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep():
     assert "light" not in started(schedule(fifo))
 
 
+def test_backfill_runs_a_job_that_can_still_make_its_deadline_first():
+    """One free 4-GPU node: of three 4-GPU jobs, the one whose deadline it can still make
+    goes first; one that would miss its deadline anyway keeps its place."""
+    cluster = nodes(1)
+    first = queued("first", gpus=4, at=1.0)
+    urgent = queued("urgent", gpus=4, at=3.0, due=700.0, expected_duration=100.0)
+    hopeless = queued("hopeless", gpus=4, at=2.0, due=150.0, expected_duration=100.0)
+
+    assert started(decide(cluster, [vc("a", 4, Policy.BACKFILL)], [], [first, urgent])) == [
+        "urgent"
+    ]
+    assert started(decide(cluster, [vc("a", 4, Policy.BACKFILL)], [], [first, hopeless])) == [
+        "first"
+    ]
+    assert started(decide(cluster, [vc("a", 4, Policy.FIFO)], [], [first, urgent])) == ["first"]
+
+
 def test_victims_that_just_checkpointed_go_first():
     """Two borrowers of equal priority; the one that started last but checkpoints rarely
     would lose more than the one that started first and checkpointed a minute ago."""

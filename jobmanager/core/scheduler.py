@@ -101,6 +101,7 @@ class _Pass:
     usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
+    lifted: _VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
     summary: RunningSummary = field(default_factory=RunningSummary)
 
     def starved(self, job: QueuedJob) -> bool:
@@ -343,6 +344,7 @@ def _phase_one(state: _Pass, queue: _VcQueue) -> None:
     explain = state.snapshot.explain
     walk = _walk(state, queue, state.judged, lambda shape: not explain and shape in queue.dead)
     _others_holds(state, queue, lift=True)
+    state.lifted = queue
     state.unplaceable.clear()
     try:
         for job in walk:
@@ -377,6 +379,7 @@ def _phase_one(state: _Pass, queue: _VcQueue) -> None:
         state.unplaceable.clear()
         state.backfill_budget.clear()
         _others_holds(state, queue, lift=False)
+        state.lifted = None
 
 
 def _phase_two(state: _Pass, queues: list[_VcQueue]) -> None:
@@ -674,14 +677,23 @@ def _wait(
 def _reserve(state: _Pass, queue: _VcQueue, job: QueuedJob) -> bool:
     """Give the job the VC's reservation; False if running jobs give no time to plan it
     by (it then blocks its VC as under FIFO)."""
-    reservation = reserve(state.cluster, job, state.running_ends(), state.snapshot.now)
-    if reservation is None:
-        return False
-    if reservation is not NEVER:
-        queue.reservation = reservation
-        state.reservations.append(reservation)
-        reservation.hold(state.cluster)
-    return True
+    # Reservations never share what they hold: other VCs' holds, lifted while this VC's
+    # guaranteed work is placed, are back while this one is planned.
+    lifted = state.lifted
+    if lifted is not None:
+        _others_holds(state, lifted, lift=False)
+    try:
+        reservation = reserve(state.cluster, job, state.running_ends(), state.snapshot.now)
+        if reservation is None:
+            return False
+        if reservation is not NEVER:
+            queue.reservation = reservation
+            state.reservations.append(reservation)
+            reservation.hold(state.cluster)
+        return True
+    finally:
+        if lifted is not None:
+            _others_holds(state, lifted, lift=True)
 
 
 def _explain(state: _Pass, job: QueuedJob) -> str:

@@ -125,6 +125,26 @@ def test_backfill_runs_a_job_that_can_still_make_its_deadline_first():
     assert started(decide(cluster, [vc("a", 4, Policy.FIFO)], [], [first, urgent])) == ["first"]
 
 
+def test_fair_lending_gives_an_idle_gpu_to_the_vc_borrowing_least_for_its_quota():
+    """One GPU idle (VC x lends its quota); a borrows 2 GPUs on a quota of 1, b 1 on 3:
+    b's job gets the GPU though a's was submitted first (without fair lending, a's)."""
+    cluster = nodes(2)
+    busy = [
+        running("a-own", "a", ("n00", (0,))),
+        running("a-borrow", "a", ("n00", (1, 2)), borrowing=True),
+        running("b-own", "b", ("n01", (0, 1, 2))),
+        running("b-borrow", "b", ("n00", (3,)), borrowing=True),
+    ]
+    queue = [queued("a1", "a", at=1.0), queued("b1", "b", at=2.0)]
+    # (Runnable first: under the reserving policies each VC's first waiting job has a
+    # reservation, kept in the order of the VCs' first jobs, whoever borrows.)
+    vcs = (vc("a", 1, Policy.RF), vc("b", 3, Policy.RF), vc("x", 4))
+    base = Snapshot(now=100.0, nodes=cluster, vcs=vcs, running=tuple(busy), queued=tuple(queue))
+
+    assert started(schedule(replace(base, fair_lending=True))) == ["b1"]
+    assert started(schedule(base)) == ["a1"]
+
+
 def test_victims_that_just_checkpointed_go_first():
     """Two borrowers of equal priority; the one that started last but checkpoints rarely
     would lose more than the one that started first and checkpointed a minute ago."""

@@ -71,7 +71,6 @@ class _VcQueue:
     vc: VcState
     blocker: QueuedJob | None = None  # the job that holds the queue back
     blocker_reason: str = ""
-    stopped: bool = False  # phase one stopped here (FIFO: beyond quota); phase two goes on
     dead: set[JobShape] = field(default_factory=set)  # shapes phase one gave up on
     reservation: Reservation | None = None
     las_tries: int = 0
@@ -361,14 +360,12 @@ def _phase_one(state: _Pass, queue: _VcQueue) -> None:
                 if not job.preemptible:
                     policy = queue.vc.policy
                     if policy == Policy.FIFO or (policy == Policy.RF and state.starved(job)):
-                        queue.stopped = True
                         break
                     if policy.reserves and queue.reservation is None:
                         # The VC's first job that cannot start now: the guaranteed work
                         # behind it leaves its place free (it is judged in phase two),
                         # or, with nothing to plan by, waits behind it.
                         if not _reserve(state, queue, job):
-                            queue.stopped = True
                             break
                     else:
                         queue.dead.add(job.shape)

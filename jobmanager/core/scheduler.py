@@ -22,7 +22,8 @@ jobmanager.core.queues) replace runnable first's starvation guard by a reservati
 each VC's first job that cannot start: later jobs, of every VC's second phase, start now
 only if they leave its place free in time. Least attained service orders a VC's jobs by
 their LAS queue and lets a job preempt its VC's preemptible jobs of a later queue that
-have run a quantum since they started; fair share orders them by their user's usage.
+have run a quantum since they started; fair share orders them by their user's usage;
+backfill runs first the jobs with a deadline they can still make, earliest first.
 A pass reads queued jobs through a QueueBook, dropping whole streams of a shape that
 cannot start, so that its cost follows the jobs it decides on rather than the queue.
 """

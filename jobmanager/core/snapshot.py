@@ -29,7 +29,7 @@ class Policy(StrEnum):
 
 
 # Least attained service: GPU-seconds at which a job moves to the next queue.
-LAS_THRESHOLDS = (4 * 3600.0, 32 * 3600.0)
+LAS_THRESHOLDS = (16 * 3600.0,)  # one queue boundary, at 16 GPU-hours: the best measured
 DEFAULT_POLICY = Policy.BACKFILL  # the best measured on the ITP traces (docs/benchmarks.md)
 
 

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.jobs.estimates import learned_run_times
 from backend.jobs.lease import Lease
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, JobType, StopOutcome
 from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
@@ -29,6 +30,7 @@ from jobmanager.core import (
     WorkerPlacement,
     schedule,
 )
+from jobmanager.core.estimates import RunTimeEstimator
 from jobmanager.core.snapshot import JobShape, Policy
 
 RELEASING_STATUSES = (JobStatus.PAUSING, JobStatus.KILLING)
@@ -47,7 +49,7 @@ JOB_COLUMNS = (
     "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
-    "max_wall_time", "node_selector", "reserved_placement",
+    "max_wall_time", "node_selector", "reserved_placement", "owner__username",
 )  # fmt: skip
 
 
@@ -85,14 +87,15 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
             "id", "name", "policy", "max_interactive_gpus"
         )
     )
+    estimates = learned_run_times()
     running = tuple(
-        _running_job(row)
+        _running_job(row, estimates)
         for row in Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
     )
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
-    queued = tuple(queued_job(row) for row in ready.order_by().values(*JOB_COLUMNS))
+    queued = tuple(queued_job(row, estimates) for row in ready.order_by().values(*JOB_COLUMNS))
     return Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -118,8 +121,18 @@ def _wall_time(row: dict) -> int:
     return min(row["max_wall_time"], row["vc__max_wall_time"])
 
 
-def _running_job(row: dict) -> RunningJob:
+def _expected_run(row: dict, estimates: RunTimeEstimator | None) -> float | None:
+    """How long the job is expected to run: its user's similar jobs, within its wall time."""
+    wall_time = float(_wall_time(row))
+    if estimates is None:
+        return wall_time
+    gpus = row["workers"] * row["gpus_per_worker"]
+    return estimates.estimate(row["vc__name"], row["owner__username"] or "", gpus, wall_time)
+
+
+def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> RunningJob:
     started = row["started_at"] or row["updated_at"]
+    expected = _expected_run(row, estimates)
     return RunningJob(
         id=row["job_id"],
         vc=row["vc__name"],
@@ -133,10 +146,12 @@ def _running_job(row: dict) -> RunningJob:
         releasing=row["status"] in RELEASING_STATUSES,
         deadline=epoch(started) + _wall_time(row),
         queued_at=epoch(row["queued_at"]),
+        user=row["owner__username"] or "",
+        expected_end=None if expected is None else epoch(started) + expected,
     )
 
 
-def queued_job(row: dict) -> QueuedJob:
+def queued_job(row: dict, estimates: RunTimeEstimator | None = None) -> QueuedJob:
     """The scheduler's view of a waiting job, from a row of ``JOB_COLUMNS``."""
     return QueuedJob(
         id=row["job_id"],
@@ -148,6 +163,8 @@ def queued_job(row: dict) -> QueuedJob:
         interactive=row["type"] == JobType.INTERACTIVE,
         max_wall_time=float(_wall_time(row)),
         reserved=placement_from_json(row["reserved_placement"]),
+        user=row["owner__username"] or "",
+        expected_duration=_expected_run(row, estimates),
     )
 
 

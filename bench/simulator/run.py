@@ -84,7 +84,7 @@ def bench(name: str, trace: Trace, cluster: ClusterSpec, args: argparse.Namespac
         "ms_per_pass": round(1000 * seconds / max(result.passes, 1), 3),
         "completed": metrics.completed,
         "preemptions": metrics.preemptions,
-        "gpu_utilisation": round(metrics.gpu_utilisation, 4),
+        "utilisation_makespan": round(metrics.utilisation_makespan, 4),
         "avg_queue_delay_s": round(metrics.avg_queue_delay, 1),
     }
     print(

@@ -116,7 +116,7 @@ export interface Vc {
   name: string;
   description: string;
   notification: string;
-  policy: "FIFO" | "RF";
+  policy: "FIFO" | "RF" | "BF" | "LAS" | "FS";
   max_wall_time: number;
   max_interactive_gpus: number;
   default_max_retries: number;

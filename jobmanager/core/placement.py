@@ -65,13 +65,15 @@ class FreeNode:
 def workers_fitting(per_worker: Resources, gpus: int, millicpus: int, memory: int) -> int:
     """How many workers of this size fit in these free resources (at most 1,000,000)."""
     fitting = 1_000_000
-    for need, free in (
-        (per_worker.gpus, gpus),
-        (per_worker.millicpus, millicpus),
-        (per_worker.memory, memory),
-    ):
-        if need > 0:
-            fitting = min(fitting, max(free, 0) // need)
+    need = per_worker.gpus
+    if need > 0:
+        fitting = min(fitting, gpus // need if gpus > 0 else 0)
+    need = per_worker.millicpus
+    if need > 0:
+        fitting = min(fitting, millicpus // need if millicpus > 0 else 0)
+    need = per_worker.memory
+    if need > 0:
+        fitting = min(fitting, memory // need if memory > 0 else 0)
     return fitting
 
 

@@ -19,9 +19,11 @@ from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob
 _NOTHING = (0, 0, 0)
 
 
-def preemption_order(job: RunningJob) -> tuple:
-    """The first victims: lowest priority, then the most recently started."""
-    return (job.priority, -job.started_at, job.id)
+def preemption_order(job: RunningJob, now: float | None = None) -> tuple:
+    """The first victims: lowest priority, then the least work lost: the most recently
+    started, or (given ``now``) the most recently checkpointed."""
+    saved = job.started_at if now is None else job.last_checkpoint(now)
+    return (job.priority, -saved, job.id)
 
 
 def ahead_in_its_queue(running: RunningJob, job: QueuedJob) -> bool:
@@ -40,13 +42,14 @@ class Borrowers:
     """Running jobs that guaranteed work may preempt, in preemption order, by GPU type and
     by node, with what each holds on each node."""
 
-    def __init__(self, jobs: Iterable[RunningJob]) -> None:
+    def __init__(self, jobs: Iterable[RunningJob], now: float | None = None) -> None:
+        self.now = now
         self.by_type: dict[str, dict[str, RunningJob]] = defaultdict(dict)
         self.on_node: dict[str, dict[str, RunningJob]] = defaultdict(dict)
         self.held: dict[str, dict[str, tuple[int, int, int]]] = {}  # job -> node -> amounts
         self.gpus: dict[str, int] = defaultdict(int)
         self.of_vc: dict[str, int] = defaultdict(int)  # how many each VC has
-        for job in sorted(jobs, key=preemption_order):
+        for job in sorted(jobs, key=self.order):
             self.by_type[job.shape.gpu_type][job.id] = job
             self.gpus[job.shape.gpu_type] += job.shape.total.gpus
             self.of_vc[job.vc] += 1
@@ -60,6 +63,9 @@ class Borrowers:
                     memory + worker.memory,
                 )
             self.held[job.id] = held
+
+    def order(self, job: RunningJob) -> tuple:
+        return preemption_order(job, self.now)
 
     def remove(self, job: RunningJob) -> None:
         del self.by_type[job.shape.gpu_type][job.id]
@@ -152,13 +158,13 @@ def fewest_victims(
         return None
     # Spare the victims not needed after all, the most protected first.
     surplus = -need
-    for victim in sorted(chosen, key=preemption_order, reverse=True):
+    for victim in sorted(chosen, key=borrowers.order, reverse=True):
         loss = room.loss(borrowers.held[victim.id])
         if loss <= surplus:
             chosen.remove(victim)
             room.add(borrowers.held[victim.id], sign=-1)
             surplus -= loss
-    return sorted(chosen, key=preemption_order)
+    return sorted(chosen, key=borrowers.order)
 
 
 def _greedy(
@@ -180,7 +186,7 @@ def _greedy(
             for count, gain in prefixes:
                 useful = min(gain, need)
                 # Fewest victims per worker gained; then the most workers in one go.
-                score = (count / useful, -useful, preemption_order(here[0]), name)
+                score = (count / useful, -useful, borrowers.order(here[0]), name)
                 if best is None or score < best[0]:
                     best = (score, here[:count])
         if best is None:
@@ -209,7 +215,7 @@ def _options(
         and victim.shape.gpu_type == job.shape.gpu_type
         and not ahead_in_its_queue(victim, job)
     ]
-    here.sort(key=lambda victim: (-borrowers.held[victim.id][name][0], *preemption_order(victim)))
+    here.sort(key=lambda victim: (-borrowers.held[victim.id][name][0], *borrowers.order(victim)))
     current = room.on(node)
     amounts = _NOTHING
     prefixes = []

@@ -12,6 +12,25 @@ from enum import StrEnum
 class Policy(StrEnum):
     FIFO = "FIFO"  # the head of a VC's queue blocks the jobs behind it
     RF = "RF"  # runnable first: a job that cannot start lets smaller ones by
+    # Backfill with reservations (EASY): the first job that cannot start gets a place at
+    # its earliest start from running jobs' expected ends; later jobs start now only if
+    # they leave that place free in time.
+    BACKFILL = "BF"
+    # Least attained service (Tiresias): discrete queues by attained GPU-time, preempting
+    # preemptible work of a higher queue; reservations as under BACKFILL bound the wait.
+    LAS = "LAS"
+    # Fair share between a VC's users by decayed usage, with reservations as BACKFILL.
+    FAIR_SHARE = "FS"
+
+    @property
+    def reserves(self) -> bool:
+        """Whether the first job that cannot start gets a reservation."""
+        return self in (Policy.BACKFILL, Policy.LAS, Policy.FAIR_SHARE)
+
+
+# Least attained service: GPU-seconds at which a job moves to the next queue.
+LAS_THRESHOLDS = (16 * 3600.0,)  # one queue boundary, at 16 GPU-hours: the best measured
+DEFAULT_POLICY = Policy.BACKFILL  # the best measured on the ITP traces (docs/benchmarks.md)
 
 
 class Placement(StrEnum):
@@ -110,6 +129,23 @@ class RunningJob:
     releasing: bool = False  # being stopped (killed, paused or preempted)
     deadline: float | None = None  # when its wall time runs out
     queued_at: float | None = None  # its place in the queue if requeued; else started_at
+    user: str = ""
+    # When it is expected to end: its wall time, or sooner from its user's history.
+    expected_end: float | None = None
+    attained: float = 0.0  # GPU-seconds it ran before this start (least attained service)
+    checkpoint_interval: float | None = None  # seconds between its checkpoints
+    due: float | None = None  # the deadline its user set (QueuedJob.due)
+
+    def last_checkpoint(self, now: float) -> float:
+        """When it last saved its work (its start, if it never checkpoints): what it ran
+        since is lost if it is preempted now."""
+        interval = self.checkpoint_interval
+        if not interval or now <= self.started_at:
+            return self.started_at
+        return self.started_at + ((now - self.started_at) // interval) * interval
+
+    def attained_at(self, now: float) -> float:
+        return self.attained + self.shape.total.gpus * max(0.0, now - self.started_at)
 
     @property
     def queue_position(self) -> float:
@@ -125,6 +161,9 @@ class RunningJob:
             priority=self.priority,
             preemptible=self.preemptible,
             interactive=self.interactive,
+            user=self.user,
+            checkpoint_interval=self.checkpoint_interval,
+            due=self.due,
         )
 
     @property
@@ -145,6 +184,18 @@ class QueuedJob:
     # The place an earlier pass kept for it while the jobs preempted for it let go
     # (Decisions.claims); a pass takes exactly this place when it can.
     reserved: tuple[WorkerPlacement, ...] = ()
+    user: str = ""
+    # How long it is expected to run (learned from its user's similar jobs, or its wall
+    # time); None: unknown, so it is never backfilled ahead of a reservation.
+    expected_duration: float | None = None
+    attained: float = 0.0  # GPU-seconds it ran before it was preempted
+    waiting_since: float | None = None  # when it (last) began to wait; else queued_at
+    checkpoint_interval: float | None = None
+    due: float | None = None  # its deadline (seconds since the epoch), if its user set one
+
+    @property
+    def waiting_from(self) -> float:
+        return self.queued_at if self.waiting_since is None else self.waiting_since
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +212,20 @@ class Snapshot:
     # False: decide starts and preemptions only, with no reasons to wait (Decisions.waits
     # stays empty), as start-time estimates need, at a fraction of the cost.
     explain: bool = True
+    # False: nobody borrows idle quota of other VCs (jobs beyond quota wait).
+    borrowing: bool = True
+    # True: idle GPUs are lent to the VC borrowing least for its quota first; False: in
+    # queue order across VCs.
+    fair_lending: bool = False
+    # Least attained service: the GPU-seconds at which a job moves down a queue.
+    las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
+    # A job LAS restarted is not preempted again before it has run this long.
+    las_quantum: float = 1800.0
+    # A preempted job waits at most this many times what it ran (and at least the
+    # starvation guard) before it goes back to the first queue (Tiresias's STARVE_LIMIT).
+    las_starve_factor: float = 1.0
+    # Fair share: each (VC, user)'s decayed past usage in GPU-seconds.
+    usage: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +256,8 @@ class Decisions:
     # Places kept for waiting jobs until what they wait for is released: to be handed
     # back as QueuedJob.reserved in the next pass, so that it does not plan afresh.
     claims: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
+    # Backfill reservations: job -> when it is planned to start (its shadow time).
+    reservations: dict[str, float] = field(default_factory=dict)
 
     def started_ids(self) -> set[str]:
         return {start.job_id for start in self.starts}

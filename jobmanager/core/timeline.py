@@ -7,15 +7,20 @@ Used by the trace simulator, and by the live system to estimate when waiting job
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from jobmanager.core.placement import ClusterState
+from jobmanager.core.queues import QueueBook
+from jobmanager.core.running import RunningSummary
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
+    LAS_THRESHOLDS,
     Decisions,
     NodeState,
     Placement,
+    Policy,
     QueuedJob,
     RunningJob,
     Snapshot,
@@ -29,7 +34,10 @@ class SimulatedCluster:
     """Nodes, VCs, running and queued jobs, changed only by decisions and job ends.
 
     ``run_time`` says how long a job runs once started (from its start; a preempted job
-    starts its full run again, unless the caller's function says otherwise).
+    runs again what it did not save: everything, or what it ran since its last
+    checkpoint). ``expect`` gives a starting job's expected run time (none: its
+    ``expected_duration``), from which its expected end is set. ``options`` are Snapshot
+    fields set for every pass (LAS thresholds, fair lending, borrowing).
     """
 
     nodes: tuple[NodeState, ...]
@@ -46,24 +54,44 @@ class SimulatedCluster:
     # Places the last pass kept for waiting jobs, handed to the next pass.
     reserved: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
     explain: bool = True  # False: passes give no reasons to wait (faster)
+    expect: Callable[[QueuedJob], float | None] | None = None
+    options: dict[str, object] = field(default_factory=dict)
+    usage_half_life: float = 7 * 24 * 3600.0  # fair share: past usage halves this often
+    saved: dict[str, float] = field(default_factory=dict)  # work kept over preemptions
+    lost_gpu_seconds: float = 0.0  # work preemption threw away
     # Free capacity with the running jobs taken, kept up to date as jobs start and end,
     # so that a pass need not rebuild it from every running job.
     free: ClusterState = field(init=False)
+    book: QueueBook = field(init=False)
+    summary: RunningSummary = field(init=False)
+    # Decayed usage by (VC, user), stored scaled by 2 ** (time / half-life).
+    _usage: dict[tuple[str, str], float] = field(init=False)
+    _fair: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.free = ClusterState.of(self.nodes, self.running.values(), self.placement)
+        self.summary = RunningSummary.of(self.running.values())
+        thresholds = self.options.get("las_thresholds", LAS_THRESHOLDS)
+        self.book = QueueBook(self.vcs, thresholds)  # type: ignore[arg-type]
+        self._usage = defaultdict(float)
+        self._fair = any(vc.policy == Policy.FAIR_SHARE for vc in self.vcs)
 
     def submit(self, job: QueuedJob) -> None:
         self.queued[job.id] = job
         self.specs[job.id] = job
+        if job.vc in self.book.policies:
+            self.book.add(job)
 
     def add_running(self, job: RunningJob, ends_at: float, spec: QueuedJob) -> None:
         self.running[job.id] = job
+        self.summary.add(job)
         self.specs[job.id] = spec
         self.free.occupy(job.placement)
         heapq.heappush(self.ends, (ends_at, job.id, job.started_at))
 
-    def snapshot(self, now: float) -> Snapshot:
+    def snapshot(self, now: float, queued: bool = True) -> Snapshot:
+        """The snapshot a pass at ``now`` sees (``queued`` False: without the queue,
+        which the pass then reads from ``book``)."""
         return Snapshot(
             now=now,
             nodes=self.nodes,
@@ -72,15 +100,28 @@ class SimulatedCluster:
             queued=tuple(
                 replace(job, reserved=self.reserved[job.id]) if job.id in self.reserved else job
                 for job in self.queued.values()
-            ),
+            )
+            if queued
+            else tuple(job for job in self.queued.values() if job.vc not in self.book.policies),
             placement=self.placement,
             starvation_seconds=self.starvation_seconds,
             explain=self.explain,
+            usage=self.usage_at(now) if self._fair else {},
+            **self.options,  # type: ignore[arg-type]
         )
+
+    def usage_at(self, now: float) -> dict[tuple[str, str], float]:
+        scale = 2.0 ** (-now / self.usage_half_life)
+        return {key: value * scale for key, value in self._usage.items()}
+
+    def _use(self, job: RunningJob, now: float) -> None:
+        if self._fair:
+            gpu_seconds = job.shape.total.gpus * max(0.0, now - job.started_at)
+            self._usage[(job.vc, job.user)] += gpu_seconds * 2.0 ** (now / self.usage_half_life)
 
     def schedule(self, now: float) -> Decisions:
         """One scheduling pass at ``now`` (not applied)."""
-        return schedule(self.snapshot(now), self.free)
+        return schedule(self.snapshot(now, queued=False), self.free, self.book, self.summary)
 
     def step(self, now: float, max_passes: int = 4) -> Decisions:
         """Passes at ``now`` until one preempts nothing (at most ``max_passes``), merged:
@@ -102,17 +143,39 @@ class SimulatedCluster:
         return decisions
 
     def apply(self, decisions: Decisions, now: float) -> None:
+        for job_id in self.reserved.keys() - decisions.claims.keys():
+            if job_id in self.book:
+                self.book.add(replace(self.queued[job_id], reserved=()))
         self.reserved = dict(decisions.claims)
         for preemption in decisions.preemptions:
             victim = self.running.pop(preemption.job_id, None)
             if victim is not None:
+                self.summary.remove(victim)
                 self.free.release(victim.placement)
-                self.queued[victim.id] = self.specs[victim.id]  # keeps its queue place
+                self._use(victim, now)
+                ran = max(0.0, now - victim.started_at)
+                kept = victim.last_checkpoint(now) - victim.started_at
+                self.saved[victim.id] = self.saved.get(victim.id, 0.0) + kept
+                self.lost_gpu_seconds += (ran - kept) * victim.shape.total.gpus
+                # It keeps its queue place, and carries what it ran (least attained
+                # service) and when it began to wait again.
+                spec = replace(
+                    self.specs[victim.id],
+                    attained=victim.attained_at(now),
+                    waiting_since=now,
+                )
+                self.specs[victim.id] = spec
+                self.queued[victim.id] = spec
+                if spec.vc in self.book.policies:
+                    self.book.add(spec)
                 self.preemptions += 1
         for start in decisions.starts:
             job = self.queued.pop(start.job_id)
+            if job.id in self.book:
+                self.book.remove(job.id)
             self.free.occupy(start.placement)
-            self.running[job.id] = RunningJob(
+            expected = self.expect(job) if self.expect is not None else job.expected_duration
+            running = self.running[job.id] = RunningJob(
                 id=job.id,
                 vc=job.vc,
                 shape=job.shape,
@@ -123,8 +186,18 @@ class SimulatedCluster:
                 borrowing=start.borrowing,
                 interactive=job.interactive,
                 queued_at=job.queued_at,
+                user=job.user,
+                expected_end=None if expected is None else now + expected,
+                attained=job.attained,
+                checkpoint_interval=job.checkpoint_interval,
+                due=job.due,
             )
-            heapq.heappush(self.ends, (now + self.run_time(job), job.id, now))
+            self.summary.add(running)
+            remaining = max(0.0, self.run_time(job) - self.saved.get(job.id, 0.0))
+            heapq.heappush(self.ends, (now + remaining, job.id, now))
+        for job_id, placement in decisions.claims.items():
+            if job_id in self.book:
+                self.book.add(replace(self.queued[job_id], reserved=placement))
 
     def next_end(self) -> float | None:
         """When the next running job ends (stale entries of stopped jobs dropped)."""
@@ -142,7 +215,10 @@ class SimulatedCluster:
         while (at := self.next_end()) is not None and at <= now:
             _, job_id, _ = heapq.heappop(self.ends)
             job = self.running.pop(job_id)
+            self.summary.remove(job)
             self.free.release(job.placement)
+            self._use(job, at)
+            self.saved.pop(job_id, None)
             finished.append(job)
         return finished
 

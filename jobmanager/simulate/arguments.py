@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from jobmanager.core.snapshot import Placement, Policy
+from jobmanager.simulate.engine import ReplayOptions
 from jobmanager.simulate.synthetic import SyntheticSpec
 
 DEFAULT_TARGET_LOAD = 0.8
@@ -19,7 +20,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m jobmanager.simulate",
         description=(
             "Replay a GPU job trace on a simulated cluster with the scheduling core, under "
-            "each policy (FIFO, RF = runnable first) and placement (pack, spread), and "
+            "each policy (FIFO; RF = runnable first; BF = backfill with reservations; LAS = "
+            "least attained service; FS = fair share) and placement (pack, spread), and "
             "compare job completion time, queueing delay, utilisation and preemptions. "
             "The cluster's GPUs are split into VC quotas in proportion to each VC's offered "
             "GPU-seconds; idle quota is borrowed, and preempted when its VC needs it back. "
@@ -77,6 +79,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for subparser in (itp, philly, synthetic):
         _add_common_options(subparser)
     args = parser.parse_args(argv)
+    if args.compare:
+        args.policies, args.placements = list(Policy), list(Placement)
     if args.nodes is None and args.target_load is None:
         args.target_load = DEFAULT_TARGET_LOAD
     return args
@@ -101,8 +105,14 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "--policies",
         type=_choices(Policy, upper=True),
         default=list(Policy),
-        metavar="FIFO,RF",
-        help="queue policies to compare (default both)",
+        metavar="FIFO,RF,BF,LAS,FS",
+        help="queue policies to compare (default all)",
+    )
+    runs.add_argument(
+        "--compare",
+        action="store_true",
+        help="every policy with pack and spread, side by side (overrides --policies and "
+        "--placements)",
     )
     runs.add_argument(
         "--placements",
@@ -140,6 +150,82 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         help="replay this many runs at once, in separate processes (default 1)",
     )
     runs.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    jobs = parser.add_argument_group("jobs and policies")
+    jobs.add_argument(
+        "--borrowing",
+        choices=("on", "off"),
+        default="on",
+        help="VCs lend idle quota to others (default on)",
+    )
+    jobs.add_argument(
+        "--fair-lending",
+        action="store_true",
+        help="lend idle GPUs to the VC borrowing least for its quota first",
+    )
+    jobs.add_argument(
+        "--preemptible",
+        action="store_true",
+        help="every trace job may be preempted (LAS preempts only preemptible work)",
+    )
+    jobs.add_argument(
+        "--checkpoint-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="jobs checkpoint this often: a preempted job loses only the work since",
+    )
+    jobs.add_argument(
+        "--oracle",
+        action="store_true",
+        help="backfill knows every duration in advance (else: learned from ended jobs)",
+    )
+    jobs.add_argument(
+        "--las-thresholds",
+        type=_float_list,
+        default=ReplayOptions.las_thresholds,
+        metavar="GPU_SECONDS,...",
+        help="attained GPU-seconds at which LAS moves a job down a queue",
+    )
+    jobs.add_argument(
+        "--las-quantum",
+        type=_non_negative_float,
+        default=ReplayOptions.las_quantum,
+        metavar="SECONDS",
+        help="LAS does not preempt a job again before it ran this long (default %(default)s)",
+    )
+    jobs.add_argument(
+        "--las-starve-factor",
+        type=_non_negative_float,
+        default=ReplayOptions.las_starve_factor,
+        help="a preempted job goes back to LAS's first queue after waiting this many times "
+        "what it ran (default %(default)s)",
+    )
+    jobs.add_argument(
+        "--deadline-factor",
+        type=_positive_float,
+        metavar="FACTOR",
+        help="give each job the deadline submission + FACTOR x its duration",
+    )
+
+
+def replay_options(args: argparse.Namespace) -> ReplayOptions:
+    return ReplayOptions(
+        borrowing=args.borrowing == "on",
+        fair_lending=args.fair_lending,
+        preemptible=args.preemptible,
+        checkpoint_interval=args.checkpoint_interval,
+        oracle=args.oracle,
+        las_thresholds=tuple(args.las_thresholds),
+        las_quantum=args.las_quantum,
+        las_starve_factor=args.las_starve_factor,
+        deadline_factor=args.deadline_factor,
+    )
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    values = tuple(_non_negative_float(part.strip()) for part in text.split(",") if part.strip())
+    if list(values) != sorted(values):
+        raise argparse.ArgumentTypeError("thresholds must be in increasing order")
+    return values
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:

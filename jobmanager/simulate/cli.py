@@ -21,10 +21,10 @@ from tqdm import tqdm
 
 from jobmanager.core.snapshot import Placement, Policy
 from jobmanager.simulate import loaders, report
-from jobmanager.simulate.arguments import parse_args
+from jobmanager.simulate.arguments import parse_args, replay_options
 from jobmanager.simulate.cluster import ClusterSpec, nodes_for_load, offered_load, split_quotas
 from jobmanager.simulate.engine import Replay, ReplayError, replay
-from jobmanager.simulate.metrics import measure, queue_delays
+from jobmanager.simulate.metrics import job_rows, measure, queue_delays
 from jobmanager.simulate.synthetic import SyntheticSpec, generate
 from jobmanager.simulate.trace import Trace, TraceError
 
@@ -70,11 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{cluster.gpu_type} (offered load {offered_load(trace, cluster):.2f})"
     )
     delays = [queue_delays(run) for run in runs]
+    jobs = [job_rows(run) for run in runs]
     try:
-        report.write_all(output, rows, delays, setup(args, trace, cluster, quotas, argv), title)
+        report.write_all(
+            output, rows, delays, setup(args, trace, cluster, quotas, argv), title, jobs
+        )
     except OSError as error:
         return _fail(f"cannot write the results to {output}: {error}", REPLAY_ERROR)
-    _say(args, f"wrote comparison.csv, comparison.json and comparison.png to {output}")
+    _say(
+        args,
+        f"wrote comparison.csv, comparison.json, comparison.png and jobs-<run>.csv to {output}",
+    )
     return 0
 
 
@@ -105,6 +111,10 @@ def setup(
         "quotas": quotas,
         "interval_seconds": args.interval,
         "starvation_seconds": args.starvation_seconds,
+        "options": {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in vars(replay_options(args)).items()
+        },
     }
 
 
@@ -169,6 +179,7 @@ def _replay_with_progress(
             interval=args.interval,
             starvation_seconds=args.starvation_seconds,
             on_progress=bar.update,
+            options=replay_options(args),
         )
 
 
@@ -195,6 +206,7 @@ def _replay_in_parallel(
                 placement,
                 interval=args.interval,
                 starvation_seconds=args.starvation_seconds,
+                options=replay_options(args),
             )
             for policy, placement in combinations
         ]

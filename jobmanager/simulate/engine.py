@@ -4,7 +4,10 @@ Simulated time jumps from event to event (submissions and job ends). At each ins
 where something changed and jobs wait, the core's :func:`schedule` decides on a
 snapshot of :class:`SimulatedCluster` and the decisions are applied, as the live job
 manager does. A preempted job goes back to the head of its queue (the core keeps its
-submission time) and, when it starts again, runs its full duration again.
+submission time) and, when it starts again, runs again what it had not checkpointed.
+
+Without ``oracle`` the scheduler never sees a trace job's duration: backfill plans by a
+run-time estimate learned online from the jobs that have ended (RunTimeEstimator).
 """
 
 from __future__ import annotations
@@ -12,20 +15,37 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from jobmanager.core.snapshot import Placement, Policy, QueuedJob
+from jobmanager.core.estimates import RunTimeEstimator
+from jobmanager.core.snapshot import LAS_THRESHOLDS, Placement, Policy, QueuedJob
 from jobmanager.core.timeline import SimulatedCluster
 from jobmanager.simulate.cluster import ClusterSpec, vc_states
 from jobmanager.simulate.trace import Trace
 
-# Passes at one instant: each pass after the first starts the jobs for which the one
-# before preempted borrowers; more than a few means the core does not settle.
+# Passes at one instant go on while they preempt (each starts the jobs the one before
+# preempted for); jobs preempted again at the same instant more often than this mean
+# the core does not settle.
 MAX_PASSES_PER_INSTANT = 16
 
 
 class ReplayError(RuntimeError):
     """The replay could not go on (the core left jobs waiting forever or did not settle)."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a replay treats the trace's jobs, beyond policy and placement."""
+
+    borrowing: bool = True  # VCs lend idle quota (False: jobs beyond quota wait)
+    fair_lending: bool = False  # lend to the VC borrowing least for its quota first
+    preemptible: bool = False  # every trace job may be preempted (as Tiresias assumes)
+    checkpoint_interval: float | None = None  # seconds; None: a preempted job restarts
+    oracle: bool = False  # backfill knows each duration in advance (no real scheduler does)
+    las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
+    las_quantum: float = 1800.0
+    las_starve_factor: float = 1.0
+    deadline_factor: float | None = None  # jobs get deadline = submit + factor x duration
 
 
 @dataclass
@@ -43,11 +63,15 @@ class Replay:
     first_start: list[float | None]
     ended: list[float | None]
     starts: list[int]  # 1 + the times the job was preempted, once completed
+    deadlines: list[float | None] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
     unplaceable: list[str] = field(default_factory=list)  # larger than the whole cluster
     busy_gpu_seconds: float = 0.0
     preemptions: int = 0
     passes: int = 0
     wall_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0  # work preemptions threw away (since last checkpoints)
+    busy_in_window: float = 0.0  # busy GPU-seconds from the first submission to the last
 
     @property
     def label(self) -> str:
@@ -64,6 +88,7 @@ def replay(
     interval: float = 0.0,
     starvation_seconds: float = 3600.0,
     on_progress: Callable[[int], None] | None = None,
+    options: ReplayOptions | None = None,
 ) -> Replay:
     """Run every job of the trace to completion; ``on_progress(n)`` hears of n more ended.
 
@@ -72,6 +97,7 @@ def replay(
     0 runs it at every instant where something changed.
     """
     wall_start = time.perf_counter()
+    options = options or ReplayOptions()
     jobs = [job for job in trace.jobs if cluster.fits(job)]
     shapes = {gpus: cluster.shape(gpus) for gpus in {job.gpus for job in jobs}}
     result = Replay(
@@ -86,22 +112,48 @@ def replay(
         first_start=[None] * len(jobs),
         ended=[None] * len(jobs),
         starts=[0] * len(jobs),
+        deadlines=[
+            job.submitted + options.deadline_factor * job.duration
+            if options.deadline_factor is not None
+            else None
+            for job in jobs
+        ],
+        durations=[job.duration for job in jobs],
         unplaceable=[job.id for job in trace.jobs if not cluster.fits(job)],
     )
     index_of = {job.id: index for index, job in enumerate(jobs)}
     if len(index_of) != len(jobs):
         raise ReplayError(f"trace {trace.name} repeats job ids")
     durations = [job.duration for job in jobs]
+    estimator = RunTimeEstimator()
+
+    def expect(queued: QueuedJob) -> float | None:
+        index = index_of[queued.id]
+        if options.oracle:
+            return durations[index]
+        return estimator.estimate(queued.vc, queued.user, jobs[index].gpus)
+
     sim = SimulatedCluster(
         nodes=cluster.node_states(),
         vcs=vc_states(quotas, cluster, policy),
         run_time=lambda queued: durations[index_of[queued.id]],
         placement=placement,
         starvation_seconds=starvation_seconds,
+        explain=False,
+        expect=expect,
+        options={
+            "borrowing": options.borrowing,
+            "fair_lending": options.fair_lending,
+            "las_thresholds": options.las_thresholds,
+            "las_quantum": options.las_quantum,
+            "las_starve_factor": options.las_starve_factor,
+        },
     )
 
     busy_gpus = 0
-    last_event = jobs[0].submitted if jobs else 0.0
+    first_submit = jobs[0].submitted if jobs else 0.0
+    last_submit = jobs[-1].submitted if jobs else 0.0
+    last_event = first_submit
     next_job = 0
     pass_at = math.inf
     while True:
@@ -111,6 +163,9 @@ def replay(
         if now == math.inf:
             break
         result.busy_gpu_seconds += busy_gpus * (now - last_event)
+        overlap = min(now, last_submit) - max(last_event, first_submit)
+        if overlap > 0:
+            result.busy_in_window += busy_gpus * overlap
         last_event = now
 
         changed = False
@@ -119,10 +174,21 @@ def replay(
             index = index_of[job.id]
             result.ended[index] = now
             busy_gpus -= result.gpus[index]
+            estimator.observe(job.vc, job.user, jobs[index].gpus, durations[index])
             changed = True
         while next_job < len(jobs) and jobs[next_job].submitted <= now:
             job = jobs[next_job]
-            sim.submit(QueuedJob(job.id, job.vc, shapes[job.gpus], queued_at=job.submitted))
+            queued = QueuedJob(
+                job.id,
+                job.vc,
+                shapes[job.gpus],
+                queued_at=job.submitted,
+                preemptible=options.preemptible,
+                user=job.user,
+                checkpoint_interval=options.checkpoint_interval,
+                due=result.deadlines[next_job],
+            )
+            sim.submit(replace(queued, expected_duration=expect(queued)))
             next_job += 1
             changed = True
         if changed and sim.queued:
@@ -140,6 +206,7 @@ def replay(
             "waiting with nothing running and nothing left to submit"
         )
     result.preemptions = sim.preemptions
+    result.lost_gpu_seconds = sim.lost_gpu_seconds
     result.wall_seconds = time.perf_counter() - wall_start
     return result
 
@@ -159,12 +226,17 @@ def _schedule_until_settled(
     grace period), and the next pass starts the jobs they were preempted for.
     """
     change = 0
-    for _ in range(MAX_PASSES_PER_INSTANT):
+    preempted: set[str] = set()
+    repeats = 0
+    while True:
         decisions = sim.schedule(now)
         result.passes += 1
         for preemption in decisions.preemptions:
             if preemption.job_id in sim.running:
                 change -= result.gpus[index_of[preemption.job_id]]
+            if preemption.job_id in preempted:
+                repeats += 1
+            preempted.add(preemption.job_id)
         sim.apply(decisions, now)
         for start in decisions.starts:
             index = index_of[start.job_id]
@@ -174,6 +246,8 @@ def _schedule_until_settled(
             change += result.gpus[index]
         if not decisions.preemptions:
             return change
-    raise ReplayError(
-        f"the scheduler still preempted jobs after {MAX_PASSES_PER_INSTANT} passes at t={now}"
-    )
+        if repeats > MAX_PASSES_PER_INSTANT:
+            raise ReplayError(
+                f"the scheduler preempted the same jobs again and again at t={now}: "
+                "it does not settle"
+            )

@@ -109,15 +109,15 @@ def load_philly(path: Path | str, limit: int | None = None) -> Trace:
             parsed.append(job)
     if not parsed:
         return Trace(path.stem, (), skipped)
-    origin = min(submitted for _, _, submitted, _, _ in parsed)
+    origin = min(submitted for _, _, submitted, _, _, _ in parsed)
     jobs = [
-        TraceJob(job_id, vc, (submitted - origin).total_seconds(), duration, gpus)
-        for job_id, vc, submitted, duration, gpus in parsed
+        TraceJob(job_id, vc, (submitted - origin).total_seconds(), duration, gpus, user)
+        for job_id, vc, submitted, duration, gpus, user in parsed
     ]
     return Trace.of(path.stem, jobs, skipped, limit)
 
 
-def _philly_job(entry: object) -> tuple[str, str, datetime, float, int] | None:
+def _philly_job(entry: object) -> tuple[str, str, datetime, float, int, str] | None:
     if not isinstance(entry, dict):
         raise TypeError(f"expected an object, found {type(entry).__name__}")
     job_id = str(entry["jobid"])
@@ -136,7 +136,8 @@ def _philly_job(entry: object) -> tuple[str, str, datetime, float, int] | None:
     gpus = sum(len(node.get("gpus") or []) for node in last.get("detail") or [])
     if gpus == 0:
         return None
-    return job_id, vc, submitted, (ended - started).total_seconds(), gpus
+    user = str(entry.get("user") or "")
+    return job_id, vc, submitted, (ended - started).total_seconds(), gpus, user
 
 
 def _philly_time(value: object, field: str) -> datetime | None:

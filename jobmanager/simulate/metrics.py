@@ -14,8 +14,10 @@ LONG_WAIT_SECONDS = 15 * 60
 @dataclass(frozen=True)
 class RunMetrics:
     """Times in seconds. JCT (job completion time) is end - submission; queueing delay is
-    first start - submission; utilisation is busy GPU-seconds over the cluster's GPU-seconds
-    from the first submission to the last end (the makespan)."""
+    first start - submission. Utilisation is busy GPU-seconds over the cluster's
+    GPU-seconds, over two spans: the submission window (first to last submission: what
+    ``--target-load`` sizes the cluster by) and the makespan (first submission to last
+    end, which includes the drain of the queue after the last submission)."""
 
     policy: str
     placement: str
@@ -25,10 +27,15 @@ class RunMetrics:
     p95_jct: float
     avg_queue_delay: float
     p95_queue_delay: float
+    max_queue_delay: float
     queued_over_15min: int
     preemptions: int
-    gpu_utilisation: float
+    utilisation_submission_window: float
+    utilisation_makespan: float
     makespan: float
+    lost_gpu_hours: float
+    deadlines: int  # jobs that had one
+    deadlines_met: float  # share of those that ended by it (NaN: none had one)
     unplaceable: int
     passes: int
     wall_seconds: float
@@ -49,6 +56,13 @@ def measure(run: Replay) -> RunMetrics:
     last_end = max((run.ended[index] for index in completed), default=first_submit)
     makespan = last_end - first_submit  # type: ignore[operator]
     capacity = run.cluster.gpus * makespan
+    window = run.cluster.gpus * (max(run.submitted, default=0.0) - first_submit)
+    with_deadline = [index for index, due in enumerate(run.deadlines) if due is not None]
+    met = [
+        index
+        for index in with_deadline
+        if run.ended[index] is not None and run.ended[index] <= run.deadlines[index]  # type: ignore[operator]
+    ]
     return RunMetrics(
         policy=run.policy.value,
         placement=run.placement.value,
@@ -58,10 +72,15 @@ def measure(run: Replay) -> RunMetrics:
         p95_jct=percentile(jcts, 95),
         avg_queue_delay=_mean(delays),
         p95_queue_delay=percentile(delays, 95),
+        max_queue_delay=max(delays, default=math.nan),
         queued_over_15min=sum(1 for delay in delays if delay > LONG_WAIT_SECONDS),
         preemptions=run.preemptions,
-        gpu_utilisation=run.busy_gpu_seconds / capacity if capacity > 0 else 0.0,
+        utilisation_submission_window=run.busy_in_window / window if window > 0 else 0.0,
+        utilisation_makespan=run.busy_gpu_seconds / capacity if capacity > 0 else 0.0,
         makespan=makespan,
+        lost_gpu_hours=run.lost_gpu_seconds / 3600,
+        deadlines=len(with_deadline),
+        deadlines_met=len(met) / len(with_deadline) if with_deadline else math.nan,
         unplaceable=len(run.unplaceable),
         passes=run.passes,
         wall_seconds=run.wall_seconds,
@@ -90,3 +109,33 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
+
+
+JOB_COLUMNS = (
+    "job_id", "submitted", "first_start", "ended", "wait", "jct", "gpus", "duration",
+    "preemptions", "deadline", "deadline_met",
+)  # fmt: skip
+
+
+def job_rows(run: Replay) -> list[dict[str, object]]:
+    """One row per job: submit, first start, end, wait, preemptions, deadline met."""
+    rows = []
+    for index, job_id in enumerate(run.job_ids):
+        start, end, due = run.first_start[index], run.ended[index], run.deadlines[index]
+        submitted = run.submitted[index]
+        rows.append(
+            {
+                "job_id": job_id,
+                "submitted": submitted,
+                "first_start": start,
+                "ended": end,
+                "wait": None if start is None else start - submitted,
+                "jct": None if end is None else end - submitted,
+                "gpus": run.gpus[index],
+                "duration": run.durations[index],
+                "preemptions": max(run.starts[index] - 1, 0),
+                "deadline": due,
+                "deadline_met": None if due is None else end is not None and end <= due,
+            }
+        )
+    return rows

@@ -17,16 +17,19 @@ CDF_POINTS = 2000
 
 # Heading, width, and how a row's value is shown.
 COLUMNS: tuple[tuple[str, int, object], ...] = (
-    ("run", 11, lambda row: row.label),
+    ("run", 12, lambda row: row.label),
     ("done", 7, lambda row: f"{row.completed}"),
     ("avg JCT h", 9, lambda row: _fixed(row.avg_jct / HOUR, 2)),
     ("p95 JCT h", 9, lambda row: _fixed(row.p95_jct / HOUR, 2)),
     ("avg wait m", 10, lambda row: _fixed(row.avg_queue_delay / MINUTE, 1)),
     ("p95 wait m", 10, lambda row: _fixed(row.p95_queue_delay / MINUTE, 1)),
+    ("max wait h", 10, lambda row: _fixed(row.max_queue_delay / HOUR, 1)),
     ("wait>15m", 8, lambda row: f"{row.queued_over_15min}"),
     ("preempt", 7, lambda row: f"{row.preemptions}"),
-    ("util %", 6, lambda row: _fixed(100 * row.gpu_utilisation, 1)),
+    ("util% window", 12, lambda row: _fixed(100 * row.utilisation_submission_window, 1)),
+    ("util% makespan", 14, lambda row: _fixed(100 * row.utilisation_makespan, 1)),
     ("makespan d", 10, lambda row: _fixed(row.makespan / (24 * HOUR), 2)),
+    ("deadline met %", 14, lambda row: _fixed(100 * row.deadlines_met, 1)),
     ("wall s", 7, lambda row: _fixed(row.wall_seconds, 1)),
 )
 
@@ -37,9 +40,13 @@ def write_all(
     delays: Sequence[Sequence[float]],
     setup: dict[str, object],
     title: str,
+    jobs: Sequence[Sequence[dict[str, object]]] = (),
 ) -> None:
-    """comparison.csv, comparison.json and comparison.png in ``output`` (made if missing)."""
+    """comparison.csv, comparison.json and comparison.png in ``output`` (made if missing),
+    and jobs-<run>.csv with one row per job of each run."""
     output.mkdir(parents=True, exist_ok=True)
+    for row, job_rows in zip(rows, jobs, strict=False):
+        write_jobs(job_rows, output / f"jobs-{row.label}.csv")
     write_csv(rows, output / "comparison.csv")
     write_json(rows, setup, output / "comparison.json")
     write_plot(rows, delays, title, output / "comparison.png")
@@ -61,6 +68,15 @@ def write_csv(rows: Sequence[RunMetrics], path: Path) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow(row.as_row())
+
+
+def write_jobs(rows: Sequence[dict[str, object]], path: Path) -> None:
+    from jobmanager.simulate.metrics import JOB_COLUMNS
+
+    with path.open("w", newline="", encoding="utf-8") as target:
+        writer = csv.DictWriter(target, fieldnames=JOB_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def write_json(rows: Sequence[RunMetrics], setup: dict[str, object], path: Path) -> None:

@@ -17,6 +17,7 @@ class TraceJob:
     submitted: float  # seconds from the start of the trace's collection
     duration: float  # run time once started, in seconds
     gpus: int
+    user: str = ""  # where the trace names one (Philly)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_detail_shows_settings_and_my_role(world, who, role):
     detail = world.client(getattr(world, who)).get(f"{VCS}vision/").json()
 
     assert detail["my_role"] == role
-    assert (detail["policy"], detail["max_wall_time"]) == ("FIFO", 7 * 24 * 3600)
+    assert (detail["policy"], detail["max_wall_time"]) == ("BF", 7 * 24 * 3600)
 
 
 def test_cluster_admins_are_admins_of_every_vc(world):
@@ -197,13 +197,24 @@ def test_bad_settings_are_refused_with_field_errors(world, body, field):
     assert response.status_code == 400
     assert field in response.json()
     world.vision.refresh_from_db()
-    assert (world.vision.name, world.vision.policy) == ("vision", "FIFO")
+    assert (world.vision.name, world.vision.policy) == ("vision", "BF")
 
 
 def test_a_settings_body_that_is_not_an_object_is_refused(world):
     response = world.client(world.vc_admin).patch(f"{VCS}vision/", ["policy"], format="json")
 
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("policy", ["FIFO", "RF", "BF", "LAS", "FS"])
+def test_a_vc_admin_chooses_any_scheduling_policy(world, policy):
+    response = world.client(world.vc_admin).patch(
+        f"{VCS}vision/", {"policy": policy}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    world.vision.refresh_from_db()
+    assert world.vision.policy == policy
 
 
 @pytest.mark.parametrize(("who", "status"), [("member", 403), ("outsider", 404)])
@@ -214,7 +225,7 @@ def test_only_vc_admins_change_settings(world, who, status):
 
     assert response.status_code == status
     world.vision.refresh_from_db()
-    assert world.vision.policy == "FIFO"
+    assert world.vision.policy == "BF"
 
 
 def put_quotas(client, body, vc: str = "vision"):

@@ -274,7 +274,11 @@ def test_a_vc_within_its_quota_is_not_kept_waiting_by_borrowers(snapshot):
             if job.id in claimants:
                 return
             starved = NOW - job.queued_at >= snapshot.starvation_seconds
-            may_block = vc.policy == Policy.FIFO or starved
+            # A reserving policy's first waiting job gets a reservation that later jobs
+            # must leave alone (or, with no expected end to plan by, blocks as FIFO).
+            may_block = (
+                vc.policy in (Policy.FIFO, Policy.RF) and (vc.policy == Policy.FIFO or starved)
+            ) or vc.policy.reserves
             quota = vc.quota.get(job.shape.gpu_type, Resources())
             within_quota = (used[job.shape.gpu_type] + job.shape.total).fits_in(quota)
             if job.id in starts:
@@ -354,7 +358,8 @@ def test_preempted_jobs_come_back_at_the_head_of_their_queue(snapshot):
         if preemption.job_id in restarted:
             continue
         requeued = cluster.queued[preemption.job_id]
-        assert requeued == specs[preemption.job_id]  # its submission time kept
+        # Its submission time kept (what it ran and when it began to wait again noted).
+        assert replace(requeued, attained=0.0, waiting_since=None) == specs[preemption.job_id]
         # Nothing submitted after it of the same priority and VC is ahead of it.
         later = [
             job

@@ -291,7 +291,7 @@ def test_fifo_keeps_the_small_job_behind_the_gang():
     assert metrics.avg_queue_delay == (0 + 0 + 80 + 100) / 4
     assert metrics.makespan == 140
     # 4*100 + 4*50 + 8*30 + 2*10 busy GPU-seconds of 8 GPUs over 140 s
-    assert metrics.gpu_utilisation == pytest.approx(860 / (8 * 140))
+    assert metrics.utilisation_makespan == pytest.approx(860 / (8 * 140))
     assert (metrics.completed, metrics.preemptions, metrics.queued_over_15min) == (4, 0, 0)
 
 
@@ -303,7 +303,7 @@ def test_runnable_first_lets_the_small_job_by():
     assert by_id(result, result.first_start) == {"j1": 0, "j2": 10, "j3": 100, "j4": 60}
     assert metrics.avg_jct == (100 + 50 + 110 + 40) / 4
     assert metrics.makespan == 130
-    assert metrics.gpu_utilisation == pytest.approx(860 / (8 * 130))
+    assert metrics.utilisation_makespan == pytest.approx(860 / (8 * 130))
 
 
 def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
@@ -322,11 +322,12 @@ def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
     metrics = measure(result)
     assert metrics.preemptions == 1
     # b2's first 10 s are busy too, though lost: 4*(100 + 10 + 100 + 50) of 8*160
-    assert metrics.gpu_utilisation == pytest.approx(4 * 260 / (8 * 160))
+    assert metrics.utilisation_makespan == pytest.approx(4 * 260 / (8 * 160))
 
 
+@pytest.mark.parametrize("policy", list(Policy))
 @pytest.mark.parametrize(("placement", "delay"), [(Placement.PACK, 0), (Placement.SPREAD, 999)])
-def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay):
+def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay, policy):
     # Four 4-GPU nodes, four 1-GPU jobs, then a 4-GPU job: packed, the small jobs share one
     # node; spread, they take one GPU on every node and the big job waits for them.
     cluster = ClusterSpec(nodes=4, gpus_per_node=4)
@@ -335,7 +336,7 @@ def test_pack_keeps_a_node_whole_for_the_ffdl_gang(placement, delay):
         ("big", "vc", 1.0, 100.0, 4),
     )
 
-    result = run(trace, cluster, placement=placement)
+    result = run(trace, cluster, policy, placement=placement)
 
     queue_delay = by_id(result, result.first_start)["big"] - 1.0
     assert queue_delay == delay
@@ -352,7 +353,7 @@ def test_every_job_of_a_busy_multi_vc_trace_completes_under_every_combination():
         metrics = measure(result)
 
         assert metrics.completed == len(trace.jobs)
-        assert 0 < metrics.gpu_utilisation <= 1
+        assert 0 < metrics.utilisation_makespan <= 1
         assert sum(result.starts) - len(trace.jobs) == result.preemptions
         for job_id, submitted, ended in zip(
             result.job_ids, result.submitted, result.ended, strict=True
@@ -402,7 +403,7 @@ def test_a_job_larger_than_the_cluster_is_left_out_and_reported():
 # --- the command line --------------------------------------------------------------------
 
 
-def test_the_command_line_compares_the_four_runs_on_an_itp_slice(tmp_path):
+def test_the_command_line_compares_every_policy_and_placement_on_an_itp_slice(tmp_path):
     output = tmp_path / "out"
 
     completed = subprocess.run(
@@ -414,31 +415,41 @@ def test_the_command_line_compares_the_four_runs_on_an_itp_slice(tmp_path):
             str(CLUSTER01),
             "--limit",
             "150",
+            "--compare",
             "--output",
             str(output),
         ],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
-        timeout=60,
+        timeout=120,
     )
 
     assert completed.returncode == 0, completed.stderr
-    for label in ("FIFO+pack", "FIFO+spread", "RF+pack", "RF+spread"):
-        assert label in completed.stdout
+    expected = [
+        (policy, placement)
+        for policy in ("FIFO", "RF", "BF", "LAS", "FS")
+        for placement in ("pack", "spread")
+    ]
+    for policy, placement in expected:
+        assert f"{policy}+{placement}" in completed.stdout
+    assert "util% window" in completed.stdout and "util% makespan" in completed.stdout
     with (output / "comparison.csv").open() as source:
         rows = list(csv.DictReader(source))
-    assert [(row["policy"], row["placement"]) for row in rows] == [
-        ("FIFO", "pack"),
-        ("FIFO", "spread"),
-        ("RF", "pack"),
-        ("RF", "spread"),
-    ]
+    assert [(row["policy"], row["placement"]) for row in rows] == expected
     assert {row["completed"] for row in rows} == {"150"}
     document = json.loads((output / "comparison.json").read_text())
-    assert document["jobs"] == 150 and len(document["runs"]) == 4
+    assert document["jobs"] == 150 and len(document["runs"]) == len(expected)
     png = (output / "comparison.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    # One row per job and run: when it was submitted, started and ended, and its wait.
+    with (output / "jobs-BF+pack.csv").open() as source:
+        jobs = list(csv.DictReader(source))
+    assert len(jobs) == 150
+    for job in jobs:
+        wait = float(job["first_start"]) - float(job["submitted"])
+        assert float(job["wait"]) == pytest.approx(wait)
+        assert float(job["ended"]) >= float(job["first_start"]) + float(job["duration"]) - 1e-6
 
 
 def test_the_simulator_imports_no_django_celery_or_kubernetes():

@@ -65,10 +65,13 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     <div className="settings">
       <form onSubmit={save} aria-label="VC settings" noValidate>
         <h2>Scheduling</h2>
-        <Field label="Scheduling policy" name="policy" errors={errors} hint="FIFO: in submission order; RF: the smallest jobs first when resources are short">
+        <Field label="Scheduling policy" name="policy" errors={errors} hint="BF: in order, smaller jobs run ahead when they do not delay the first waiting one; FIFO: strictly in order; RF: the jobs that fit first; LAS: the jobs that have run least first (preempts preemptible jobs); FS: the members who used least first">
           <select id="f-policy" value={values.policy} onChange={set("policy")}>
+            <option value="BF">BF (backfill)</option>
             <option value="FIFO">FIFO</option>
             <option value="RF">RF</option>
+            <option value="LAS">LAS</option>
+            <option value="FS">FS (fair share)</option>
           </select>
         </Field>
         <div className="row">

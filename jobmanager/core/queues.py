@@ -1,0 +1,177 @@
+"""Queued jobs as a pass reads them: by VC, in streams of one shape and one group.
+
+A stream holds the jobs of one VC with one shape and one group (their LAS queue under
+least attained service, their user under fair share, none otherwise), in queue order. A
+pass merges a VC's streams by each head's place under the VC's policy, and drops a whole
+stream once its shape cannot start any more in the pass (free capacity only shrinks), so
+that a pass reads the jobs it decides on, not the whole queue. The simulator keeps one
+book up to date between passes; the live system builds one per pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+from jobmanager.core.snapshot import JobShape, Policy, QueuedJob, VcState
+
+
+def queue_order(job: QueuedJob) -> tuple:
+    """Priority first, then submission time (kept by preempted jobs, which so come back at
+    the head), then the largest gang among jobs submitted at the same instant."""
+    shape = job.shape
+    gpus = shape.per_worker.gpus * shape.workers
+    return (-job.priority, job.queued_at, -gpus, -shape.workers, job.id)
+
+
+def las_level(attained: float, thresholds: tuple[float, ...]) -> int:
+    """The LAS queue of a job that has run this many GPU-seconds (0: the first)."""
+    level = 0
+    for threshold in thresholds:
+        if attained < threshold:
+            break
+        level += 1
+    return level
+
+
+StreamKey = tuple[JobShape, object]
+
+
+class QueueBook:
+    """Every queued job, in streams by VC, shape and group, each in queue order."""
+
+    def __init__(self, vcs: Iterable[VcState], las_thresholds: tuple[float, ...]) -> None:
+        self.policies = {vc.name: vc.policy for vc in vcs}
+        self.las_thresholds = las_thresholds
+        self.streams: dict[str, dict[StreamKey, list[tuple[tuple, QueuedJob]]]] = defaultdict(dict)
+        self.jobs: dict[str, tuple[str, StreamKey, tuple]] = {}  # id -> VC, stream, order
+        self.reserved: dict[str, QueuedJob] = {}  # jobs with a place kept for them
+
+    @classmethod
+    def of(
+        cls, queued: Iterable[QueuedJob], vcs: Iterable[VcState], las_thresholds: tuple
+    ) -> QueueBook:
+        book = cls(vcs, las_thresholds)
+        for job in queued:
+            if job.vc in book.policies:
+                book.add(job)
+        return book
+
+    def group(self, job: QueuedJob) -> object:
+        policy = self.policies[job.vc]
+        if policy == Policy.LAS:
+            return las_level(job.attained, self.las_thresholds)
+        if policy == Policy.FAIR_SHARE:
+            return job.user
+        if policy == Policy.BACKFILL and job.due is not None:
+            return "deadline"
+        return None
+
+    def order(self, job: QueuedJob) -> tuple:
+        """A job's place in its stream: queue order; by deadline first in backfill's
+        stream of jobs with one (earliest deadline first)."""
+        if job.due is not None and self.policies[job.vc] == Policy.BACKFILL:
+            return (job.due, *queue_order(job))
+        return queue_order(job)
+
+    def add(self, job: QueuedJob) -> None:
+        if job.id in self.jobs:
+            self.remove(job.id)
+        key = (job.shape, self.group(job))
+        order = self.order(job)
+        insort(self.streams[job.vc].setdefault(key, []), (order, job))
+        self.jobs[job.id] = (job.vc, key, order)
+        if job.reserved:
+            self.reserved[job.id] = job
+
+    def remove(self, job_id: str) -> None:
+        vc, key, order = self.jobs.pop(job_id)
+        stream = self.streams[vc][key]
+        index = bisect_left(stream, (order,))
+        while stream[index][1].id != job_id:
+            index += 1
+        del stream[index]
+        if not stream:
+            del self.streams[vc][key]
+        self.reserved.pop(job_id, None)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.jobs
+
+    def vcs(self) -> list[str]:
+        return [vc for vc, streams in self.streams.items() if streams]
+
+    def all_jobs(self) -> Iterator[QueuedJob]:
+        for streams in self.streams.values():
+            for stream in streams.values():
+                for _, job in stream:
+                    yield job
+
+
+class Walk:
+    """One VC's queued jobs in its policy's order, read lazily.
+
+    ``rank(job)`` gives a job's place before its queue order (its LAS queue, its user's
+    usage); it may grow while the walk goes on (fair share), and a stream whose head now
+    ranks later is put back in line. Jobs in ``skip`` are passed over; a stream whose shape
+    ``dead(shape)`` says cannot start is dropped whole.
+    """
+
+    def __init__(
+        self,
+        streams: dict[StreamKey, list[tuple[tuple, QueuedJob]]],
+        rank: Callable[[QueuedJob], tuple],
+        skip: set[str],
+        dead: Callable[[JobShape], bool],
+    ) -> None:
+        self.streams = streams
+        self.rank = rank
+        self.skip = skip
+        self.dead = dead
+        self.heap: list[tuple[tuple, tuple, int, StreamKey]] = []
+        for key, stream in streams.items():
+            self.heap.append((rank(stream[0][1]), stream[0][0], 0, key))
+        heapq.heapify(self.heap)
+
+    def peek(self) -> QueuedJob | None:
+        heap = self.heap
+        while heap:
+            rank, order, index, key = heap[0]
+            stream = self.streams[key]
+            if self.dead(key[0]):
+                heapq.heappop(heap)
+                continue
+            job = stream[index][1]
+            if job.id in self.skip:
+                self._advance()
+                continue
+            now_rank = self.rank(job)
+            if now_rank != rank:
+                heapq.heapreplace(heap, (now_rank, order, index, key))
+                continue
+            return job
+        return None
+
+    def _advance(self) -> None:
+        _, _, index, key = self.heap[0]
+        stream = self.streams[key]
+        if index + 1 < len(stream):
+            following = stream[index + 1]
+            heapq.heapreplace(self.heap, (self.rank(following[1]), following[0], index + 1, key))
+        else:
+            heapq.heappop(self.heap)
+
+    def next(self) -> QueuedJob | None:
+        job = self.peek()
+        if job is not None:
+            self._advance()
+        return job
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        while (job := self.next()) is not None:
+            yield job

@@ -1,0 +1,192 @@
+"""Backfill reservations (EASY backfilling, as Slurm's ``sched/backfill``).
+
+The first job of a VC that cannot start gets a *reservation*: the earliest time (its
+shadow time) at which running jobs, ending when they are expected to, leave room for its
+gang, and the nodes it would take then. Of what is free now on those nodes, the part that
+jobs ending before the shadow time do not give back is *held*: taken for every later
+placement, so that a job which starts now and runs past the shadow time cannot take it.
+A job expected to end before the shadow time may use the held resources too, and what it
+takes counts as given back by then.
+
+Expected ends come from each running job (RunningJob.expected_end: wall time or what its
+user's similar jobs really ran); a job already past its expected end is assumed to run as
+long again as it has so far, so that a reservation is never planned in the past.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
+from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob, WorkerPlacement
+
+Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
+SHORT_MARGIN = 1.5
+OVERRUN_SECONDS = 600.0
+OVERRUN_SHARE = 0.1
+
+
+def effective_end(job: RunningJob, now: float) -> float:
+    """When a running job is taken to end, for reservations."""
+    if job.releasing:
+        return now
+    ends = [end for end in (job.expected_end, job.deadline) if end is not None]
+    if not ends:
+        # None known: it is taken to run as long again as it has so far.
+        return now + max(60.0, now - job.started_at)
+    if min(ends) > now:
+        return min(ends)
+    # Past its expected end (its wall time not enforced yet): soon, rather than late, so
+    # that few jobs count as short enough to backfill onto the reserved nodes meanwhile
+    # (a reservation planned too early costs some backfill; one planned too late lets
+    # short jobs fill the nodes it needs and slips when the job does end).
+    return now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - job.started_at))
+
+
+@dataclass
+class Reservation:
+    """A place kept at ``shadow`` for ``job``; ``held`` is what is taken of free resources
+    now so that nothing running past the shadow time gets it."""
+
+    job: QueuedJob
+    shadow: float
+    needed: dict[str, Amounts]  # node -> what the gang takes there at the shadow time
+    released: dict[str, Amounts]  # node -> what comes free there by the shadow time
+    held: list[WorkerPlacement] = field(default_factory=list)
+
+    def is_short(self, duration: float | None, now: float) -> bool:
+        """Whether a job of this expected duration, started now, ends by the shadow
+        even if it runs half as long again as expected (learned estimates are means)."""
+        return duration is not None and now + SHORT_MARGIN * duration <= self.shadow
+
+    def hold(self, cluster: ClusterState) -> None:
+        """Take what the gang needs at the shadow time of what is free now and does not
+        come free by then otherwise."""
+        self.held = []
+        for name, need in self.needed.items():
+            node = cluster.nodes[name]
+            # All of it, not less what running jobs are expected to give back: they may
+            # run longer than expected, and the reservation would slip.
+            gpus = max(0, min(len(node.free_gpus), need[0]))
+            millicpus = max(0, min(node.free_millicpus, need[1]))
+            memory = max(0, min(node.free_memory, need[2]))
+            if gpus or millicpus or memory:
+                self.held.append(
+                    WorkerPlacement(name, tuple(node.free_gpus[:gpus]), millicpus, memory)
+                )
+        cluster.occupy(self.held)
+
+    def lift(self, cluster: ClusterState) -> None:
+        cluster.release(self.held)
+        self.held = []
+
+    def gives_back(self, placement: tuple[WorkerPlacement, ...]) -> None:
+        """A job that ends before the shadow time took this: it comes back by then."""
+        for worker in placement:
+            if worker.node in self.needed:
+                back = self.released.get(worker.node, (0, 0, 0))
+                self.released[worker.node] = (
+                    back[0] + len(worker.gpus),
+                    back[1] + worker.millicpus,
+                    back[2] + worker.memory,
+                )
+
+
+def _eligible(node: FreeNode, shape: JobShape) -> bool:
+    return (
+        node.state.schedulable
+        and node.state.gpu_type == shape.gpu_type
+        and shape.per_worker.fits_in(node.state.capacity)
+        and node.matches(shape.node_selector)
+    )
+
+
+NEVER = "never"
+
+
+def reserve(
+    cluster: ClusterState,
+    job: QueuedJob,
+    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]],
+    now: float,
+) -> Reservation | str | None:
+    """The job's reservation: ``ends`` are (expected end, tie-breaker, placement) of the
+    jobs holding resources, in order of end; None if they do not leave room for it by
+    the end of those with an expected end; NEVER if it cannot run here at all."""
+    shape = job.shape
+    per_worker = shape.per_worker
+    amounts: dict[str, list[int]] = {}
+    fitting: dict[str, int] = {}
+    total = 0
+    for name, node in cluster.nodes.items():
+        if _eligible(node, shape):
+            here = [
+                len(node.free_gpus) + len(node.pending_gpus),
+                node.free_millicpus + node.pending_millicpus,
+                node.free_memory + node.pending_memory,
+            ]
+            amounts[name] = here
+            fitting[name] = workers_fitting(per_worker, *here)
+            total += fitting[name]
+    ever = sum(
+        workers_fitting(
+            per_worker,
+            node.state.capacity.gpus,
+            node.state.capacity.millicpus,
+            node.state.capacity.memory,
+        )
+        for name, node in cluster.nodes.items()
+        if name in amounts
+    )
+    if ever < shape.workers:
+        return NEVER  # it cannot run here even on an empty cluster: nothing to keep
+    shadow = None
+    if total >= shape.workers:
+        shadow = now  # only jobs being stopped stand in the way
+    else:
+        for end, _, placement in ends:
+            for worker in placement:
+                here = amounts.get(worker.node)
+                if here is None:
+                    continue
+                here[0] += len(worker.gpus)
+                here[1] += worker.millicpus
+                here[2] += worker.memory
+                now_fitting = workers_fitting(per_worker, *here)
+                total += now_fitting - fitting[worker.node]
+                fitting[worker.node] = now_fitting
+            if total >= shape.workers:
+                shadow = end
+                break
+    if shadow is None:
+        return None
+    # The nodes it takes then: those that fit the most workers (whole nodes for gangs).
+    needed: dict[str, Amounts] = {}
+    left = shape.workers
+
+    # Nodes free now first, so that one pass after another keeps the same nodes (and
+    # what is held stays held) rather than moving the reservation around.
+    def preference(name: str) -> tuple:
+        node = cluster.nodes[name]
+        return (-fitting[name], -len(node.free_gpus), -node.free_millicpus, name)
+
+    for name in sorted(fitting, key=preference):
+        if left <= 0 or fitting[name] <= 0:
+            break
+        count = min(left, fitting[name])
+        needed[name] = (
+            per_worker.gpus * count,
+            per_worker.millicpus * count,
+            per_worker.memory * count,
+        )
+        left -= count
+    released: dict[str, Amounts] = {}
+    for name in needed:
+        node = cluster.nodes[name]
+        here = amounts[name]
+        released[name] = (
+            here[0] - len(node.free_gpus),
+            here[1] - node.free_millicpus,
+            here[2] - node.free_memory,
+        )
+    return Reservation(job, shadow, needed, released)

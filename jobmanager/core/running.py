@@ -1,0 +1,94 @@
+"""What a pass needs to know of the running jobs, summed: each VC's guaranteed use of its
+quota, interactive and borrowed GPUs, the jobs that may be preempted, and each user's
+GPUs for fair share. The live system builds it from a snapshot; the simulator keeps one
+up to date as jobs start and stop, so that a pass does not read every running job.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from jobmanager.core.snapshot import NO_RESOURCES, JobShape, RunningJob, VcState
+
+
+class QuotaUse:
+    """What each VC's guaranteed work holds of each GPU type (GPUs, millicores, MiB)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], list[int]] = {}
+
+    def add(self, vc: str, shape: JobShape, sign: int = 1) -> None:
+        """Count the job (sign -1: no longer)."""
+        held = self._held.setdefault((vc, shape.gpu_type), [0, 0, 0])
+        per_worker, workers = shape.per_worker, shape.workers * sign
+        held[0] += per_worker.gpus * workers
+        held[1] += per_worker.millicpus * workers
+        held[2] += per_worker.memory * workers
+
+    def gpus(self, vc: str, gpu_type: str) -> int:
+        return self._held.get((vc, gpu_type), (0, 0, 0))[0]
+
+    def room_for(self, vc: VcState, shape: JobShape) -> bool:
+        """Whether the VC's quota has room for the job besides its guaranteed work."""
+        quota = vc.quota.get(shape.gpu_type, NO_RESOURCES)
+        held = self._held.get((vc.name, shape.gpu_type), (0, 0, 0))
+        per_worker, workers = shape.per_worker, shape.workers
+        return (
+            held[0] + per_worker.gpus * workers <= quota.gpus
+            and held[1] + per_worker.millicpus * workers <= quota.millicpus
+            and held[2] + per_worker.memory * workers <= quota.memory
+        )
+
+    def copy(self) -> QuotaUse:
+        copied = QuotaUse()
+        copied._held = {key: list(held) for key, held in self._held.items()}
+        return copied
+
+
+class RunningSummary:
+    def __init__(self) -> None:
+        self.guaranteed = QuotaUse()  # running jobs neither borrowing nor preemptible
+        self.interactive_gpus: dict[str, int] = defaultdict(int)
+        self.borrowed_gpus: dict[str, int] = defaultdict(int)
+        self.preemptible: dict[str, RunningJob] = {}  # those that can be preempted
+        self.borrowers: dict[str, RunningJob] = {}  # borrowing, not preemptible, not releasing
+        # Fair share: GPUs and GPUs x start time by (VC, user), so that the GPU-seconds
+        # they ran so far at ``now`` are gpus * now - gpu_starts.
+        self.gpus: dict[tuple[str, str], float] = defaultdict(float)
+        self.gpu_starts: dict[tuple[str, str], float] = defaultdict(float)
+
+    @classmethod
+    def of(cls, running: Iterable[RunningJob]) -> RunningSummary:
+        summary = cls()
+        for job in running:
+            summary.add(job)
+        return summary
+
+    def add(self, job: RunningJob, sign: int = 1) -> None:
+        """Count a running job (sign -1: no longer)."""
+        gpus = job.shape.total.gpus
+        if not (job.preemptible or job.borrowing):
+            self.guaranteed.add(job.vc, job.shape, sign)
+        if job.interactive:
+            self.interactive_gpus[job.vc] += sign * gpus
+        if job.borrowing:
+            self.borrowed_gpus[job.vc] += sign * gpus
+        for jobs, member in (
+            (self.preemptible, job.can_be_preempted),
+            (self.borrowers, job.borrowing and not (job.preemptible or job.releasing)),
+        ):
+            if member and sign > 0:
+                jobs[job.id] = job
+            elif member:
+                jobs.pop(job.id, None)
+        key = (job.vc, job.user)
+        self.gpus[key] += sign * gpus
+        self.gpu_starts[key] += sign * gpus * job.started_at
+
+    def remove(self, job: RunningJob) -> None:
+        self.add(job, sign=-1)
+
+    def ran(self, key: tuple[str, str], now: float) -> float:
+        """GPU-seconds the (VC, user)'s running jobs have run so far."""
+        return max(0.0, self.gpus.get(key, 0.0) * now - self.gpu_starts.get(key, 0.0))

@@ -1,0 +1,310 @@
+"""Backfill with reservations, least attained service and fair share: examples, and
+invariants on random clusters and queues (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobmanager.core.placement import ClusterState
+from jobmanager.core.queues import las_level
+from jobmanager.core.scheduler import schedule
+from jobmanager.core.snapshot import Placement, Policy, QueuedJob, RunningJob, Snapshot
+from jobmanager.core.timeline import SimulatedCluster
+from jobmanager.simulate import ClusterSpec, SyntheticSpec, generate, measure, replay
+from jobmanager.simulate.cluster import split_quotas
+from jobmanager.simulate.engine import ReplayOptions
+from tests.jobmanager.core_builders import decide, nodes, queued, reasons, running, started, vc
+
+EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RESERVING = (Policy.BACKFILL, Policy.LAS, Policy.FAIR_SHARE)
+
+
+# --- examples -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", RESERVING)
+def test_a_short_job_is_backfilled_beside_a_reservation_and_a_long_one_is_not(policy):
+    """Two 4-GPU nodes; r1 holds n00 until 500, r2 holds 2 GPUs of n01 until 300. The 8-GPU
+    gang must wait until 500 and is reserved both nodes; of the two 2-GPU jobs behind it
+    only the one expected to end by then starts (FIFO would start neither, RF the first,
+    which delays the gang)."""
+    cluster = nodes(2)
+    busy = [
+        running("r1", "a", ("n00", (0, 1, 2, 3)), expected_end=500.0),
+        running("r2", "a", ("n01", (0, 1)), expected_end=300.0),
+    ]
+    queue = [
+        queued("gang", gpus=4, workers=2, at=1.0),
+        queued("long", gpus=2, at=2.0, expected_duration=10_000.0),
+        queued("short", gpus=2, at=3.0, expected_duration=100.0),
+    ]
+
+    decisions = decide(cluster, [vc("a", 8, policy)], busy, queue)
+
+    assert started(decisions) == ["short"]
+    assert decisions.reservations == {"gang": 500.0}
+    assert "reserved" in reasons(decisions)["gang"]
+    assert started(decide(cluster, [vc("a", 8, Policy.FIFO)], busy, queue)) == []
+    assert started(decide(cluster, [vc("a", 8, Policy.RF)], busy, queue)) == ["long"]
+
+
+def test_a_job_too_large_for_any_node_holds_nothing_back():
+    cluster = nodes(2)
+    queue = [queued("huge", gpus=16, at=1.0), queued("small", gpus=1, at=2.0)]
+
+    decisions = decide(cluster, [vc("a", 8, Policy.BACKFILL)], [], queue)
+
+    assert started(decisions) == ["small"] and decisions.reservations == {}
+
+
+def test_las_runs_the_job_that_has_run_least_first_and_preempts_a_long_runner():
+    """One 4-GPU node held by a preemptible job that has run 10 GPU-hours: a new job
+    (nothing attained) preempts it; a job that ran as much does not."""
+    cluster = nodes(1)
+    long_runner = running(
+        "old", "a", ("n00", (0, 1, 2, 3)), started_at=0.0, preemptible=True, attained=30_000.0
+    )
+    new = queued("new", gpus=4, at=50.0, preemptible=True)
+    as_much = queued("same", gpus=4, at=40.0, preemptible=True, attained=40_000.0)
+    base = Snapshot(
+        now=7200.0,
+        nodes=cluster,
+        vcs=(vc("a", 4, Policy.LAS),),
+        running=(long_runner,),
+        queued=(new, as_much),
+        las_thresholds=(3600.0, 8 * 3600.0),
+        las_quantum=1800.0,
+    )
+
+    decisions = schedule(base)
+
+    assert [(p.job_id, p.for_job) for p in decisions.preemptions] == [("old", "new")]
+    assert "least attained service" in decisions.preemptions[0].reason
+    # Not before it has run its quantum since it (re)started.
+    assert schedule(replace(base, now=1000.0)).preemptions == []
+    # And not for a job that ran as much: same queue.
+    assert schedule(replace(base, queued=(as_much,))).preemptions == []
+
+
+def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep():
+    cluster = nodes(1)
+    sweep = [queued(f"sweep{index}", gpus=1, at=float(index), user="heavy") for index in range(8)]
+    light = queued("light", gpus=1, at=100.0, user="light")
+    snapshot = Snapshot(
+        now=200.0,
+        nodes=cluster,
+        vcs=(vc("a", 4, Policy.FAIR_SHARE),),
+        queued=(*sweep, light),
+        usage={("a", "heavy"): 50_000.0},
+    )
+
+    assert "light" in started(schedule(snapshot))
+    assert len(started(schedule(snapshot))) == 4
+    fifo = replace(snapshot, vcs=(vc("a", 4, Policy.FIFO),))
+    assert "light" not in started(schedule(fifo))
+
+
+def test_backfill_runs_a_job_that_can_still_make_its_deadline_first():
+    """One free 4-GPU node: of three 4-GPU jobs, the one whose deadline it can still make
+    goes first; one that would miss its deadline anyway keeps its place."""
+    cluster = nodes(1)
+    first = queued("first", gpus=4, at=1.0)
+    urgent = queued("urgent", gpus=4, at=3.0, due=700.0, expected_duration=100.0)
+    hopeless = queued("hopeless", gpus=4, at=2.0, due=150.0, expected_duration=100.0)
+
+    assert started(decide(cluster, [vc("a", 4, Policy.BACKFILL)], [], [first, urgent])) == [
+        "urgent"
+    ]
+    assert started(decide(cluster, [vc("a", 4, Policy.BACKFILL)], [], [first, hopeless])) == [
+        "first"
+    ]
+    assert started(decide(cluster, [vc("a", 4, Policy.FIFO)], [], [first, urgent])) == ["first"]
+
+
+def test_fair_lending_gives_an_idle_gpu_to_the_vc_borrowing_least_for_its_quota():
+    """One GPU idle (VC x lends its quota); a borrows 2 GPUs on a quota of 1, b 1 on 3:
+    b's job gets the GPU though a's was submitted first (without fair lending, a's)."""
+    cluster = nodes(2)
+    busy = [
+        running("a-own", "a", ("n00", (0,))),
+        running("a-borrow", "a", ("n00", (1, 2)), borrowing=True),
+        running("b-own", "b", ("n01", (0, 1, 2))),
+        running("b-borrow", "b", ("n00", (3,)), borrowing=True),
+    ]
+    queue = [queued("a1", "a", at=1.0), queued("b1", "b", at=2.0)]
+    # (Runnable first: under the reserving policies each VC's first waiting job has a
+    # reservation, kept in the order of the VCs' first jobs, whoever borrows.)
+    vcs = (vc("a", 1, Policy.RF), vc("b", 3, Policy.RF), vc("x", 4))
+    base = Snapshot(now=100.0, nodes=cluster, vcs=vcs, running=tuple(busy), queued=tuple(queue))
+
+    assert started(schedule(replace(base, fair_lending=True))) == ["b1"]
+    assert started(schedule(base)) == ["a1"]
+
+
+def test_victims_that_just_checkpointed_go_first():
+    """Two borrowers of equal priority; the one that started last but checkpoints rarely
+    would lose more than the one that started first and checkpointed a minute ago."""
+    cluster = nodes(2)
+    busy = [
+        running("early", "b", ("n00", (0, 1, 2, 3)), started_at=0.0, borrowing=True,
+                checkpoint_interval=940.0),
+        running("late", "b", ("n01", (0, 1, 2, 3)), started_at=500.0, borrowing=True),
+    ]  # fmt: skip
+    decisions = decide(
+        cluster, [vc("a", 4), vc("b", 0)], busy, [queued("mine", gpus=4, at=1.0)], now=1000.0
+    )
+
+    assert [p.job_id for p in decisions.preemptions] == ["early"]
+
+
+# --- invariants ---------------------------------------------------------------------------
+
+
+@st.composite
+def reservation_cases(draw) -> tuple[SimulatedCluster, list[QueuedJob], dict[str, float]]:
+    """One VC owning a cluster of 4-GPU nodes, part-filled by jobs with known ends, and a
+    queue whose run times are known (expected = real)."""
+    cluster_nodes = nodes(draw(st.integers(1, 4)))
+    policy = draw(st.sampled_from(RESERVING))
+    total = 4 * len(cluster_nodes)
+    run_times: dict[str, float] = {}
+    sim = SimulatedCluster(
+        nodes=cluster_nodes,
+        vcs=(vc("a", total, policy),),
+        run_time=lambda job: run_times[job.id],
+        placement=draw(st.sampled_from(list(Placement))),
+        explain=False,
+    )
+    placing = ClusterState(cluster_nodes)
+    for index in range(draw(st.integers(0, 6))):
+        spec = queued(f"r{index}", gpus=draw(st.sampled_from((1, 2, 4))))
+        placement = placing.place(spec.shape)
+        if placement is None:
+            continue
+        end = float(draw(st.integers(1, 50)) * 10)
+        job = RunningJob(spec.id, "a", spec.shape, placement, started_at=0.0, expected_end=end)
+        sim.add_running(job, end, spec)
+    queue = []
+    for index in range(draw(st.integers(1, 8))):
+        gpus = draw(st.sampled_from((1, 2, 4)))
+        workers = draw(st.sampled_from((1, 1, 1, 2))) if gpus == 4 else 1
+        job_id = f"q{index}"
+        run_times[job_id] = float(draw(st.integers(1, 60)) * 10)
+        queue.append(
+            queued(
+                job_id,
+                gpus=gpus,
+                workers=min(workers, len(cluster_nodes)),
+                at=float(index),
+                expected_duration=run_times[job_id],
+            )
+        )
+    return sim, queue, run_times
+
+
+@EXAMPLES
+@given(reservation_cases())
+def test_a_backfilled_job_never_delays_a_reservation(case):
+    """With expected run times that come true, every job that is given a reservation
+    starts by its shadow time, whatever starts beside it meanwhile."""
+    sim, queue, _ = case
+    for job in queue:
+        sim.submit(job)
+    promised: dict[str, float] = {}
+    first_start: dict[str, float] = {}
+    now = 0.0
+    for _ in range(200):
+        sim.finish_until(now)
+        decisions = sim.step(now)
+        for job_id, shadow in decisions.reservations.items():
+            promised[job_id] = min(promised.get(job_id, shadow), shadow)
+        for start in decisions.starts:
+            first_start.setdefault(start.job_id, now)
+        next_end = sim.next_end()
+        if next_end is None:
+            break
+        now = next_end
+    assert not sim.queued, "every job ends up running"
+    for job_id, shadow in promised.items():
+        assert first_start[job_id] <= shadow + 1e-6, f"{job_id} started after its reservation"
+
+
+@EXAMPLES
+@given(
+    st.lists(st.sampled_from((1, 2, 4)), min_size=1, max_size=10),
+    st.lists(st.integers(1, 40), min_size=10, max_size=10),
+    st.integers(0, 3),
+)
+def test_las_preempts_only_preemptible_jobs_of_a_later_queue(gpus, runs, preemptible_every):
+    """Least attained service on a busy node pair: every preemption takes a preemptible
+    job of the same VC from a later LAS queue than the job it is for; no GPU is given
+    twice; and passes at one instant settle."""
+    cluster = nodes(2)
+    thresholds = (1000.0, 20_000.0)
+    placing = ClusterState(cluster)
+    busy = []
+    for index, count in enumerate(gpus):
+        spec = queued(f"r{index}", gpus=count)
+        placement = placing.place(spec.shape)
+        if placement is None:
+            continue
+        busy.append(
+            RunningJob(
+                spec.id, "a", spec.shape, placement, started_at=0.0,
+                preemptible=preemptible_every > 0 and index % (preemptible_every + 1) == 0,
+                attained=float(runs[index] * 1000),
+            )
+        )  # fmt: skip
+    waiting = [
+        queued(f"q{index}", gpus=count, at=float(index), preemptible=True)
+        for index, count in enumerate(gpus)
+    ]
+    snapshot = Snapshot(
+        now=4000.0,
+        nodes=cluster,
+        vcs=(vc("a", 8, Policy.LAS),),
+        running=tuple(busy),
+        queued=tuple(waiting),
+        las_thresholds=thresholds,
+        las_quantum=0.0,
+    )
+    decisions = schedule(snapshot)
+    by_id = {job.id: job for job in busy}
+    queued_by_id = {job.id: job for job in waiting}
+    for preemption in decisions.preemptions:
+        victim = by_id[preemption.job_id]
+        beneficiary = queued_by_id[preemption.for_job]
+        assert victim.preemptible and victim.vc == beneficiary.vc
+        assert las_level(victim.attained_at(snapshot.now), thresholds) > las_level(
+            beneficiary.attained, thresholds
+        )
+    placed = [worker for start in decisions.starts for worker in start.placement]
+    held = {
+        (worker.node, gpu)
+        for job in busy
+        if job.id not in {p.job_id for p in decisions.preemptions}
+        for worker in job.placement
+        for gpu in worker.gpus
+    }
+    given_now = [(worker.node, gpu) for worker in placed for gpu in worker.gpus]
+    assert len(given_now) == len(set(given_now)) and not set(given_now) & held
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_every_job_of_a_stream_that_leaves_capacity_starts_within_bounds(policy):
+    """A synthetic stream at about half the cluster's capacity, four VCs that lend and
+    borrow: under every policy every job runs, and none waits more than a day."""
+    trace = generate(SyntheticSpec(jobs=600, vcs=4, seed=3, mean_interarrival=500.0))
+    cluster = ClusterSpec(nodes=8, gpus_per_node=8)
+    quotas = split_quotas(trace.gpu_seconds_by_vc(), cluster.gpus)
+    options = ReplayOptions(preemptible=policy == Policy.LAS, checkpoint_interval=600.0)
+
+    result = replay(trace, cluster, quotas, policy, Placement.PACK, options=options)
+
+    metrics = measure(result)
+    assert metrics.completed == len(trace.jobs)
+    assert metrics.max_queue_delay < 24 * 3600

@@ -1,0 +1,237 @@
+"""The SSH gateway with Debian's OpenSSH client: real jobs on the local backend, run as
+their owners' accounts (ty-test-*), reached through ``python -m backend.gateway`` on the
+test database."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from backend.accounts.models import AllowedIp, SshSessionEvent
+from backend.jobs.models import Job, JobStatus
+from tests.backend.gateway_support import (
+    make_key,
+    registered_key,
+    running_gateway,
+    ssh,
+    ssh_argv,
+)
+from tests.backend.jobs_support import make_job
+from tests.backend.test_local_backend_e2e import NODES, JobManager, local_backend, submit
+from tests.jobmanager.test_local_backend import wait_for
+from tests.unix_accounts import job_account
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+LONG_RUNNING = "echo started; sleep 600"
+
+
+@pytest.fixture
+def backend(host_tmp, settings):
+    settings.TRAINYARD_LOG_DIR = host_tmp / "logs"
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    backend = local_backend(host_tmp)
+    yield backend
+    for job_id in backend.reports():
+        backend.remove(job_id)
+
+
+@pytest.fixture
+def jobs(backend, redis_namespace) -> JobManager:
+    return JobManager(backend)
+
+
+@pytest.fixture
+def gateway(host_tmp, backend) -> Iterator:
+    with running_gateway(host_tmp, NODES) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def mia_key(world, host_tmp):
+    job_account(world.member.username)
+    return registered_key(host_tmp, world.member)
+
+
+def running_job(world, jobs, user=None, **spec) -> Job:
+    job = submit(world, user=user, **({"command": LONG_RUNNING} | spec))
+    return jobs.run_until(job, JobStatus.RUNNING)
+
+
+def login(job: Job, rank: int | None = None) -> str:
+    return f"{job.owner.username}+{job.job_id}" + ("" if rank is None else f".{rank}")
+
+
+# --- sessions inside the job ---------------------------------------------------------------
+
+
+def test_a_command_runs_inside_the_job_as_its_owner_with_its_environment(
+    world, jobs, gateway, mia_key
+):
+    mia = job_account(world.member.username)
+    job = running_job(world, jobs, env={"MY_SETTING": "from-the-submission"})
+    probe = 'echo "$TRAINYARD_JOB_ID $RANK $WORLD_SIZE $CUDA_VISIBLE_DEVICES $MY_SETTING"'
+    probe += "; id -u; pwd"
+
+    result = ssh(gateway, mia_key, login(job), probe)
+
+    assert result.returncode == 0, result.stderr + gateway.output()
+    variables, uid, directory = result.stdout.splitlines()
+    assert variables == f"{job.job_id} 0 1 0 from-the-submission"
+    assert int(uid) == mia.uid
+    assert directory.endswith(f"/{job.job_id}/work")
+    opened = SshSessionEvent.objects.get(login=login(job))
+    assert (opened.outcome, opened.user, opened.address) == ("opened", world.member, "127.0.0.1")
+
+
+def test_a_command_s_exit_status_and_standard_error_come_back(world, jobs, gateway, mia_key):
+    job = running_job(world, jobs)
+
+    result = ssh(gateway, mia_key, login(job), "echo to-stderr >&2; exit 7")
+
+    assert result.returncode == 7
+    assert result.stderr.strip() == "to-stderr"
+
+
+def test_standard_input_reaches_the_command(world, jobs, gateway, mia_key):
+    job = running_job(world, jobs)
+
+    result = ssh(gateway, mia_key, login(job), "wc -c", input="x" * 100_000)
+
+    assert result.stdout.strip() == "100000"
+
+
+def test_worker_n_is_reached_by_its_rank(world, jobs, gateway, mia_key):
+    job = running_job(world, jobs, workers=2)
+
+    first = ssh(gateway, mia_key, login(job), "echo $RANK")
+    second = ssh(gateway, mia_key, login(job, 1), "echo $RANK")
+    third = ssh(gateway, mia_key, login(job, 2), "echo $RANK")
+
+    assert (first.stdout.strip(), second.stdout.strip()) == ("0", "1")
+    assert third.returncode == 1
+    assert f"job {job.job_id} has no worker 2 (workers 0 to 1)" in third.stderr
+
+
+def test_an_interactive_shell_on_a_terminal_follows_the_window_size(
+    world, jobs, gateway, mia_key, host_tmp
+):
+    job = running_job(world, jobs)
+    tmux = ["tmux", "-L", f"trainyard-test-{gateway.port}", "-f", "/dev/null"]
+    command = shlex.join(ssh_argv(gateway, mia_key, login(job), "-tt"))
+    subprocess.run([*tmux, "new-session", "-d", "-x", "100", "-y", "30", command], check=True)
+
+    def screen() -> str:
+        return subprocess.run(
+            [*tmux, "capture-pane", "-p", "-J"], capture_output=True, text=True
+        ).stdout
+
+    try:
+        subprocess.run([*tmux, "send-keys", "echo cols=$COLUMNS who=$(id -un)", "Enter"])
+        wait_for(lambda: "cols=100 who=ty-test-mia" in screen(), "the shell to answer")
+        subprocess.run([*tmux, "resize-window", "-x", "132", "-y", "30"], check=True)
+        subprocess.run([*tmux, "send-keys", "echo cols=$COLUMNS tty=$(tty)", "Enter"])
+        wait_for(lambda: "cols=132 tty=/dev/pts/" in screen(), "the shell to see the resize")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_the_session_ends_with_a_message_when_the_job_is_killed(world, jobs, gateway, mia_key):
+    job = running_job(world, jobs)
+    session = subprocess.Popen(
+        ssh_argv(gateway, mia_key, login(job), "echo ready; sleep 600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert session.stdout.readline().strip() == "ready"
+        response = world.client(world.member).post(f"/api/v1/jobs/{job.job_id}/kill/", {})
+        assert response.status_code == 200
+        jobs.run_until(job, JobStatus.KILLED)
+        _, stderr = session.communicate(timeout=30)
+    finally:
+        session.kill()
+    assert session.returncode != 0
+    assert f"trainyard: job {job.job_id} has ended" in stderr
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def test_another_user_s_key_is_refused(world, jobs, gateway, mia_key, host_tmp):
+    job = running_job(world, jobs)
+    otto_key = registered_key(host_tmp, world.outsider)
+    stranger = make_key(host_tmp, "id_stranger")
+
+    for key in (otto_key, stranger):
+        result = ssh(gateway, key, login(job), "id")
+        assert result.returncode == 255
+        assert "Permission denied (publickey)" in result.stderr
+        assert "is not one of mia's registered SSH keys" in result.stderr
+        assert result.stdout == ""
+
+
+def test_another_user_s_job_is_refused(world, jobs, gateway, mia_key, host_tmp):
+    job = running_job(world, jobs)
+    otto_key = registered_key(host_tmp, world.outsider)
+
+    result = ssh(gateway, otto_key, f"otto+{job.job_id}", "id")
+
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.strip() == f"trainyard: otto has no job {job.job_id}"
+    refused = SshSessionEvent.objects.get(outcome="refused")
+    assert (refused.user, refused.job_id) == (world.outsider, job.job_id)
+
+
+@pytest.mark.parametrize("status", [JobStatus.QUEUED, JobStatus.FINISHED])
+def test_a_job_that_is_not_running_is_refused(world, gateway, mia_key, status):
+    job = make_job(world, status=status)
+
+    result = ssh(gateway, mia_key, login(job), "id")
+
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.strip() == f"trainyard: job {job.job_id} is {status}, not running"
+
+
+def test_a_login_that_names_no_job_is_told_the_form(world, gateway, mia_key):
+    result = ssh(gateway, mia_key, "mia", "id")
+
+    assert result.returncode == 255
+    assert "log in as <user>+<job id>" in result.stderr
+
+
+def test_allowed_ips_are_enforced_when_the_gateway_point_is_on(
+    world, jobs, backend, host_tmp, mia_key
+):
+    job = running_job(world, jobs)
+    # No trusted networks: the loopback client is any client.
+    with running_gateway(host_tmp, NODES, TRAINYARD_SSH_TRUSTED_NETWORKS="") as gateway:
+        refused = ssh(gateway, mia_key, login(job), "echo in")
+        assert refused.returncode == 1
+        assert refused.stderr.strip().startswith(
+            "trainyard: your address 127.0.0.1 is not in your allowed IPs"
+        )
+
+        allowed = AllowedIp.objects.create(
+            user=world.member,
+            network="127.0.0.1/32",
+            expires_at=timezone.now() + timedelta(days=1),
+        )
+        assert ssh(gateway, mia_key, login(job), "echo in").stdout == "in\n"
+
+        allowed.expires_at = timezone.now() - timedelta(seconds=1)
+        allowed.save()
+        expired = ssh(gateway, mia_key, login(job), "echo in")
+        assert expired.returncode == 1
+        assert "is not in your allowed IPs" in expired.stderr
+
+    with running_gateway(
+        host_tmp, NODES, TRAINYARD_SSH_TRUSTED_NETWORKS="", TRAINYARD_ALLOWLIST_POINTS="nftables"
+    ) as gateway:  # the gateway point off: allowed IPs are someone else's to enforce
+        assert ssh(gateway, mia_key, login(job), "echo in").stdout == "in\n"

@@ -48,12 +48,15 @@ def listening(port: int) -> bool:
 
 
 @contextmanager
-def running_gateway(directory: Path, nodes: str, **env: str) -> Iterator[Gateway]:
+def running_gateway(
+    directory: Path, nodes: str, var_dir: Path | None = None, **env: str
+) -> Iterator[Gateway]:
     """The gateway on a free port, over the local backend whose state and logs lie in
-    ``directory`` (as tests/backend/test_local_backend_e2e.py lays them out)."""
+    ``directory`` (as tests/backend/test_local_backend_e2e.py lays them out), with its
+    var/ (its host key) in ``var_dir`` (a new one by default)."""
     port = free_port()
-    var_dir = directory / f"gateway-{port}"
-    var_dir.mkdir()
+    var_dir = var_dir or directory / f"gateway-{port}"
+    var_dir.mkdir(exist_ok=True)
     log = directory / f"gateway-{port}.log"
     environment = (
         os.environ

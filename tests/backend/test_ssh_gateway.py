@@ -4,12 +4,15 @@ test database."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import requests
 from django.utils import timezone
 
 from backend.accounts.models import AllowedIp, SshSessionEvent
@@ -22,8 +25,15 @@ from tests.backend.gateway_support import (
     ssh_argv,
 )
 from tests.backend.jobs_support import make_job
-from tests.backend.test_local_backend_e2e import NODES, JobManager, local_backend, submit
+from tests.backend.test_local_backend_e2e import (
+    NODES,
+    PYTHON,
+    JobManager,
+    local_backend,
+    submit,
+)
 from tests.jobmanager.test_local_backend import wait_for
+from tests.servers import free_port
 from tests.unix_accounts import job_account
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -235,3 +245,130 @@ def test_allowed_ips_are_enforced_when_the_gateway_point_is_on(
         host_tmp, NODES, TRAINYARD_SSH_TRUSTED_NETWORKS="", TRAINYARD_ALLOWLIST_POINTS="nftables"
     ) as gateway:  # the gateway point off: allowed IPs are someone else's to enforce
         assert ssh(gateway, mia_key, login(job), "echo in").stdout == "in\n"
+
+
+# --- files and ports -----------------------------------------------------------------------
+
+
+def job_dir_file(backend, job: Job, name: str) -> Path:
+    return backend.state_dir / job.job_id / "work" / name
+
+
+@pytest.mark.parametrize("protocol", ["sftp", "legacy scp"])
+def test_scp_copies_up_and_down_and_the_files_are_the_owner_s(
+    world, jobs, backend, gateway, mia_key, host_tmp, protocol
+):
+    mia = job_account(world.member.username)
+    job = running_job(world, jobs)
+    upload = host_tmp / "weights.bin"
+    upload.write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    legacy = ["-O"] if protocol == "legacy scp" else []
+    remote = f"{login(job)}@127.0.0.1"
+
+    up = subprocess.run(
+        ssh_argv(
+            gateway, mia_key, "", *legacy, str(upload), f"{remote}:weights.bin", program="scp"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert up.returncode == 0, up.stderr + gateway.output()
+    uploaded = job_dir_file(backend, job, "weights.bin")
+    assert uploaded.read_bytes() == upload.read_bytes()
+    assert (uploaded.stat().st_uid, uploaded.stat().st_gid) == (mia.uid, mia.gid)
+
+    ssh(gateway, mia_key, login(job), "echo result-of-training > metrics.txt")
+    down = subprocess.run(
+        ssh_argv(
+            gateway,
+            mia_key,
+            "",
+            *legacy,
+            f"{remote}:metrics.txt",
+            str(host_tmp / "m.txt"),
+            program="scp",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 0, down.stderr
+    assert (host_tmp / "m.txt").read_text() == "result-of-training\n"
+
+
+def test_sftp_lists_puts_and_gets_as_the_owner(world, jobs, backend, gateway, mia_key, host_tmp):
+    mia = job_account(world.member.username)
+    job = running_job(world, jobs)
+    (host_tmp / "config.yaml").write_text("lr: 0.1\n")
+    batch = host_tmp / "batch"
+    batch.write_text(
+        f"put {host_tmp / 'config.yaml'} config.yaml\nls -l\n"
+        f"get config.yaml {host_tmp / 'back.yaml'}\n"
+    )
+
+    result = subprocess.run(
+        [
+            *ssh_argv(gateway, mia_key, "", "-b", str(batch), program="sftp"),
+            f"{login(job)}@127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr + gateway.output()
+    assert "config.yaml" in result.stdout and "ty-test-mia" in result.stdout
+    assert (host_tmp / "back.yaml").read_text() == "lr: 0.1\n"
+    assert job_dir_file(backend, job, "config.yaml").stat().st_uid == mia.uid
+
+
+def test_a_port_the_job_listens_on_is_forwarded_and_no_other(
+    world, jobs, gateway, mia_key, host_tmp
+):
+    job_port, local_port = free_port(), free_port()
+    server = f"{PYTHON} -m http.server {job_port} --bind 127.0.0.1"
+    job = running_job(world, jobs, command=f"cd /tmp && exec {server}")
+    tunnel = subprocess.Popen(
+        ssh_argv(
+            gateway,
+            mia_key,
+            login(job),
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"127.0.0.1:{local_port}:localhost:{job_port}",
+        ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def served() -> bool:
+        try:
+            return requests.get(f"http://127.0.0.1:{local_port}/", timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(served, "the job's server through the tunnel")
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+    database_port = 3306  # the portal's database (or anything else on this host)
+    for port in (database_port, gateway.port):
+        refused = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{port}")
+        assert refused.returncode == 255
+        assert f"no process of job {job.job_id} listens on port {port}" in refused.stderr
+
+
+def test_the_host_key_is_kept_across_restarts(world, jobs, backend, host_tmp, mia_key):
+    job = running_job(world, jobs)
+    with running_gateway(host_tmp, NODES) as first:
+        assert ssh(first, mia_key, login(job), "true").returncode == 0
+        known_hosts = first.known_hosts.read_text()
+    with running_gateway(host_tmp, NODES, var_dir=first.var_dir) as second:
+        # StrictHostKeyChecking=yes with the first start's key: a new key would be refused.
+        second.known_hosts.write_text(known_hosts.replace(str(first.port), str(second.port)))
+        assert ssh(second, mia_key, login(job), "true").returncode == 0

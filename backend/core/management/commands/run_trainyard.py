@@ -1,9 +1,10 @@
 """``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
 
 Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
-embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker and
-Celery beat, and stops them all on Ctrl-C. The banner says how jobs are isolated: as their
-owners' accounts (root), or all as this account (single-user mode).
+embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker,
+Celery beat and the SSH gateway (on TRAINYARD_SSH_PORT), and stops them all on Ctrl-C. The
+banner says how jobs are isolated: as their owners' accounts (root), or all as this account
+(single-user mode), and the gateway's host key fingerprint.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Command(BaseCommand):
         use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        from backend.gateway.server import load_host_key
+
+        load_host_key(settings.TRAINYARD_SSH_HOST_KEY)  # its fingerprint is in the banner
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
         redis = None
         if not settings.REDIS_URL:
@@ -70,6 +74,7 @@ class Command(BaseCommand):
                        "--concurrency", "2"],
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            "gateway": [python, "-m", "backend.gateway"],
         }  # fmt: skip
         children = {
             name: subprocess.Popen(command, env=child_env, cwd=settings.BASE_DIR)
@@ -127,6 +132,13 @@ class Command(BaseCommand):
                 f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
                 "declared, not real."
             )
+        from backend.gateway.server import host_key_fingerprint
+
+        fingerprint = host_key_fingerprint() or "not made yet"
+        lines.append(
+            f"  SSH into running jobs: ssh -p {settings.TRAINYARD_SSH_PORT} <user>+<job id>@"
+            f"{settings.TRAINYARD_SSH_GATEWAY} (host key {fingerprint})"
+        )
         lines.append(f"  {tenancy()['message']}")
         if demo and accounts_required():
             accounts = UnixAccount.objects.filter(

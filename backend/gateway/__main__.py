@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> None:
     django.setup()
     from django.conf import settings
 
-    from backend.gateway.server import load_host_key, start_server
+    from backend.gateway.host_key import load_host_key
+    from backend.gateway.server import start_server
     from backend.gateway.targets import configured_target
 
     parser = argparse.ArgumentParser(prog="python -m backend.gateway", description=__doc__)

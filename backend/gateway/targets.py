@@ -16,6 +16,8 @@ from jobmanager.backends.confine import Confinement
 
 
 class JobTarget(Protocol):
+    unreachable: str  # why no job can be reached ("" when they can)
+
     def confinement(self, login: Login) -> Confinement | None:
         """What a session into the login's worker must join; None when it is not running."""
 
@@ -25,6 +27,8 @@ class JobTarget(Protocol):
 
 class LocalTarget:
     """Workers of the local backend, on this host."""
+
+    unreachable = ""
 
     def __init__(self, backend) -> None:
         self.backend = backend
@@ -36,16 +40,25 @@ class LocalTarget:
         return listened_by(port, self.backend.job_pids(login.job_id))
 
 
-def configured_target() -> JobTarget:
-    """The target for TRAINYARD_BACKEND (the local backend; Kubernetes exec is to come)."""
-    from django.core.exceptions import ImproperlyConfigured
+class NoTarget:
+    """A backend whose jobs the gateway cannot enter: every connection is told why."""
 
+    def __init__(self, backend_name: str) -> None:
+        self.unreachable = f"the SSH gateway cannot reach jobs on the {backend_name} backend"
+
+    def confinement(self, login: Login) -> Confinement | None:
+        return None
+
+    def listens(self, login: Login, port: int) -> bool:
+        return False
+
+
+def configured_target() -> JobTarget:
+    """The target for TRAINYARD_BACKEND."""
     from backend.jobs.backends import get_backend
     from jobmanager.backends.local import LocalBackend
 
     backend = get_backend()
     if isinstance(backend, LocalBackend):
         return LocalTarget(backend)
-    raise ImproperlyConfigured(
-        f"The SSH gateway does not reach jobs on the {backend.name} backend yet."
-    )
+    return NoTarget(backend.name)

@@ -47,6 +47,7 @@ class JobSpec:
     data_path: str = ""
     output_path: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
+    ports: list[dict] = field(default_factory=list)
     preemptible: bool = False
     priority: int = 0
 
@@ -129,6 +130,7 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
         data_path=spec.data_path,
         output_path=spec.output_path,
         node_selector=spec.node_selector,
+        ports=spec.ports,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
         idempotency_key=idempotency_key or None,

@@ -133,7 +133,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def retrieve(self, request: Request, id: str) -> Response:
         """The job, and while it runs an SSH command line and a VS Code link to reach it."""
         job = self.get_object()
-        return Response(self.get_serializer(job).data | {"endpoints": job_endpoints(job)})
+        endpoints = job_endpoints(job, request.build_absolute_uri("/"))
+        return Response(self.get_serializer(job).data | {"endpoints": endpoints})
 
     def _submitted(self, job: Job, replayed: bool) -> Response:
         if replayed:

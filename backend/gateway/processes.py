@@ -91,14 +91,15 @@ class JobProcess:
 
     async def _pump_terminal(self, output: Output) -> None:
         loop = asyncio.get_running_loop()
+        master = self.master
         readable = asyncio.Event()
-        loop.add_reader(self.master, readable.set)
+        loop.add_reader(master, readable.set)
         try:
             while True:
                 await readable.wait()
                 readable.clear()
                 try:
-                    chunk = os.read(self.master, READ_SIZE)
+                    chunk = os.read(master, READ_SIZE)
                 except BlockingIOError:
                     continue
                 except OSError:  # EIO: every process on the terminal has closed it
@@ -107,7 +108,10 @@ class JobProcess:
                     return
                 await output(chunk)
         finally:
-            loop.remove_reader(self.master)
+            # Only while it is still this terminal's: once closed, its number may be
+            # another's, and the registration went with it (close() removed it).
+            if self.master == master:
+                loop.remove_reader(master)
 
     async def write(self, data: bytes) -> None:
         if self.master is not None:
@@ -120,16 +124,18 @@ class JobProcess:
 
     async def _flush_terminal(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._pending_input:
+        master = self.master
+        while self._pending_input and self.master == master:
             try:
-                written = os.write(self.master, self._pending_input)
+                written = os.write(master, self._pending_input)
             except BlockingIOError:
                 ready = loop.create_future()
-                loop.add_writer(self.master, ready.set_result, None)
+                loop.add_writer(master, ready.set_result, None)
                 try:
                     await ready
                 finally:
-                    loop.remove_writer(self.master)
+                    if self.master == master:
+                        loop.remove_writer(master)
                 continue
             except OSError:
                 self._pending_input.clear()
@@ -165,11 +171,16 @@ class JobProcess:
 
     def close(self) -> None:
         """Hang up: SIGHUP to the session's group (and, closing the terminal, to what
-        runs on it), as when an OpenSSH client goes away."""
+        runs on it), as when an OpenSSH client goes away. Called on the event loop."""
         self.signal(signal.SIGHUP)
         for task in self._tasks:
             task.cancel()
         if self.master is not None:
+            # Unregistered before it is closed: the loop would otherwise keep a stale
+            # registration under a number the next terminal is given.
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self.master)
+            loop.remove_writer(self.master)
             with contextlib.suppress(OSError):
                 os.close(self.master)
             self.master = None

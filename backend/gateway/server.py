@@ -152,7 +152,7 @@ class GatewayConnection(asyncssh.SSHServer):
             running = await in_thread(access.still_running)(admission)
             if not running or self.target.confinement(admission.login) is None:
                 break
-        message = f"job {admission.login.job_id} has ended; closing the session"
+        message = f"job {admission.login.job_id} has ended"
         for session in list(self.sessions):
             session.end_with(message)
         await in_thread(access.record)(
@@ -268,6 +268,11 @@ class JobSession(asyncssh.SSHServerSession):
         if self.input_closed:
             self.process.close_input()
         code = await self.process.wait()
+        self.process.close()
+        if not await in_thread(access.still_running)(admission):
+            # Killed with the job, maybe before the watch saw the job stop: say why.
+            self.end_with(f"job {admission.login.job_id} has ended")
+            return
         self._exit(code)
 
     def _session_env(self) -> dict[str, str]:

@@ -5,7 +5,10 @@ test database."""
 from __future__ import annotations
 
 import os
+import pty
+import select
 import shlex
+import signal
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
@@ -149,6 +152,32 @@ def test_an_interactive_shell_on_a_terminal_follows_the_window_size(
         wait_for(lambda: "cols=132 tty=/dev/pts/" in screen(), "the shell to see the resize")
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def prompt_of(argv: list[str], seconds: float = 30) -> bytes:
+    """What ``argv`` (ssh -tt) prints on a terminal of its own up to its shell's ``$ ``."""
+    pid, master = pty.fork()
+    if pid == 0:
+        os.execvp(argv[0], argv)
+    seen = b""
+    try:
+        while b"$ " not in seen:
+            ready, _, _ = select.select([master], [], [], seconds)
+            assert ready, f"no prompt after {seconds}s, only {seen!r}"
+            seen += os.read(master, 4096)
+        return seen
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        os.close(master)
+
+
+def test_terminal_sessions_one_after_another_each_get_their_shell(world, jobs, gateway, mia_key):
+    job = running_job(world, jobs)
+    argv = ssh_argv(gateway, mia_key, login(job), "-tt")
+
+    for _ in range(3):  # each reuses what the last one closed
+        assert b"ty-test-mia@" in prompt_of(argv)
 
 
 def test_the_session_ends_with_a_message_when_the_job_is_killed(world, jobs, gateway, mia_key):

@@ -209,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             SSHD_CONFIG.format(port=args.sshd_port, directory=directory, account=ACCOUNT)
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)])
+        sshd = subprocess.Popen(
+            ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+            stdout=system_log,
+            stderr=subprocess.STDOUT,
+        )
         wait_for(lambda: _listening(args.sshd_port), 30, "sshd")
 
         payload = directory / "payload.bin"

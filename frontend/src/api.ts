@@ -196,7 +196,13 @@ export interface Job {
   submitted_at: string;
   started_at: string | null;
   finished_at: string | null;
-  endpoints?: { ssh?: string; vscode?: string };
+  endpoints?: {
+    ssh?: string;
+    ssh_config?: string;
+    vscode?: string;
+    host_key_fingerprint?: string;
+    ports?: { name: string; port: number; url: string }[];
+  };
   run_as?: string;
   limits?: string;
 }

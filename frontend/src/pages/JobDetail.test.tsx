@@ -55,7 +55,12 @@ describe("a job's page", () => {
       "GET /api/v1/jobs/r1/": {
         ...FAILED, id: "r1", status: "running", exit_code: null, failure_class: "", repair_message: "",
         status_message: "running on a100-1", finished_at: null,
-        endpoints: { ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia" },
+        endpoints: {
+          ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia",
+          ssh_config: "Host trainyard-r1\n  HostName gateway\n  Port 2222\n  User mia+r1\n",
+          host_key_fingerprint: "SHA256:abcdef",
+          ports: [{ name: "jupyter", port: 8888, url: "http://portal/endpoints/r1/jupyter/" }],
+        },
       },
       "GET /api/v1/jobs/r1/events/": [],
       "GET /api/v1/jobs/r1/attempts/": [],
@@ -68,6 +73,9 @@ describe("a job's page", () => {
     renderPage(<JobDetailPage />, "/jobs/r1", "/jobs/:id");
     expect(await screen.findByText("ssh -p 2222 mia+r1@gateway")).toBeInTheDocument();
     expect(screen.getByRole("link", { name: "Open in VS Code" })).toHaveAttribute("href", expect.stringContaining("vscode://"));
+    expect(screen.getByRole("link", { name: "Open jupyter" })).toHaveAttribute("href", "http://portal/endpoints/r1/jupyter/");
+    expect(screen.getByLabelText("SSH config")).toHaveTextContent("Host trainyard-r1 HostName gateway Port 2222 User mia+r1");
+    expect(screen.getByText("SHA256:abcdef")).toBeInTheDocument();
     await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("epoch 1 epoch 2 epoch 3"), { timeout: 4000 });
     expect(offsets).toEqual([null, "8", "16"]);
   });

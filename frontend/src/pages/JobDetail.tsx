@@ -214,6 +214,25 @@ export function JobDetailPage() {
                   <a href={endpoints.vscode}>Open in VS Code</a>
                 </p>
               )}
+              {(endpoints.ports ?? []).map((exposed) => (
+                <p key={exposed.name}>
+                  <a href={exposed.url} target="_blank" rel="noreferrer">
+                    Open {exposed.name}
+                  </a>{" "}
+                  (port {exposed.port})
+                </p>
+              ))}
+              {endpoints.ssh_config && (
+                <details>
+                  <summary>~/.ssh/config</summary>
+                  <pre aria-label="SSH config">{endpoints.ssh_config}</pre>
+                </details>
+              )}
+              {endpoints.host_key_fingerprint && (
+                <p className="hint">
+                  Gateway host key: <code>{endpoints.host_key_fingerprint}</code> (check it when SSH asks on first use)
+                </p>
+              )}
             </div>
           )}
           <h2>Status history</h2>

@@ -47,6 +47,7 @@ class Admission:
     user_id: int
     job_pk: int
     workers: int
+    attempt: int = 0  # the job's current run (its pods are named after it)
 
 
 class Refused(Exception):
@@ -127,7 +128,7 @@ def _check(login: Login, user, address: str) -> Admission:
         raise Refused(
             f"job {job.job_id} has no worker {login.rank} (workers 0 to {job.workers - 1})"
         )
-    return Admission(login, user.pk, job.pk, job.workers)
+    return Admission(login, user.pk, job.pk, job.workers, job.attempt)
 
 
 def still_running(admission: Admission) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import signal
 from pathlib import Path
 
@@ -27,8 +26,7 @@ from django.conf import settings
 from backend.accounts.models import SshSessionOutcome
 from backend.gateway import access
 from backend.gateway.access import LOGIN_HELP, Admission, Login, Refused
-from backend.gateway.processes import JobProcess, session_confinement
-from backend.gateway.targets import JobTarget
+from backend.gateway.targets import JobTarget, SessionProcess, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +109,7 @@ class GatewayConnection(asyncssh.SSHServer):
     async def _admit(self) -> Admission:
         try:
             admission = await in_thread(access.admit)(self.login, self.user_id, self.address)
-            if self.target.confinement(admission.login) is None:
+            if not await asyncio.to_thread(self.target.available, admission):
                 message = self.target.unreachable or (
                     f"worker {self.login.rank} of job {self.login.job_id} is not running"
                 )
@@ -150,7 +148,7 @@ class GatewayConnection(asyncssh.SSHServer):
         while True:
             await asyncio.sleep(settings.TRAINYARD_SSH_JOB_CHECK_SECONDS)
             running = await in_thread(access.still_running)(admission)
-            if not running or self.target.confinement(admission.login) is None:
+            if not running or not await asyncio.to_thread(self.target.available, admission):
                 break
         message = f"job {admission.login.job_id} has ended"
         for session in list(self.sessions):
@@ -179,13 +177,7 @@ class GatewayConnection(asyncssh.SSHServer):
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                 f"only ports of job {admission.login.job_id} on localhost can be forwarded",
             )
-        if not await asyncio.to_thread(self.target.listens, admission.login, dest_port):
-            raise asyncssh.ChannelOpenError(
-                asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
-                f"no process of job {admission.login.job_id} listens on port {dest_port}",
-            )
-        host = "::1" if dest_host in ("::1", "ip6-localhost") else "127.0.0.1"
-        return await self.conn.forward_connection(host, dest_port)
+        return await self.target.forward(admission, self.conn, dest_host, dest_port)
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         return False  # ssh -R would open a port on the gateway's host: never
@@ -200,7 +192,7 @@ class JobSession(asyncssh.SSHServerSession):
         self.terminal: tuple[str, int, int] | None = None
         self.argv: list[str] | None = None
         self.command = ""
-        self.process: JobProcess | None = None
+        self.process: SessionProcess | None = None
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.task: asyncio.Task | None = None
@@ -228,7 +220,7 @@ class JobSession(asyncssh.SSHServerSession):
         return True
 
     def subsystem_requested(self, subsystem: str) -> bool:
-        if subsystem != "sftp" or not shutil.which(settings.TRAINYARD_SSH_SFTP_SERVER):
+        if subsystem != "sftp":
             return False
         self.argv = [settings.TRAINYARD_SSH_SFTP_SERVER]
         self.terminal = None  # the protocol runs on pipes
@@ -243,21 +235,20 @@ class JobSession(asyncssh.SSHServerSession):
             self.chan.write_stderr(f"trainyard: {await self.connection.refusal()}\r\n".encode())
             self._exit(REFUSED_EXIT)
             return
-        confinement = self.connection.target.confinement(admission.login)
-        if confinement is None:
-            self.end_with(f"job {admission.login.job_id} has ended")
-            return
-        self.process = JobProcess()
         env = self._session_env()
         tty = (self.terminal[1], self.terminal[2]) if self.terminal else None
         try:
-            await self.process.start(
-                session_confinement(confinement, env),
+            self.process = await self.connection.target.start(
+                admission,
                 self.argv,
+                env,
                 self._output(self.chan.write),
                 self._output(self.chan.write_stderr),
-                tty=tty,
+                tty,
             )
+        except Unavailable:
+            self.end_with(f"job {admission.login.job_id} has ended")
+            return
         except OSError as error:
             self.chan.write_stderr(f"trainyard: cannot start the session: {error}\r\n".encode())
             self._exit(GONE_EXIT)

@@ -375,6 +375,11 @@ TRAINYARD_SSH_TRUSTED_NETWORKS = env_list(
     "TRAINYARD_SSH_TRUSTED_NETWORKS", ["127.0.0.0/8", "::1/128"]
 )
 TRAINYARD_SSH_SFTP_SERVER = env("TRAINYARD_SSH_SFTP_SERVER", "/usr/lib/openssh/sftp-server")
+# The endpoint proxy (/endpoints/<job>/<name>/, in the gateway process): its port (0: off)
+# and the base of the browser URLs ("" = the portal's own origin, where a front proxy
+# routes /endpoints/ to it; `make run` sets http://<host>:<port>).
+TRAINYARD_ENDPOINTS_PORT = env_int("TRAINYARD_ENDPOINTS_PORT", 8001)
+TRAINYARD_ENDPOINTS_URL = env("TRAINYARD_ENDPOINTS_URL", "")
 TRAINYARD_SSH_JOB_CHECK_SECONDS = env_float("TRAINYARD_SSH_JOB_CHECK_SECONDS", 1.0, 0.05, 60.0)
 # How long an allowed IP stays in force when the user gives no expiry.
 TRAINYARD_ALLOWED_IP_DAYS = env_int("TRAINYARD_ALLOWED_IP_DAYS", 30)

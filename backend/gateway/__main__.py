@@ -29,7 +29,18 @@ def main(argv: list[str] | None = None) -> None:
 
     async def serve() -> None:
         key = load_host_key(settings.TRAINYARD_SSH_HOST_KEY)
-        server = await start_server(configured_target(), args.listen, args.port, key)
+        target = configured_target()
+        server = await start_server(target, args.listen, args.port, key)
+        endpoints = None
+        if settings.TRAINYARD_ENDPOINTS_PORT:
+            from backend.gateway.endpoints import start_endpoints
+
+            endpoints = await start_endpoints(
+                target, args.listen, settings.TRAINYARD_ENDPOINTS_PORT
+            )
+            logger.info(
+                "Endpoint proxy on %s port %s", args.listen, settings.TRAINYARD_ENDPOINTS_PORT
+            )
         logger.info(
             "SSH gateway on %s port %s, host key %s",
             args.listen, args.port, key.get_fingerprint("sha256"),
@@ -41,6 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         await stop.wait()
         server.close()
         await server.wait_closed()
+        if endpoints is not None:
+            await endpoints.cleanup()
 
     asyncio.run(serve())
 

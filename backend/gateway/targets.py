@@ -53,6 +53,10 @@ class JobTarget(Protocol):
         """``argv`` started in the worker with the job's environment and ``env`` over it,
         on a terminal of (columns, rows) or on pipes; raises Unavailable."""
 
+    def serves(self, job_id: str, port: int) -> bool:
+        """Whether the job's worker 0 listens on ``port`` at 127.0.0.1 of this host, for
+        the endpoint proxy (called in a thread)."""
+
     async def forward(
         self, admission: Admission, conn: asyncssh.SSHServerConnection, host: str, port: int
     ) -> asyncssh.SSHTCPSession:
@@ -85,6 +89,9 @@ class LocalTarget:
         await process.start(session_confinement(confinement, env), argv, stdout, stderr, tty)
         return process
 
+    def serves(self, job_id: str, port: int) -> bool:
+        return listened_by(port, self.backend.job_pids(job_id))
+
     async def forward(self, admission, conn, host, port):
         import asyncio
 
@@ -108,6 +115,9 @@ class NoTarget:
 
     async def start(self, admission, argv, env, stdout, stderr, tty):
         raise Unavailable(admission.login.job_id)
+
+    def serves(self, job_id: str, port: int) -> bool:
+        return False
 
     async def forward(self, admission, conn, host, port):
         raise refused(self.unreachable)

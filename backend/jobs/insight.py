@@ -129,6 +129,7 @@ def job_endpoints(job: Job, base_url: str = "/") -> dict:
     host = f"{gateway}:{port}" if port != 22 else gateway
     folder = job.working_dir or "/"
     alias = f"trainyard-{job.job_id}"
+    base_url = settings.TRAINYARD_ENDPOINTS_URL or base_url
     endpoints = {
         "ssh": f"ssh{port_option} {login}@{gateway}",
         "ssh_config": f"Host {alias}\n  HostName {gateway}\n  Port {port}\n  User {login}\n",

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
+
 from backend.accounts.actions import add_ssh_key
 from tests.servers import ROOT, free_port, kill_process_group, session_database_url, wait_until
 from tests.unix_accounts import TEST_ACCOUNT_ENV
@@ -63,6 +65,7 @@ def running_gateway(
         | TEST_ACCOUNT_ENV
         | {
             "DATABASE_URL": session_database_url(),
+            "TRAINYARD_SECRET_KEY": settings.SECRET_KEY,  # the portal's: its sessions, tokens
             "TRAINYARD_VAR_DIR": str(var_dir),
             "TRAINYARD_BACKEND": "local",
             "TRAINYARD_LOCAL_STATE_DIR": str(directory / "local-backend"),

@@ -35,6 +35,7 @@ def trainyard(host_tmp):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["TRAINYARD_VAR_DIR"] = str(host_tmp / "var")
     env["TRAINYARD_SSH_PORT"] = str(free_port())
+    env["TRAINYARD_ENDPOINTS_PORT"] = str(free_port())
     env["PYTHONUNBUFFERED"] = "1"
     env |= TEST_ACCOUNT_ENV
     output = host_tmp / "output.log"
@@ -216,7 +217,8 @@ def test_run_as_a_normal_account_is_single_user_mode_and_says_so():
         port = free_port()
         env = {"PATH": os.environ["PATH"], "HOME": portal.home, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": JOB_PYTHONPATH, "TRAINYARD_VAR_DIR": f"{directory}/var",
-               "TRAINYARD_SSH_PORT": str(free_port())}  # fmt: skip
+               "TRAINYARD_SSH_PORT": str(free_port()),
+               "TRAINYARD_ENDPOINTS_PORT": str(free_port())}  # fmt: skip
         output = directory / "output.log"
         with output.open("w") as sink:
             os.chown(output, portal.uid, portal.gid)

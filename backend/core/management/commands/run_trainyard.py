@@ -67,6 +67,12 @@ class Command(BaseCommand):
             child_env["TRAINYARD_LOCAL_NODES"] = REGISTERED
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
+        if settings.TRAINYARD_ENDPOINTS_PORT and not settings.TRAINYARD_ENDPOINTS_URL:
+            # No front proxy here: the browser reaches the endpoint proxy on its own port.
+            host = "localhost" if options["host"] in ("127.0.0.1", "0.0.0.0") else options["host"]
+            child_env["TRAINYARD_ENDPOINTS_URL"] = (
+                f"http://{host}:{settings.TRAINYARD_ENDPOINTS_PORT}"
+            )
         commands = {
             "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind,
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],

@@ -196,6 +196,7 @@ export interface Job {
   submitted_at: string;
   started_at: string | null;
   finished_at: string | null;
+  ports?: { name: string; port: number }[];
   endpoints?: {
     ssh?: string;
     ssh_config?: string;

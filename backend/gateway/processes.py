@@ -170,9 +170,13 @@ class JobProcess:
         return 128 - code if code < 0 else code
 
     def close(self) -> None:
-        """Hang up: SIGHUP to the session's group (and, closing the terminal, to what
-        runs on it), as when an OpenSSH client goes away. Called on the event loop."""
-        self.signal(signal.SIGHUP)
+        """Hang up: SIGHUP to the session's group while its process still runs (the
+        client went away), and closing the terminal, the kernel's SIGHUP to what runs
+        on it, as with OpenSSH's sshd. What a finished command left in the background
+        (``setsid server &``, as VS Code's bootstrap does) is not signalled. Called on
+        the event loop."""
+        if self.process is not None and self.process.returncode is None:
+            self.signal(signal.SIGHUP)
         for task in self._tasks:
             task.cancel()
         if self.master is not None:

@@ -392,6 +392,24 @@ def test_a_port_the_job_listens_on_is_forwarded_and_no_other(
         assert f"no process of job {job.job_id} listens on port {port}" in refused.stderr
 
 
+def test_a_server_started_over_ssh_is_the_job_s_and_can_be_forwarded_to(
+    world, jobs, gateway, mia_key
+):
+    # What VS Code Remote-SSH does: exec its bootstrap, which starts its server in the
+    # background, then forward to the port that server listens on.
+    job = running_job(world, jobs)
+    port = free_port()
+    start = f"setsid {PYTHON} -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 < /dev/null &"
+    assert ssh(gateway, mia_key, login(job), start).returncode == 0
+
+    def forwarded() -> str:
+        answer = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{port}",
+                     input="GET / HTTP/1.0\r\n\r\n")  # fmt: skip
+        return answer.stdout.startswith("HTTP/1.0 200")
+
+    wait_for(forwarded, "the server the session started, through the gateway")
+
+
 def test_the_host_key_is_kept_across_restarts(world, jobs, backend, host_tmp, mia_key):
     job = running_job(world, jobs)
     with running_gateway(host_tmp, NODES) as first:

@@ -21,8 +21,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
+from backend.accounts.actions import record_ssh_session
 from backend.accounts.allowlist import SshGateway
-from backend.accounts.models import SshKey, SshSessionEvent, SshSessionOutcome
+from backend.accounts.models import SshKey, SshSessionOutcome
 from backend.jobs.models import Job, JobStatus
 
 LOGIN = re.compile(r"^(?P<user>[\w.@+-]+)\+(?P<job>[A-Za-z0-9]+)(?:\.(?P<rank>\d{1,4}))?$")
@@ -145,11 +146,11 @@ def record(
     user_id: int | None = None,
 ) -> None:
     close_old_connections()
-    SshSessionEvent.objects.create(
-        user_id=user_id,
-        login=str(login)[:200],
-        job_id=login.job_id if isinstance(login, Login) else "",
-        address=address[:50],
-        outcome=outcome,
-        message=message,
+    record_ssh_session(
+        str(login),
+        login.job_id if isinstance(login, Login) else "",
+        address,
+        outcome,
+        message,
+        user_id,
     )

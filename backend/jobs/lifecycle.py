@@ -84,7 +84,8 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         workers=workers,
         image=job.image,
         working_dir=job.working_dir,
-        env=dict(job.env) | (endpoint_env(job.job_id) if job.ports else {}),
+        # Every job is told its endpoint token: a port may be exposed while it runs.
+        env=dict(job.env) | endpoint_env(job.job_id),
         data_path=job.data_path,
         output_path=job.output_path,
         job_type=job.type,

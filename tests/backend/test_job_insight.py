@@ -169,3 +169,24 @@ def test_a_running_job_shows_how_to_reach_it_and_a_queued_one_does_not(world, se
     }
     assert fingerprint.startswith("SHA256:")
     assert client.get(f"{JOBS}{queued.job_id}/").json()["endpoints"] == {}
+
+
+def test_the_owner_exposes_a_port_of_a_running_job_later(world):
+    job = make_job(world, status=JobStatus.RUNNING, ports=[{"name": "jupyter", "port": 8888}])
+    url = f"{JOBS}{job.job_id}/ports/"
+
+    exposed = world.client(world.member).post(url, {"name": "tensorboard", "port": 6006})
+    taken = world.client(world.member).post(url, {"name": "jupyter", "port": 9999})
+    bad = world.client(world.member).post(url, {"name": "Tensor Board", "port": 80})
+    not_owner = world.client(world.vc_admin).post(url, {"name": "web", "port": 8080})
+    stranger = world.client(world.outsider).post(url, {"name": "web", "port": 8080})
+
+    assert exposed.status_code == 200, exposed.json()
+    assert exposed.json()["ports"][-1] == {"name": "tensorboard", "port": 6006}
+    assert taken.status_code == 409 and "already exposes jupyter (8888)" in taken.json()["detail"]
+    assert bad.status_code == 400 and set(bad.json()) == {"name", "port"}
+    assert not_owner.status_code == 403
+    assert stranger.status_code == 404
+    job.refresh_from_db()
+    assert [p["name"] for p in job.ports] == ["jupyter", "tensorboard"]
+    assert job.events.last().reason == "exposed port 6006 as tensorboard"

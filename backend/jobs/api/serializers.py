@@ -12,7 +12,7 @@ from backend.accounts.unix import NoUnixAccount, accounts_required, home_of
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField
 from backend.core.representation import CompiledRepresentationMixin
-from backend.jobs.actions import JobSpec
+from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
 from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
@@ -43,7 +43,6 @@ LABEL_KEY = re.compile(
 
 
 PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
-MAX_EXPOSED_PORTS = 8
 
 
 class ExposedPortSerializer(serializers.Serializer):

@@ -18,6 +18,7 @@ from backend.core.scoping import TenantScopedViewSet
 from backend.jobs import actions
 from backend.jobs.api.filters import JobFilter
 from backend.jobs.api.serializers import (
+    ExposedPortSerializer,
     GpuUtilisationSerializer,
     JobActionSerializer,
     JobAttemptSerializer,
@@ -186,6 +187,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def approve(self, request: Request, id: str) -> Response:
         """Let a job past the VC's per-user GPU limit (VC admins)."""
         return self._act(request, "approve")
+
+    @extend_schema(request=ExposedPortSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def ports(self, request: Request, id: str) -> Response:
+        """Expose one more port of the job in its owner's browser, under
+        /endpoints/<job>/<name>/ (the owner only)."""
+        job = self.get_object()
+        if job.owner_id != request.user.pk:
+            raise PermissionDenied("Only the job's owner may expose its ports.")
+        body = ExposedPortSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = actions.expose_port(
+            job, body.validated_data["name"], body.validated_data["port"], request.user
+        )
+        return Response(
+            JobSerializer(self.refine_queryset(Job.objects.filter(pk=job.pk)).get()).data
+        )
 
     @extend_schema(request=JobBatchSerializer)
     @action(detail=False, methods=["post"])

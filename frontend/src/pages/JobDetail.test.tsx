@@ -1,4 +1,5 @@
 import { screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { fakeApi, renderPage } from "../test-utils";
 import { JobDetailPage } from "./JobDetail";
@@ -76,8 +77,28 @@ describe("a job's page", () => {
     expect(screen.getByRole("link", { name: "Open jupyter" })).toHaveAttribute("href", "http://portal/endpoints/r1/jupyter/");
     expect(screen.getByLabelText("SSH config")).toHaveTextContent("Host trainyard-r1 HostName gateway Port 2222 User mia+r1");
     expect(screen.getByText("SHA256:abcdef")).toBeInTheDocument();
+    expect(screen.getByRole("form", { name: "Expose a port" })).toBeInTheDocument();
     await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("epoch 1 epoch 2 epoch 3"), { timeout: 4000 });
     expect(offsets).toEqual([null, "8", "16"]);
+  });
+
+  it("lets the owner expose a port of the running job", async () => {
+    const running = { ...FAILED, id: "e1", status: "running", exit_code: null, failure_class: "", finished_at: null,
+      endpoints: { ssh: "ssh -p 2222 mia+e1@gateway", ports: [] } };
+    const api = fakeApi({
+      "GET /api/v1/jobs/e1/": running,
+      "GET /api/v1/jobs/e1/events/": [],
+      "GET /api/v1/jobs/e1/attempts/": [],
+      "GET /api/v1/jobs/e1/log/tail/": [200, { text: "", next_offset: 0, size: 0, complete: false }],
+      "POST /api/v1/jobs/e1/ports/": [200, { ...running, ports: [{ name: "tensorboard", port: 6006 }] }],
+    });
+    renderPage(<JobDetailPage />, "/jobs/e1", "/jobs/:id");
+    await userEvent.type(await screen.findByLabelText("Port name"), "tensorboard");
+    await userEvent.type(screen.getByLabelText("Port"), "6006");
+    await userEvent.click(screen.getByRole("button", { name: "Expose" }));
+    await waitFor(() => expect(api.calls.some((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/e1/ports/")).toBe(true));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/e1/ports/");
+    expect(posted?.body).toEqual({ name: "tensorboard", port: 6006 });
   });
 
   it("charts the GPU utilisation of the job's GPUs when metrics exist, and leaves it out when not", async () => {

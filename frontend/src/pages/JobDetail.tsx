@@ -1,6 +1,7 @@
-import { useEffect, useState } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
 import { api, type Job } from "../api";
+import { useMe } from "../auth";
 import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
 import { type GpuUtilisation, GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { LogViewer } from "../components/LogViewer";
@@ -47,6 +48,22 @@ export function JobDetailPage() {
       reloadAttempts();
     }
   }, [status, reloadEvents, reloadAttempts]);
+
+  const me = useMe();
+  const [exposing, setExposing] = useState({ name: "", port: "" });
+  const [exposeError, setExposeError] = useState<unknown>(null);
+
+  async function expose(event: FormEvent) {
+    event.preventDefault();
+    setExposeError(null);
+    try {
+      await api(`jobs/${id}/ports/`, { method: "POST", body: { name: exposing.name, port: Number(exposing.port) } });
+      setExposing({ name: "", port: "" });
+      job.reload();
+    } catch (reason) {
+      setExposeError(reason);
+    }
+  }
 
   async function act(action: string) {
     setActionError(null);
@@ -222,6 +239,16 @@ export function JobDetailPage() {
                   (port {exposed.port})
                 </p>
               ))}
+              {j.owner === me.username && (
+                <form className="row" onSubmit={expose} aria-label="Expose a port">
+                  <input aria-label="Port name" placeholder="name, e.g. tensorboard" value={exposing.name}
+                    onChange={(e) => setExposing((x) => ({ ...x, name: e.target.value }))} />
+                  <input aria-label="Port" type="number" placeholder="port" value={exposing.port}
+                    onChange={(e) => setExposing((x) => ({ ...x, port: e.target.value }))} />
+                  <button type="submit">Expose</button>
+                  <ErrorBox error={exposeError} />
+                </form>
+              )}
               {endpoints.ssh_config && (
                 <details>
                   <summary>~/.ssh/config</summary>

@@ -387,7 +387,23 @@ TRAINYARD_LOG_DIR = Path(env("TRAINYARD_LOG_DIR", str(VAR_DIR / "logs")))
 # Where users SSH into running jobs (the gateway routes `<user>+<job id>` to the job's
 # first worker); empty: the host name of this server.
 TRAINYARD_SSH_GATEWAY = env("TRAINYARD_SSH_GATEWAY", "") or socket.gethostname()
-TRAINYARD_SSH_PORT = env_int("TRAINYARD_SSH_PORT", 22)
+TRAINYARD_SSH_PORT = env_int("TRAINYARD_SSH_PORT", 2222)
+# The gateway (python -m backend.gateway, started by `make run`): the address it listens
+# on, its host key (made on first start; its fingerprint is on the job page), the networks
+# whose clients need no allowed IP, OpenSSH's SFTP server run as the job's owner, and how
+# often it looks whether the jobs its sessions are in still run.
+TRAINYARD_SSH_LISTEN = env("TRAINYARD_SSH_LISTEN", "0.0.0.0")
+TRAINYARD_SSH_HOST_KEY = Path(env("TRAINYARD_SSH_HOST_KEY", str(VAR_DIR / "ssh_host_ed25519_key")))
+TRAINYARD_SSH_TRUSTED_NETWORKS = env_list(
+    "TRAINYARD_SSH_TRUSTED_NETWORKS", ["127.0.0.0/8", "::1/128"]
+)
+TRAINYARD_SSH_SFTP_SERVER = env("TRAINYARD_SSH_SFTP_SERVER", "/usr/lib/openssh/sftp-server")
+# The endpoint proxy (/endpoints/<job>/<name>/, in the gateway process): its port (0: off)
+# and the base of the browser URLs ("" = the portal's own origin, where a front proxy
+# routes /endpoints/ to it; `make run` sets http://<host>:<port>).
+TRAINYARD_ENDPOINTS_PORT = env_int("TRAINYARD_ENDPOINTS_PORT", 8002)
+TRAINYARD_ENDPOINTS_URL = env("TRAINYARD_ENDPOINTS_URL", "")
+TRAINYARD_SSH_JOB_CHECK_SECONDS = env_float("TRAINYARD_SSH_JOB_CHECK_SECONDS", 1.0, 0.05, 60.0)
 # How long an allowed IP stays in force when the user gives no expiry.
 TRAINYARD_ALLOWED_IP_DAYS = env_int("TRAINYARD_ALLOWED_IP_DAYS", 30)
 # The broadest networks a user may allow (a /0 would open their jobs to the world).

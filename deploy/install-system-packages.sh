@@ -9,7 +9,11 @@ set -euo pipefail
 # prometheus: the repair manager's and the monitoring tests scrape node agents and the portal
 # with the real server; its promtool checks deploy/prometheus's alert rules.
 # nftables: the allowlist tests drive the real `nft` in a network namespace of their own.
-packages=(default-libmysqlclient-dev pkg-config prometheus nftables "$@")
+# openssh-client, openssh-server, tmux: the SSH gateway's tests drive OpenSSH's ssh, scp
+# and sftp (a terminal session inside tmux), sessions run OpenSSH's sftp-server, and
+# bench/ssh compares the gateway with OpenSSH's sshd.
+packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
+          openssh-server tmux "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

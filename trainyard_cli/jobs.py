@@ -38,6 +38,16 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
     body = read_manifest(manifest) if manifest else {}
     env = _pairs(flags.pop("env"), "--env")
     selector = _pairs(flags.pop("node_selector"), "--node-selector")
+    ports = _pairs(flags.pop("ports", ()), "--port")
+    if ports:
+        exposed = [port for port in body.get("ports") or [] if port.get("name") not in ports]
+        for name, number in ports.items():
+            if not number.isdigit():
+                raise CliError(
+                    f"--port {name}={number}: write NAME=PORT, e.g. jupyter=8888", BAD_INPUT
+                )
+            exposed.append({"name": name, "port": int(number)})
+        body["ports"] = exposed
     if env:
         body["env"] = {**(body.get("env") or {}), **env}
     if selector:
@@ -72,6 +82,9 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option("--data-path")
 @click.option("--output-path")
 @click.option("--node-selector", multiple=True, help="KEY=VALUE: only nodes with the label.")
+@click.option(
+    "--port", "ports", multiple=True, help="NAME=PORT: open it in a browser (/endpoints/...)."
+)
 @click.option("--preemptible/--guaranteed", default=None, help="May borrow GPUs beyond the quota.")
 @click.option("--priority", type=int)
 @click.option("--retries", "max_retries", type=int, help="Retries for infrastructure failures.")

@@ -164,7 +164,10 @@ def show(job_id: str, as_json: bool) -> None:
         if job.get(field) not in (None, "", []):
             table.add_row(f"[bold]{field}[/bold]", str(job[field]))
     for name, value in (job.get("endpoints") or {}).items():
-        table.add_row(f"[bold]{name}[/bold]", value)
+        if name == "ports":
+            value = "\n".join(f"{port['name']} ({port['port']}): {port['url']}" for port in value)
+        if value:
+            table.add_row(f"[bold]{name}[/bold]", str(value).rstrip())
     out.print(table)
     if attempts:
         runs = Table("Attempt", "Nodes", "Started", "Ended", "Exit", "Why", box=None)

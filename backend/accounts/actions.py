@@ -283,3 +283,19 @@ def deactivate_user(user: AbstractUser) -> None:
     user.is_active = False
     user.save(update_fields=["is_active"])
     ApiToken.objects.filter(user=user).delete()
+
+
+def record_ssh_session(
+    login: str, job_id: str, address: str, outcome: str, message: str = "", user_id=None
+) -> None:
+    """One connection to the SSH gateway: let in, refused (and why) or closed."""
+    from backend.accounts.models import SshSessionEvent
+
+    SshSessionEvent.objects.create(
+        user_id=user_id,
+        login=login[:200],
+        job_id=job_id[:16],
+        address=address[:50],
+        outcome=outcome,
+        message=message,
+    )

@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
+from backend.accounts.models import (
+    AllowedIp,
+    AllowedIpEvent,
+    ApiToken,
+    SshKey,
+    SshSessionEvent,
+    UnixAccount,
+)
 
 
 @admin.register(UnixAccount)
@@ -36,3 +43,13 @@ class AllowedIpEventAdmin(admin.ModelAdmin):
     list_display = ["user", "network", "kind", "at"]
     list_filter = ["kind"]
     search_fields = ["user__username", "network"]
+
+
+@admin.register(SshSessionEvent)
+class SshSessionEventAdmin(admin.ModelAdmin):
+    """Connections to the SSH gateway: let in, refused (and why), closed with their job."""
+
+    list_display = ["at", "login", "user", "address", "outcome", "message"]
+    list_filter = ["outcome"]
+    search_fields = ["login", "user__username", "job_id", "address"]
+    readonly_fields = ["at", "login", "user", "job_id", "address", "outcome", "message"]

@@ -154,3 +154,36 @@ class AllowedIpEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.network} {self.kind}"
+
+
+class SshSessionOutcome(models.TextChoices):
+    OPENED = "opened"
+    REFUSED = "refused"
+    CLOSED = "closed"
+
+
+class SshSessionEvent(models.Model):
+    """A connection to the SSH gateway: who came from where for which job, and whether it
+    was let in (and why not). ``user`` is empty when the key named nobody."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="ssh_session_events",
+    )
+    login = models.CharField(max_length=200, help_text="The SSH user name, <user>+<job id>.")
+    job_id = models.CharField(max_length=16, blank=True)
+    address = models.CharField(max_length=50)
+    outcome = models.CharField(max_length=10, choices=SshSessionOutcome.choices)
+    message = models.TextField(blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.login} from {self.address}: {self.outcome}"

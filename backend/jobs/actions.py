@@ -25,6 +25,7 @@ from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOB
 from backend.vcs.models import Membership, Role, VirtualCluster
 
 SYSTEM_ACTOR = "trainyard"
+MAX_EXPOSED_PORTS = 8
 
 
 @dataclass
@@ -48,6 +49,7 @@ class JobSpec:
     data_path: str = ""
     output_path: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
+    ports: list[dict] = field(default_factory=list)
     preemptible: bool = False
     priority: int = 0
 
@@ -147,6 +149,7 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
         data_path=spec.data_path,
         output_path=spec.output_path,
         node_selector=spec.node_selector,
+        ports=spec.ports,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
         idempotency_key=idempotency_key or None,
@@ -181,6 +184,26 @@ def _transition(
         setattr(job, name, value)
     job.save()
     record_event(job, from_status, actor, reason)
+    return job
+
+
+@transaction.atomic
+def expose_port(job: Job, name: str, port: int, actor: AbstractUser) -> Job:
+    """Expose one more port of the job in the browser (/endpoints/<job>/<name>/); the
+    owner's alone. Raises ActionRefused for a finished job or a name or port taken."""
+    job = _locked(job)
+    if job.status in TERMINAL_STATUSES:
+        raise ActionRefused(f"Job {job.job_id} is {job.status}: its ports are closed.")
+    taken = [p for p in job.ports or [] if p["name"] == name or p["port"] == port]
+    if taken:
+        raise ActionRefused(
+            f"Job {job.job_id} already exposes {taken[0]['name']} ({taken[0]['port']})."
+        )
+    if len(job.ports or []) >= MAX_EXPOSED_PORTS:
+        raise ActionRefused(f"Job {job.job_id} exposes {MAX_EXPOSED_PORTS} ports already.")
+    job.ports = [*(job.ports or []), {"name": name, "port": port}]
+    job.save(update_fields=["ports", "updated_at"])
+    record_event(job, job.status, actor, f"exposed port {port} as {name}")
     return job
 
 

@@ -113,18 +113,35 @@ def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
     return StartPreview(False, wait or "It would wait in the queue.", when)
 
 
-def job_endpoints(job: Job) -> dict[str, str]:
-    """How the owner reaches a running job's first worker through the SSH gateway: an SSH
-    command line and a VS Code Remote-SSH link (empty while the job is not running)."""
+def job_endpoints(job: Job, base_url: str = "/") -> dict:
+    """How the owner reaches a running job through the SSH gateway (an SSH command line,
+    a ``~/.ssh/config`` block, a VS Code Remote-SSH link, the gateway's host key) and, for
+    each port the job exposes, its URL under ``base_url`` (empty while the job is not
+    running)."""
     if job.status != JobStatus.RUNNING:
         return {}
+    from backend.gateway.host_key import host_key_fingerprint
+
     gateway = settings.TRAINYARD_SSH_GATEWAY
     port = settings.TRAINYARD_SSH_PORT
     login = f"{job.owner.username}+{job.job_id}"
     port_option = f" -p {port}" if port != 22 else ""
     host = f"{gateway}:{port}" if port != 22 else gateway
     folder = job.working_dir or "/"
-    return {
+    alias = f"trainyard-{job.job_id}"
+    base_url = settings.TRAINYARD_ENDPOINTS_URL or base_url
+    endpoints = {
         "ssh": f"ssh{port_option} {login}@{gateway}",
+        "ssh_config": f"Host {alias}\n  HostName {gateway}\n  Port {port}\n  User {login}\n",
         "vscode": f"vscode://vscode-remote/ssh-remote+{login}@{host}{folder}",
+        "host_key_fingerprint": host_key_fingerprint(),
+        "ports": [
+            {
+                "name": exposed["name"],
+                "port": exposed["port"],
+                "url": f"{base_url.rstrip('/')}/endpoints/{job.job_id}/{exposed['name']}/",
+            }
+            for exposed in job.ports or []
+        ],
     }
+    return endpoints

@@ -70,6 +70,8 @@ STOPPED_STATUS = {
 
 
 def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
+    from backend.gateway.tokens import endpoint_env
+
     workers = tuple(
         WorkerSpec(rank, worker.node, worker.gpus, worker.millicpus, worker.memory)
         for rank, worker in enumerate(placement_from_json(job.placement))
@@ -84,7 +86,8 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         workers=workers,
         image=job.image,
         working_dir=job.working_dir,
-        env=dict(job.env),
+        # Every job is told its endpoint token: a port may be exposed while it runs.
+        env=dict(job.env) | endpoint_env(job.job_id),
         data_path=job.data_path,
         output_path=job.output_path,
         job_type=job.type,

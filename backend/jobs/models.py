@@ -110,6 +110,11 @@ class Job(models.Model):
     node_selector = models.JSONField(
         default=dict, blank=True, help_text="Labels the node of every worker must carry."
     )
+    ports = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}].',
+    )
     data_path = models.CharField(max_length=1000, blank=True)
     output_path = models.CharField(max_length=1000, blank=True)
 

@@ -202,7 +202,14 @@ export interface Job {
   submitted_at: string;
   started_at: string | null;
   finished_at: string | null;
-  endpoints?: { ssh?: string; vscode?: string };
+  ports?: { name: string; port: number }[];
+  endpoints?: {
+    ssh?: string;
+    ssh_config?: string;
+    vscode?: string;
+    host_key_fingerprint?: string;
+    ports?: { name: string; port: number; url: string }[];
+  };
   run_as?: string;
   limits?: string;
 }

@@ -179,6 +179,22 @@ class LocalBackend(ClusterBackend):
                 return Confinement.from_json(worker["confinement"])
         return None
 
+    def job_pids(self, job_id: str) -> set[int]:
+        """The processes of the job while it runs: what its workers' inits started and
+        every process of the owner's marked as the job's (its SSH sessions' included),
+        never the inits themselves."""
+        state = self._read_state(job_id)
+        if state is None:
+            return set()
+        pids = set()
+        for worker in state["workers"]:
+            init = _init_process(worker)
+            if init is not None:
+                with contextlib.suppress(psutil.Error):
+                    pids |= {child.pid for child in init.children(recursive=True)}
+        pids |= {process.pid for process in _marked_processes(_marker(state), _owner_uid(state))}
+        return pids
+
     # --- the interface ---------------------------------------------------------------------
 
     def deploy(self, launch: JobLaunch) -> None:

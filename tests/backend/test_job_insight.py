@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from backend.gateway.host_key import load_host_key
 from backend.jobs.models import Job, JobStatus
 from backend.jobs.scheduling import load_snapshot
 from jobmanager.core import schedule
@@ -133,10 +134,17 @@ def test_every_vc_use_is_shown_as_aggregates(world):
     ]
 
 
-def test_a_running_job_shows_how_to_reach_it_and_a_queued_one_does_not(world, settings):
+def test_a_running_job_shows_how_to_reach_it_and_a_queued_one_does_not(world, settings, tmp_path):
     settings.TRAINYARD_SSH_GATEWAY = "ssh.trainyard.example"
     settings.TRAINYARD_SSH_PORT = 2222
-    running = make_job(world, status=JobStatus.RUNNING, working_dir="/home/mia/run")
+    settings.TRAINYARD_SSH_HOST_KEY = tmp_path / "host_key"
+    fingerprint = load_host_key(settings.TRAINYARD_SSH_HOST_KEY).get_fingerprint("sha256")
+    running = make_job(
+        world,
+        status=JobStatus.RUNNING,
+        working_dir="/home/mia/run",
+        ports=[{"name": "jupyter", "port": 8888}],
+    )
     queued = make_job(world)
     client = world.client(world.vc_admin)  # the owner's login, whoever looks
 
@@ -145,6 +153,40 @@ def test_a_running_job_shows_how_to_reach_it_and_a_queued_one_does_not(world, se
     login = f"mia+{running.job_id}"
     assert endpoints == {
         "ssh": f"ssh -p 2222 {login}@ssh.trainyard.example",
+        "ssh_config": (
+            f"Host trainyard-{running.job_id}\n  HostName ssh.trainyard.example\n"
+            f"  Port 2222\n  User {login}\n"
+        ),
         "vscode": f"vscode://vscode-remote/ssh-remote+{login}@ssh.trainyard.example:2222/home/mia/run",
+        "host_key_fingerprint": fingerprint,
+        "ports": [
+            {
+                "name": "jupyter",
+                "port": 8888,
+                "url": f"http://testserver/endpoints/{running.job_id}/jupyter/",
+            }
+        ],
     }
+    assert fingerprint.startswith("SHA256:")
     assert client.get(f"{JOBS}{queued.job_id}/").json()["endpoints"] == {}
+
+
+def test_the_owner_exposes_a_port_of_a_running_job_later(world):
+    job = make_job(world, status=JobStatus.RUNNING, ports=[{"name": "jupyter", "port": 8888}])
+    url = f"{JOBS}{job.job_id}/ports/"
+
+    exposed = world.client(world.member).post(url, {"name": "tensorboard", "port": 6006})
+    taken = world.client(world.member).post(url, {"name": "jupyter", "port": 9999})
+    bad = world.client(world.member).post(url, {"name": "Tensor Board", "port": 80})
+    not_owner = world.client(world.vc_admin).post(url, {"name": "web", "port": 8080})
+    stranger = world.client(world.outsider).post(url, {"name": "web", "port": 8080})
+
+    assert exposed.status_code == 200, exposed.json()
+    assert exposed.json()["ports"][-1] == {"name": "tensorboard", "port": 6006}
+    assert taken.status_code == 409 and "already exposes jupyter (8888)" in taken.json()["detail"]
+    assert bad.status_code == 400 and set(bad.json()) == {"name", "port"}
+    assert not_owner.status_code == 403
+    assert stranger.status_code == 404
+    job.refresh_from_db()
+    assert [p["name"] for p in job.ports] == ["jupyter", "tensorboard"]
+    assert job.events.last().reason == "exposed port 6006 as tensorboard"

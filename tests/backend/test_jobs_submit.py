@@ -135,6 +135,17 @@ INVALID_SUBMISSIONS = {
     "vc as a list": ({"vc": ["vision"]}, "vc", "Not a valid string"),
     "preemptible not a boolean": ({"preemptible": "maybe"}, "preemptible", "valid boolean"),
     "wall time too short": ({"max_wall_time": 10}, "max_wall_time", "greater than or equal"),
+    "ports not a list": ({"ports": "8888"}, "ports", "Expected a list"),
+    "a port twice": (
+        {"ports": [{"name": "a", "port": 8888}, {"name": "b", "port": 8888}]},
+        "ports",
+        "Each port and each name once",
+    ),
+    "too many ports": (
+        {"ports": [{"name": f"p{n}", "port": 9000 + n} for n in range(9)]},
+        "ports",
+        "At most 8 ports",
+    ),
 }
 
 
@@ -380,3 +391,30 @@ def test_approving_a_queued_job_is_a_conflict(limited):
 
     assert response.status_code == 409
     assert "needs no approval" in response.json()["detail"]
+
+
+def test_exposed_ports_are_stored_and_answered(world):
+    ports = [{"name": "jupyter", "port": 8888}, {"name": "tensorboard", "port": 6006}]
+
+    response = submit(world.client(world.member), ports=ports)
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["ports"] == ports
+    assert Job.objects.get().ports == ports
+
+
+@pytest.mark.parametrize(
+    ("port", "errors"),
+    [
+        ({"name": "Jupyter Lab", "port": 8888}, {"name": ["Lowercase letters, digits"]}),
+        ({"name": "jupyter", "port": 22}, {"port": ["greater than or equal to 1024"]}),
+        ({"name": "jupyter"}, {"port": ["This field is required."]}),
+    ],
+)
+def test_a_bad_exposed_port_names_its_field(world, port, errors):
+    response = submit(world.client(world.member), ports=[port])
+
+    assert response.status_code == 400
+    answered = response.json()["ports"]["0"]  # the first port's errors
+    for field, (message,) in errors.items():
+        assert message in answered[field][0]

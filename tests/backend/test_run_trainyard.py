@@ -15,6 +15,7 @@ import psutil
 import pytest
 import requests
 
+from tests.backend.gateway_support import listening
 from tests.servers import ROOT, free_port, wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
@@ -34,6 +35,8 @@ def trainyard(host_tmp):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["TRAINYARD_VAR_DIR"] = str(host_tmp / "var")
+    env["TRAINYARD_SSH_PORT"] = str(free_port())
+    env["TRAINYARD_ENDPOINTS_PORT"] = str(free_port())
     env["PYTHONUNBUFFERED"] = "1"
     env |= TEST_ACCOUNT_ENV
     output = host_tmp / "output.log"
@@ -185,6 +188,9 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
     alice = job_account("alice")  # provisioned by make run, as every demo user's
     assert "Every job runs as its owner's Unix account" in banner
     assert f"alice  -> ty-test-alice (uid {alice.uid})" in banner
+    ssh_port = env["TRAINYARD_SSH_PORT"]
+    assert re.search(rf"SSH into running jobs: ssh -p {ssh_port} .* \(host key SHA256:", banner)
+    assert listening(int(ssh_port))  # the gateway
 
     job = run_a_job_as(base_url, "alice", logins["alice"], "id -un; id -u")
 
@@ -211,7 +217,9 @@ def test_run_as_a_normal_account_is_single_user_mode_and_says_so():
         os.chown(directory, portal.uid, portal.gid)
         port = free_port()
         env = {"PATH": os.environ["PATH"], "HOME": portal.home, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": JOB_PYTHONPATH, "TRAINYARD_VAR_DIR": f"{directory}/var"}  # fmt: skip
+               "PYTHONPATH": JOB_PYTHONPATH, "TRAINYARD_VAR_DIR": f"{directory}/var",
+               "TRAINYARD_SSH_PORT": str(free_port()),
+               "TRAINYARD_ENDPOINTS_PORT": str(free_port())}  # fmt: skip
         output = directory / "output.log"
         with output.open("w") as sink:
             os.chown(output, portal.uid, portal.gid)

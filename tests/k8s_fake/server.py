@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from kubernetes import client
 
+from tests.k8s_fake import streams
 from tests.k8s_fake.store import (
     RESOURCES,
     ApiError,
@@ -40,7 +41,7 @@ __all__ = ["ApiError", "FakeKubernetes", "RecordedRequest", "matches_selector", 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/networking\.k8s\.io/v1)"
     r"(?:/namespaces/(?P<namespace>[^/]+)(?=/))?"
-    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>status|log))?$"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>status|log|exec|portforward))?$"
 )
 _DEFAULT_WATCH_SECONDS = 60
 
@@ -153,6 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             self._reply(404, status_body(404, "NotFound", f"no such path {url.path}"))
             return
+        if match["subresource"] in ("exec", "portforward"):
+            self._stream_subresource(match["subresource"], plural, namespace, name, url.query)
+            return
         if match["subresource"] == "log" and (plural != "pods" or method != "GET"):
             self._reply(405, status_body(405, "MethodNotAllowed", f"{method} {url.path}"))
             return
@@ -195,6 +199,33 @@ class _Handler(BaseHTTPRequestHandler):
                 grace = body.get("gracePeriodSeconds")
             return 200, fake.delete(plural, namespace, name, None if grace is None else int(grace))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    def _stream_subresource(self, kind: str, plural: str, namespace, name, raw_query: str) -> None:
+        """exec and portforward of a running pod, over WebSocket (tests/k8s_fake/streams)."""
+        if plural != "pods" or not namespace or not name:
+            self._reply(404, status_body(404, "NotFound", f"no {kind} here"))
+            return
+        try:
+            pod = self.fake.read("pods", namespace, name)
+        except ApiError as error:
+            self._reply(error.code, status_body(error.code, error.reason, error.message))
+            return
+        if (pod.get("status") or {}).get("phase") != "Running":
+            self._reply(400, status_body(400, "BadRequest", f"pod {name} is not running"))
+            return
+        query = parse_qs(raw_query)
+        socket_ = streams.WebSocket.accept(self)
+        if socket_ is None:
+            self._reply(400, status_body(400, "BadRequest", "upgrade to a WebSocket"))
+            return
+        if kind == "portforward":
+            ports = [int(port) for value in query.get("ports", []) for port in value.split(",")]
+            streams.serve_portforward(socket_, ports)
+            return
+        container = pod["spec"]["containers"][0]
+        env = {item["name"]: item.get("value", "") for item in container.get("env") or []}
+        tty = query.get("tty", ["false"])[-1] == "true"
+        streams.serve_exec(socket_, query.get("command", []), env, tty)
 
     def _reply(self, code: int, body: dict) -> None:
         data = json.dumps(body).encode()

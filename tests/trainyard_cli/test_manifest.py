@@ -52,6 +52,18 @@ def test_flags_override_the_manifest_and_a_command_may_be_argv(tmp_path):
     }  # fmt: skip
 
 
+def test_port_flags_expose_ports_over_the_manifest_s(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("vc: vision\ncommand: jupyter lab\nports: [{name: jupyter, port: 8000}]\n")
+
+    body = build_submission(path, (), env=(), node_selector=(), ports=("jupyter=8888", "tb=6006"))
+
+    assert body["ports"] == [{"name": "jupyter", "port": 8888}, {"name": "tb", "port": 6006}]
+    with pytest.raises(CliError) as refused:
+        build_submission(path, (), env=(), node_selector=(), ports=("jupyter=lab",))
+    assert refused.value.exit_code == BAD_INPUT
+
+
 def test_api_errors_read_field_by_field():
     body = {"workers": ["Too many."], "detail": "Please look.", "env": [{"KEY": ["Bad."]}]}
 

@@ -15,7 +15,7 @@ from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
-from backend.jobs.actions import JobSpec
+from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
 from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
@@ -48,6 +48,21 @@ LABEL_KEY = re.compile(
 )
 
 
+PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+
+
+class ExposedPortSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=32, help_text="Part of the URL, e.g. jupyter.")
+    port = serializers.IntegerField(min_value=1024, max_value=65535)
+
+    def validate_name(self, name: str) -> str:
+        if not PORT_NAME.match(name):
+            raise serializers.ValidationError(
+                "Lowercase letters, digits and '-', e.g. 'jupyter' or 'tensorboard'."
+            )
+        return name
+
+
 class JobSubmitSerializer(serializers.Serializer):
     """What a script or the dashboard sends to start a job."""
 
@@ -72,6 +87,12 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False,
         default=dict,
         help_text='Run only on nodes with all of these labels, e.g. {"zone": "b"}.',
+    )
+    ports = serializers.ListField(
+        child=ExposedPortSerializer(),
+        required=False,
+        default=list,
+        help_text="Ports of worker 0 to reach in a browser through /endpoints/<job>/<name>/.",
     )
     preemptible = serializers.BooleanField(default=False)
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
@@ -124,6 +145,15 @@ class JobSubmitSerializer(serializers.Serializer):
                 "'.', optionally after a DNS prefix and '/')."
             )
         return selector
+
+    def validate_ports(self, ports: list[dict]) -> list[dict]:
+        if len(ports) > MAX_EXPOSED_PORTS:
+            raise serializers.ValidationError(f"At most {MAX_EXPOSED_PORTS} ports.")
+        names = [port["name"] for port in ports]
+        numbers = [port["port"] for port in ports]
+        if len(set(names)) != len(names) or len(set(numbers)) != len(numbers):
+            raise serializers.ValidationError("Each port and each name once.")
+        return [{"name": port["name"], "port": port["port"]} for port in ports]
 
     validate_working_dir = _check_path
     validate_data_path = _check_path
@@ -235,6 +265,7 @@ class JobSubmitSerializer(serializers.Serializer):
             data_path=attrs.get("data_path", ""),
             output_path=attrs.get("output_path", ""),
             node_selector=selector,
+            ports=attrs.get("ports", []),
             preemptible=attrs["preemptible"],
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
@@ -272,7 +303,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "insight_message", "repair_message", "image", "command", "working_dir", "env",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "data_path", "output_path", "node_selector", "placement", "exit_code",
+            "data_path", "output_path", "node_selector", "ports", "placement", "exit_code",
             "failure_class",
             "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
             "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
@@ -280,9 +311,22 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class EndpointPortSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    port = serializers.IntegerField()
+    url = serializers.CharField(help_text="Open in a browser, signed in as the job's owner.")
+
+
 class JobEndpointsSerializer(serializers.Serializer):
     ssh = serializers.CharField(required=False, help_text="SSH command line (running jobs).")
+    ssh_config = serializers.CharField(
+        required=False, help_text="A block for ~/.ssh/config (Host, HostName, Port, User)."
+    )
     vscode = serializers.CharField(required=False, help_text="VS Code Remote-SSH link.")
+    host_key_fingerprint = serializers.CharField(
+        required=False, help_text="The gateway's host key (SHA256), to check on first use."
+    )
+    ports = EndpointPortSerializer(many=True, required=False)
 
 
 class JobDetailSerializer(JobSerializer):

@@ -22,6 +22,7 @@ from backend.jobs import actions
 from backend.jobs.accounting import gpu_hours
 from backend.jobs.api.filters import JobFilter
 from backend.jobs.api.serializers import (
+    ExposedPortSerializer,
     GpuHoursQuerySerializer,
     GpuHoursRowSerializer,
     GpuUtilisationSerializer,
@@ -139,7 +140,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def retrieve(self, request: Request, id: str) -> Response:
         """The job, and while it runs an SSH command line and a VS Code link to reach it."""
         job = self.get_object()
-        return Response(self.get_serializer(job).data | {"endpoints": job_endpoints(job)})
+        endpoints = job_endpoints(job, request.build_absolute_uri("/"))
+        return Response(self.get_serializer(job).data | {"endpoints": endpoints})
 
     def _submitted(self, job: Job, replayed: bool) -> Response:
         if replayed:
@@ -191,6 +193,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def approve(self, request: Request, id: str) -> Response:
         """Let a job past the VC's per-user GPU limit (VC admins)."""
         return self._act(request, "approve")
+
+    @extend_schema(request=ExposedPortSerializer, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def ports(self, request: Request, id: str) -> Response:
+        """Expose one more port of the job in its owner's browser, under
+        /endpoints/<job>/<name>/ (the owner only)."""
+        job = self.get_object()
+        if job.owner_id != request.user.pk:
+            raise PermissionDenied("Only the job's owner may expose its ports.")
+        body = ExposedPortSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = actions.expose_port(
+            job, body.validated_data["name"], body.validated_data["port"], request.user
+        )
+        return Response(
+            JobSerializer(self.refine_queryset(Job.objects.filter(pk=job.pk)).get()).data
+        )
 
     @extend_schema(request=JobBatchSerializer)
     @action(detail=False, methods=["post"])

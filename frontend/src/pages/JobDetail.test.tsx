@@ -1,4 +1,5 @@
 import { screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { fakeApi, renderPage } from "../test-utils";
 import { JobDetailPage } from "./JobDetail";
@@ -55,7 +56,12 @@ describe("a job's page", () => {
       "GET /api/v1/jobs/r1/": {
         ...FAILED, id: "r1", status: "running", exit_code: null, failure_class: "", repair_message: "",
         status_message: "running on a100-1", finished_at: null,
-        endpoints: { ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia" },
+        endpoints: {
+          ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia",
+          ssh_config: "Host trainyard-r1\n  HostName gateway\n  Port 2222\n  User mia+r1\n",
+          host_key_fingerprint: "SHA256:abcdef",
+          ports: [{ name: "jupyter", port: 8888, url: "http://portal/endpoints/r1/jupyter/" }],
+        },
       },
       "GET /api/v1/jobs/r1/events/": [],
       "GET /api/v1/jobs/r1/attempts/": [],
@@ -68,8 +74,31 @@ describe("a job's page", () => {
     renderPage(<JobDetailPage />, "/jobs/r1", "/jobs/:id");
     expect(await screen.findByText("ssh -p 2222 mia+r1@gateway")).toBeInTheDocument();
     expect(screen.getByRole("link", { name: "Open in VS Code" })).toHaveAttribute("href", expect.stringContaining("vscode://"));
+    expect(screen.getByRole("link", { name: "Open jupyter" })).toHaveAttribute("href", "http://portal/endpoints/r1/jupyter/");
+    expect(screen.getByLabelText("SSH config")).toHaveTextContent("Host trainyard-r1 HostName gateway Port 2222 User mia+r1");
+    expect(screen.getByText("SHA256:abcdef")).toBeInTheDocument();
+    expect(screen.getByRole("form", { name: "Expose a port" })).toBeInTheDocument();
     await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("epoch 1 epoch 2 epoch 3"), { timeout: 4000 });
     expect(offsets).toEqual([null, "8", "16"]);
+  });
+
+  it("lets the owner expose a port of the running job", async () => {
+    const running = { ...FAILED, id: "e1", status: "running", exit_code: null, failure_class: "", finished_at: null,
+      endpoints: { ssh: "ssh -p 2222 mia+e1@gateway", ports: [] } };
+    const api = fakeApi({
+      "GET /api/v1/jobs/e1/": running,
+      "GET /api/v1/jobs/e1/events/": [],
+      "GET /api/v1/jobs/e1/attempts/": [],
+      "GET /api/v1/jobs/e1/log/tail/": [200, { text: "", next_offset: 0, size: 0, complete: false }],
+      "POST /api/v1/jobs/e1/ports/": [200, { ...running, ports: [{ name: "tensorboard", port: 6006 }] }],
+    });
+    renderPage(<JobDetailPage />, "/jobs/e1", "/jobs/:id");
+    await userEvent.type(await screen.findByLabelText("Port name"), "tensorboard");
+    await userEvent.type(screen.getByLabelText("Port"), "6006");
+    await userEvent.click(screen.getByRole("button", { name: "Expose" }));
+    await waitFor(() => expect(api.calls.some((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/e1/ports/")).toBe(true));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/e1/ports/");
+    expect(posted?.body).toEqual({ name: "tensorboard", port: 6006 });
   });
 
   it("charts the GPU utilisation of the job's GPUs when metrics exist, and leaves it out when not", async () => {

@@ -1,6 +1,7 @@
-import { useEffect, useState } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
 import { api, type Job } from "../api";
+import { useMe } from "../auth";
 import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
 import { type GpuUtilisation, GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { type GpuHoursRow, hours } from "./Usage";
@@ -53,6 +54,22 @@ export function JobDetailPage() {
       reloadAttempts();
     }
   }, [status, reloadEvents, reloadAttempts]);
+
+  const me = useMe();
+  const [exposing, setExposing] = useState({ name: "", port: "" });
+  const [exposeError, setExposeError] = useState<unknown>(null);
+
+  async function expose(event: FormEvent) {
+    event.preventDefault();
+    setExposeError(null);
+    try {
+      await api(`jobs/${id}/ports/`, { method: "POST", body: { name: exposing.name, port: Number(exposing.port) } });
+      setExposing({ name: "", port: "" });
+      job.reload();
+    } catch (reason) {
+      setExposeError(reason);
+    }
+  }
 
   async function act(action: string) {
     setActionError(null);
@@ -218,6 +235,35 @@ export function JobDetailPage() {
               {endpoints.vscode && (
                 <p>
                   <a href={endpoints.vscode}>Open in VS Code</a>
+                </p>
+              )}
+              {(endpoints.ports ?? []).map((exposed) => (
+                <p key={exposed.name}>
+                  <a href={exposed.url} target="_blank" rel="noreferrer">
+                    Open {exposed.name}
+                  </a>{" "}
+                  (port {exposed.port})
+                </p>
+              ))}
+              {j.owner === me.username && (
+                <form className="row" onSubmit={expose} aria-label="Expose a port">
+                  <input aria-label="Port name" placeholder="name, e.g. tensorboard" value={exposing.name}
+                    onChange={(e) => setExposing((x) => ({ ...x, name: e.target.value }))} />
+                  <input aria-label="Port" type="number" placeholder="port" value={exposing.port}
+                    onChange={(e) => setExposing((x) => ({ ...x, port: e.target.value }))} />
+                  <button type="submit">Expose</button>
+                  <ErrorBox error={exposeError} />
+                </form>
+              )}
+              {endpoints.ssh_config && (
+                <details>
+                  <summary>~/.ssh/config</summary>
+                  <pre aria-label="SSH config">{endpoints.ssh_config}</pre>
+                </details>
+              )}
+              {endpoints.host_key_fingerprint && (
+                <p className="hint">
+                  Gateway host key: <code>{endpoints.host_key_fingerprint}</code> (check it when SSH asks on first use)
                 </p>
               )}
             </div>

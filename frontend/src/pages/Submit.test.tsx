@@ -61,6 +61,31 @@ describe("the submit form", () => {
     expect(api.calls.some((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/")).toBe(false);
   });
 
+  it("starts a Jupyter interactive job from its preset, its port exposed", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { id: "j-lab" }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    await userEvent.click(screen.getByRole("button", { name: "Jupyter" }));
+    expect(screen.getByLabelText("Job type")).toHaveValue("interactive");
+    expect(screen.getByLabelText("Ports")).toHaveValue("jupyter=8888");
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(currentLocation).toBe("/jobs/j-lab"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ type: "interactive", name: "jupyter", ports: [{ name: "jupyter", port: 8888 }] });
+    expect(String((posted?.body as { command: string }).command)).toContain("TRAINYARD_ENDPOINT_TOKEN");
+  });
+
+  it("refuses ports that are not NAME=PORT before sending", async () => {
+    const api = fakeApi(BASE);
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python serve.py" } });
+    fireEvent.change(screen.getByLabelText("Ports"), { target: { value: "web:8080" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    expect(await screen.findByText(/not: web:8080/)).toBeInTheDocument();
+    expect(api.calls.some((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/")).toBe(false);
+  });
+
   it("submits and goes to the new job's page", async () => {
     const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { id: "j-new" }] });
     renderPage(<SubmitPage />, "/submit");

@@ -10,7 +10,9 @@ import {
   emptyForm,
   formFromJob,
   localStartCheck,
+  JOB_PRESETS,
   parseEnv,
+  parsePorts,
   presets,
   submission,
   type SubmitForm,
@@ -148,6 +150,11 @@ export function SubmitPage() {
       setErrors({ env: [`Write one KEY=value per line; not: ${bad.join(", ")}`] });
       return;
     }
+    const badPorts = parsePorts(form.ports).bad;
+    if (badPorts.length) {
+      setErrors({ ports: [`Write NAME=PORT, e.g. jupyter=8888; not: ${badPorts.join(", ")}`] });
+      return;
+    }
     setBusy(true);
     setFailure(null);
     try {
@@ -254,11 +261,29 @@ export function SubmitPage() {
           <Field label="Image" name="image" errors={errors}>
             <input id="f-image" value={form.image} onChange={(e) => set("image", e.target.value)} placeholder="e.g. pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime" />
           </Field>
+          <div className="presets" role="group" aria-label="Interactive jobs">
+            <span>Start from:</span>
+            {JOB_PRESETS.map((preset) => (
+              <button
+                type="button"
+                key={preset.name}
+                onClick={() =>
+                  setForm((f) => ({ ...f, type: "interactive", name: preset.name, command: preset.command, ports: preset.ports }))
+                }
+              >
+                {preset.label}
+              </button>
+            ))}
+            <span className="hint">an interactive job keeps its GPUs until its wall time or a kill</span>
+          </div>
           <Field label="Command" name="command" errors={errors}>
             <textarea id="f-command" rows={3} value={form.command} onChange={(e) => set("command", e.target.value)} required />
           </Field>
           <Field label="Environment" name="env" errors={errors} hint="one KEY=value per line">
             <textarea id="f-env" rows={2} value={form.env} onChange={(e) => set("env", e.target.value)} />
+          </Field>
+          <Field label="Ports" name="ports" errors={errors} hint="NAME=PORT, opened in the browser under /endpoints/">
+            <input id="f-ports" value={form.ports} onChange={(e) => set("ports", e.target.value)} placeholder="e.g. jupyter=8888" />
           </Field>
           <div className="row">
             <Field label="Data path" name="data_path" errors={errors}>

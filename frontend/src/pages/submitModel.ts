@@ -18,6 +18,7 @@ export interface SubmitForm {
   preemptible: boolean;
   max_retries: string;
   wall_minutes: string;
+  ports: string;
 }
 
 export function emptyForm(vc: string): SubmitForm {
@@ -38,6 +39,7 @@ export function emptyForm(vc: string): SubmitForm {
     preemptible: false,
     max_retries: "",
     wall_minutes: "",
+    ports: "",
   };
 }
 
@@ -62,8 +64,44 @@ export function formFromJob(job: Job): SubmitForm {
     preemptible: job.preemptible,
     max_retries: String(job.max_retries),
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
+    ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
   };
 }
+
+/** "jupyter=8888, tensorboard=6006" as the API's ports; what is not NAME=PORT is reported. */
+export function parsePorts(text: string): { ports: { name: string; port: number }[]; bad: string[] } {
+  const ports: { name: string; port: number }[] = [];
+  const bad: string[] = [];
+  for (const raw of text.split(/[,\n]/)) {
+    const item = raw.trim();
+    if (!item) continue;
+    const match = /^([a-z0-9-]+)\s*=\s*(\d+)$/.exec(item);
+    if (match) ports.push({ name: match[1], port: Number(match[2]) });
+    else bad.push(item);
+  }
+  return { ports, bad };
+}
+
+/** Interactive jobs the form can start from: a shell that keeps its GPUs until the wall
+ * time or a kill (reached by SSH or VS Code), and servers opened in the browser through
+ * /endpoints/<job>/<name>/ (they admit the portal's proxy by the job's token). */
+export const JOB_PRESETS: { label: string; name: string; command: string; ports: string }[] = [
+  { label: "Interactive shell", name: "shell", command: "exec sleep infinity", ports: "" },
+  {
+    label: "Jupyter",
+    name: "jupyter",
+    command:
+      'jupyter lab --no-browser --ip=127.0.0.1 --port=8888 --ServerApp.base_url="${TRAINYARD_ENDPOINTS_PATH}jupyter/" --IdentityProvider.token="$TRAINYARD_ENDPOINT_TOKEN"',
+    ports: "jupyter=8888",
+  },
+  {
+    label: "TensorBoard",
+    name: "tensorboard",
+    command:
+      'tensorboard --logdir "${TRAINYARD_OUTPUT_PATH:-.}" --host 127.0.0.1 --port 6006 --path_prefix "${TRAINYARD_ENDPOINTS_PATH}tensorboard"',
+    ports: "tensorboard=6006",
+  },
+];
 
 /** "KEY=value" lines as an object; the lines that are not are reported. */
 export function parseEnv(text: string): { env: Record<string, string>; bad: string[] } {
@@ -99,6 +137,8 @@ export function submission(form: SubmitForm): Record<string, unknown> {
   }
   if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
+  const { ports } = parsePorts(form.ports);
+  if (ports.length) body.ports = ports;
   return body;
 }
 

@@ -1,9 +1,10 @@
 """``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
 
 Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
-embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker and
-Celery beat, and stops them all on Ctrl-C. The banner says how jobs are isolated: as their
-owners' accounts (root), or all as this account (single-user mode).
+embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker,
+Celery beat and the SSH gateway (on TRAINYARD_SSH_PORT), and stops them all on Ctrl-C. The
+banner says how jobs are isolated: as their owners' accounts (root), or all as this account
+(single-user mode), and the gateway's host key fingerprint.
 
 It supervises its children as an init system would: one that dies (a crash, the OOM
 killer, kill -9) is logged and started again after a backoff (1 s, doubling up to 30 s;
@@ -104,6 +105,9 @@ class Command(BaseCommand):
         use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        from backend.gateway.host_key import load_host_key
+
+        load_host_key(settings.TRAINYARD_SSH_HOST_KEY)  # its fingerprint is in the banner
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
         # prometheus-client's multiprocess files are per process id: those of an earlier
         # run would add old workers' counters to this run's.
@@ -126,6 +130,12 @@ class Command(BaseCommand):
         bind = f"{options['host']}:{options['port']}"
         # The health server (backend/core/health.py) on the next port, unless told where.
         child_env.setdefault("TRAINYARD_HEALTH_BIND", f"{options['host']}:{options['port'] + 1}")
+        if settings.TRAINYARD_ENDPOINTS_PORT and not settings.TRAINYARD_ENDPOINTS_URL:
+            # No front proxy here: the browser reaches the endpoint proxy on its own port.
+            host = "localhost" if options["host"] in ("127.0.0.1", "0.0.0.0") else options["host"]
+            child_env["TRAINYARD_ENDPOINTS_URL"] = (
+                f"http://{host}:{settings.TRAINYARD_ENDPOINTS_PORT}"
+            )
         commands = {
             "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind,
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],
@@ -133,6 +143,7 @@ class Command(BaseCommand):
                        "--concurrency", "2"],
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            "gateway": [python, "-m", "backend.gateway"],
         }  # fmt: skip
         children = [
             Child(name, command, child_env, settings.BASE_DIR) for name, command in commands.items()
@@ -194,6 +205,13 @@ class Command(BaseCommand):
                 f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
                 "declared, not real."
             )
+        from backend.gateway.host_key import host_key_fingerprint
+
+        fingerprint = host_key_fingerprint() or "not made yet"
+        lines.append(
+            f"  SSH into running jobs: ssh -p {settings.TRAINYARD_SSH_PORT} <user>+<job id>@"
+            f"{settings.TRAINYARD_SSH_GATEWAY} (host key {fingerprint})"
+        )
         lines.append(f"  {tenancy()['message']}")
         if demo and accounts_required():
             accounts = UnixAccount.objects.filter(

@@ -1,0 +1,62 @@
+"""``python -m backend.gateway [--listen HOST] [--port PORT]``: the SSH gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backend.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from backend.gateway.host_key import load_host_key
+    from backend.gateway.server import start_server
+    from backend.gateway.targets import configured_target
+
+    parser = argparse.ArgumentParser(prog="python -m backend.gateway", description=__doc__)
+    parser.add_argument("--listen", default=settings.TRAINYARD_SSH_LISTEN)
+    parser.add_argument("--port", type=int, default=settings.TRAINYARD_SSH_PORT)
+    args = parser.parse_args(argv)
+    logger = logging.getLogger("backend.gateway")
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+
+    async def serve() -> None:
+        key = load_host_key(settings.TRAINYARD_SSH_HOST_KEY)
+        target = configured_target()
+        server = await start_server(target, args.listen, args.port, key)
+        endpoints = None
+        if settings.TRAINYARD_ENDPOINTS_PORT:
+            from backend.gateway.endpoints import start_endpoints
+
+            endpoints = await start_endpoints(
+                target, args.listen, settings.TRAINYARD_ENDPOINTS_PORT
+            )
+            logger.info(
+                "Endpoint proxy on %s port %s", args.listen, settings.TRAINYARD_ENDPOINTS_PORT
+            )
+        logger.info(
+            "SSH gateway on %s port %s, host key %s",
+            args.listen, args.port, key.get_fingerprint("sha256"),
+        )  # fmt: skip
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        server.close()
+        await server.wait_closed()
+        if endpoints is not None:
+            await endpoints.cleanup()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

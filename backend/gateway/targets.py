@@ -1,0 +1,141 @@
+"""Where the gateway's sessions run: the workers of jobs on the configured backend.
+
+A :class:`JobTarget` is what the gateway needs of a backend: whether a job's worker is
+there to enter, a process started in it (a shell, a command, the SFTP server) and a TCP
+connection to a port of the job's. The local backend's workers are entered with the
+confinement their init recorded (``LocalTarget``); Kubernetes pods with the exec and
+port-forward APIs (``backend.gateway.kubernetes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import asyncssh
+
+from backend.gateway.access import Admission
+from backend.gateway.ports import listened_by
+from backend.gateway.processes import JobProcess, session_confinement
+
+Output = Callable[[bytes], Awaitable[None]]
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+
+
+class Unavailable(Exception):
+    """The worker is not there (any more) to start a process in."""
+
+
+class SessionProcess(Protocol):
+    async def write(self, data: bytes) -> None: ...
+    def close_input(self) -> None: ...
+    def resize(self, columns: int, rows: int) -> None: ...
+    def signal(self, signum: int) -> None: ...
+    async def wait(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class JobTarget(Protocol):
+    unreachable: str  # why no job can be reached ("" when they can)
+
+    def available(self, admission: Admission) -> bool:
+        """Whether the admitted worker runs, to be entered (called in a thread)."""
+
+    async def start(
+        self,
+        admission: Admission,
+        argv: list[str],
+        env: dict[str, str],
+        stdout: Output,
+        stderr: Output,
+        tty: tuple[int, int] | None,
+    ) -> SessionProcess:
+        """``argv`` started in the worker with the job's environment and ``env`` over it,
+        on a terminal of (columns, rows) or on pipes; raises Unavailable."""
+
+    def serves(self, job_id: str, port: int) -> bool:
+        """Whether the job's worker 0 listens on ``port`` at 127.0.0.1 of this host, for
+        the endpoint proxy (called in a thread)."""
+
+    async def forward(
+        self, admission: Admission, conn: asyncssh.SSHServerConnection, host: str, port: int
+    ) -> asyncssh.SSHTCPSession:
+        """A connection to ``port`` of the job's worker; raises asyncssh.ChannelOpenError
+        saying why not."""
+
+
+def refused(message: str) -> asyncssh.ChannelOpenError:
+    return asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, message)
+
+
+class LocalTarget:
+    """Workers of the local backend, on this host."""
+
+    unreachable = ""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def available(self, admission: Admission) -> bool:
+        login = admission.login
+        return self.backend.session_confinement(login.job_id, login.rank) is not None
+
+    async def start(self, admission, argv, env, stdout, stderr, tty) -> JobProcess:
+        login = admission.login
+        confinement = self.backend.session_confinement(login.job_id, login.rank)
+        if confinement is None:
+            raise Unavailable(login.job_id)
+        process = JobProcess()
+        await process.start(session_confinement(confinement, env), argv, stdout, stderr, tty)
+        return process
+
+    def serves(self, job_id: str, port: int) -> bool:
+        return listened_by(port, self.backend.job_pids(job_id))
+
+    async def forward(self, admission, conn, host, port):
+        import asyncio
+
+        job_id = admission.login.job_id
+        if host not in LOOPBACK:
+            raise refused(f"only ports of job {job_id} on localhost can be forwarded")
+        pids = await asyncio.to_thread(self.backend.job_pids, job_id)
+        if not await asyncio.to_thread(listened_by, port, pids):
+            raise refused(f"no process of job {job_id} listens on port {port}")
+        return await conn.forward_connection("::1" if host in LOOPBACK[2:] else "127.0.0.1", port)
+
+
+class NoTarget:
+    """A backend whose jobs the gateway cannot enter: every connection is told why."""
+
+    def __init__(self, backend_name: str) -> None:
+        self.unreachable = f"the SSH gateway cannot reach jobs on the {backend_name} backend"
+
+    def available(self, admission: Admission) -> bool:
+        return False
+
+    async def start(self, admission, argv, env, stdout, stderr, tty):
+        raise Unavailable(admission.login.job_id)
+
+    def serves(self, job_id: str, port: int) -> bool:
+        return False
+
+    async def forward(self, admission, conn, host, port):
+        raise refused(self.unreachable)
+
+
+def configured_target() -> JobTarget:
+    """The target for TRAINYARD_BACKEND."""
+    from django.conf import settings
+
+    from backend.jobs.backends import get_backend
+    from jobmanager.backends.local import LocalBackend
+
+    if settings.TRAINYARD_BACKEND == "kubernetes":
+        from backend.gateway.kubernetes import KubernetesTarget
+        from jobmanager.backends.kubernetes import api_client_from_config
+
+        return KubernetesTarget(api_client_from_config(), settings.TRAINYARD_K8S_NAMESPACE)
+    backend = get_backend()
+    if isinstance(backend, LocalBackend):
+        return LocalTarget(backend)
+    return NoTarget(backend.name)

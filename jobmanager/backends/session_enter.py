@@ -1,0 +1,67 @@
+"""Start one process of a session into a running job, confined as the job's worker is.
+
+    python -I -S session_enter.py --fd N [--tty] -- <argv>
+
+The confinement (``confine.Confinement`` as JSON, with the session's environment) is read
+from file descriptor N, which the caller (the SSH gateway, root) passes and this closes:
+it holds the job's environment, which must not show in the process list. The process then
+enters the confinement as the worker's init does (cgroup or rlimits, the owner's uid, gid
+and groups, ``no_new_privs``, the working directory entered as the owner) and execs
+``argv``. With ``--tty`` its standard input is a terminal's slave side, which it makes
+its controlling terminal in a session of its own, as a login would.
+
+A process that cannot be confined prints why and exits 127: nothing runs unconfined.
+Only the standard library is imported (and ``confine.py``, loaded by path), so that it
+runs isolated (``python -I -S``) from whatever the job's environment holds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import sys
+import termios
+from pathlib import Path
+
+CANNOT_RUN = 127
+
+
+def _load_confine():
+    path = Path(__file__).with_name("confine.py")
+    spec = importlib.util.spec_from_file_location("trainyard_confine", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str]) -> int:
+    descriptor = int(argv[1]) if argv[:1] == ["--fd"] and len(argv) > 1 else None
+    argv = argv[2:] if descriptor is not None else argv
+    tty = argv[:1] == ["--tty"]
+    argv = argv[1:] if tty else argv
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if descriptor is None or not argv:
+        print("session_enter: --fd N [--tty] -- <command>", file=sys.stderr)
+        return CANNOT_RUN
+    confine = _load_confine()
+    try:
+        with os.fdopen(descriptor, "rb") as source:
+            confinement = confine.Confinement.from_json(json.loads(source.read()))
+        if tty:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        confine.enter(confinement)
+        os.execvpe(argv[0], argv, confinement.env)
+    except confine.ConfinementError as error:
+        print(f"trainyard: {error}", file=sys.stderr)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        print(f"trainyard: cannot run {argv[0]!r}: {error}", file=sys.stderr)
+    return CANNOT_RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

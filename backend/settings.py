@@ -360,8 +360,9 @@ TRAINYARD_MEMORY_BACKEND_STATE = Path(
 )
 # Keys in Redis start with this, so that installations (or test runs) can share a server.
 TRAINYARD_REDIS_PREFIX = env("TRAINYARD_REDIS_PREFIX", "trainyard")
-# JSON request bodies: larger than this answers 413, nested deeper than this 400.
-TRAINYARD_MAX_JSON_BYTES = env_int("TRAINYARD_MAX_JSON_BYTES", 1024 * 1024)
+# JSON request bodies: larger than this answers 413 (well above the 1 MiB a job's command
+# and environment may take, so that those get their field errors), nested deeper 400.
+TRAINYARD_MAX_JSON_BYTES = env_int("TRAINYARD_MAX_JSON_BYTES", 4 * 1024 * 1024)
 TRAINYARD_MAX_JSON_DEPTH = env_int("TRAINYARD_MAX_JSON_DEPTH", 32)
 # Run the job manager when jobs are submitted, end or change (it also runs every few
 # seconds from beat). Off only in tests that drive it by hand.

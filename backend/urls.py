@@ -21,7 +21,7 @@ from backend.clusters.api.views import (
     vc_usage_view,
 )
 from backend.core.views import health_view, home_view
-from backend.jobs.api.views import JobViewSet
+from backend.jobs.api.views import JobArrayViewSet, JobViewSet
 from backend.repairs.api.views import NodeFaultViewSet, NodeRepairViewSet
 from backend.storage.api.views import (
     ExpiringFileViewSet,
@@ -35,6 +35,7 @@ from backend.vcs.api.views import VirtualClusterViewSet
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("job-arrays", JobArrayViewSet, basename="job-array")
 router.register("vcs", VirtualClusterViewSet, basename="vc")
 router.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 router.register("nodes", NodeViewSet, basename="node")

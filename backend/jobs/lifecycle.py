@@ -82,12 +82,21 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         workers=workers,
         image=job.image,
         working_dir=job.working_dir,
-        env=dict(job.env),
+        env=launch_env(job),
         data_path=job.data_path,
         output_path=job.output_path,
         job_type=job.type,
         run_as=run_as,
     )
+
+
+def launch_env(job: Job) -> dict[str, str]:
+    """The job's environment, and for an array's task its index (and the array's id)."""
+    env = dict(job.env)
+    if job.array_index is not None:
+        env["TRAINYARD_ARRAY_INDEX"] = str(job.array_index)
+        env["TRAINYARD_ARRAY_ID"] = job.array.array_id
+    return env
 
 
 # --- deployment ---------------------------------------------------------------------------
@@ -121,7 +130,7 @@ def check_paths_still_allowed(job: Job, run_as: RunAs | None) -> None:
 
 def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
     """Hand a placed job to the backend; idempotent. Returns what happened, in a word."""
-    job = Job.objects.select_related("owner", "vc").filter(pk=job_pk).first()
+    job = Job.objects.select_related("owner", "vc", "array").filter(pk=job_pk).first()
     if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
         return "skipped"
     try:

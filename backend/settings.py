@@ -346,6 +346,11 @@ TRAINYARD_TRIGGER_JOB_MANAGER = env_bool("TRAINYARD_TRIGGER_JOB_MANAGER", True)
 # How often beat runs the job manager, refreshes start estimates and purges old jobs.
 TRAINYARD_JOB_MANAGER_INTERVAL = env_int("TRAINYARD_JOB_MANAGER_INTERVAL", 3)
 TRAINYARD_ESTIMATE_INTERVAL = env_int("TRAINYARD_ESTIMATE_INTERVAL", 60)
+# A job manager run stops going round after this long, and queues its next run behind the
+# work that waits (deployments, other tasks) rather than holding a worker.
+TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = env_int("TRAINYARD_JOB_MANAGER_BUDGET_SECONDS", 5)
+# Deployments of one round run this many at a time (threads of one task).
+TRAINYARD_DEPLOY_THREADS = env_int("TRAINYARD_DEPLOY_THREADS", 8)
 # Seconds between SIGTERM and the kill when a job is stopped (kill, pause, preemption,
 # wall time).
 TRAINYARD_STOP_GRACE_SECONDS = env_int("TRAINYARD_STOP_GRACE_SECONDS", 30)

@@ -9,11 +9,12 @@ lost are requeued, and what the backend runs without the database knowing is rem
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
@@ -147,6 +148,26 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
             return "superseded"  # killed or paused meanwhile; reconcile stops it
         _mark_running(job, backend.isolation(launch))
     return "running"
+
+
+def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> list[str]:
+    """``deploy`` each (job pk, attempt), several at once in threads (spawning a worker
+    mostly waits on its init starting); what happened to each, in order."""
+    threads = max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(deployments)))
+    if threads == 1:
+        return [deploy(backend, job_pk, attempt) for job_pk, attempt in deployments]
+
+    def deploy_in_thread(deployment: tuple[int, int]) -> str:
+        try:
+            return deploy(backend, *deployment)
+        except Exception:  # one job's trouble must not stop the others' deployments
+            logger.exception("Deploying job %s attempt %s failed", *deployment)
+            return "error"
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deploy") as pool:
+        return list(pool.map(deploy_in_thread, deployments))
 
 
 def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:

@@ -47,6 +47,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,6 +93,7 @@ WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find s
 START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
 SAME_START_SECONDS = 0.05  # a pid whose start time differs more is another process
+LOCK_STRIPES = 64  # jobs' locks: as many deployments at once, few files
 
 
 # --- the backend --------------------------------------------------------------------------
@@ -176,7 +178,7 @@ class LocalBackend(ClusterBackend):
         if not launch.workers:
             raise DeployError(f"Job {launch.job_id} has no workers to start.")
         run_as = self._run_as(launch)
-        with self._locked():
+        with self._deploy_locked(launch):
             state = self._read_state(launch.job_id)
             if state and state["attempt"] == launch.attempt and state["complete"]:
                 return
@@ -226,7 +228,7 @@ class LocalBackend(ClusterBackend):
             self._write_state(state)
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
-        with self._locked():
+        with self._locked(job_id):
             state = self._read_state(job_id)
             if state is None:
                 return
@@ -248,7 +250,7 @@ class LocalBackend(ClusterBackend):
         for state in self._states():
             report = _report(state)
             if self._kill_due(state) and not report.ended:
-                with self._locked():
+                with self._locked(state["job_id"]):
                     state = self._read_state(state["job_id"]) or state
                     self._enforce_grace(state)
                 report = _report(state)
@@ -256,7 +258,7 @@ class LocalBackend(ClusterBackend):
         return reports
 
     def remove(self, job_id: str) -> None:
-        with self._locked():
+        with self._locked(job_id):
             self._remove_locked(job_id)
 
     def nodes(self) -> list[BackendNode]:
@@ -437,12 +439,25 @@ class LocalBackend(ClusterBackend):
         return self.log_dir / _checked_job_id(job_id)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """One change at a time, across every process using this state directory."""
+    def _deploy_locked(self, launch: JobLaunch) -> Iterator[None]:
+        """A deployment onto declared nodes only locks its job, so that many deploy at once;
+        one that hands out real GPUs' device files also locks them all (it releases the
+        devices no live worker holds, which a deployment beside it could be assigning)."""
+        declared = {node.name for node in self.nodes() if node.declared}
+        if all(worker.node in declared for worker in launch.workers):
+            with self._locked(launch.job_id):
+                yield
+        else:
+            with self._locked(), self._locked(launch.job_id):
+                yield
+
+    @contextlib.contextmanager
+    def _locked(self, job_id: str | None = None) -> Iterator[None]:
+        """One change at a time to a job (one of a few dozen lock stripes), or with no job
+        to the devices, across every process using this state directory."""
+        name = ".lock" if job_id is None else f".lock-{zlib.crc32(job_id.encode()) % LOCK_STRIPES}"
         # Private: another account that could open it could take the lock and keep it.
-        descriptor = os.open(
-            self.state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
-        )
+        descriptor = os.open(self.state_dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -287,6 +287,9 @@ TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / 
 TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
 TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
 TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
+# Where workers' inits report their ends (``manage.py watch_job_ends`` listens; run_trainyard
+# sets it), so that the job manager runs at once; "" leaves ends to the periodic pass.
+TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name

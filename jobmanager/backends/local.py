@@ -110,12 +110,14 @@ class LocalBackend(ClusterBackend):
         cgroup_root: Path | str | None = DEFAULT_CGROUP_ROOT,
         kill_after_seconds: float = 5.0,
         device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
+        notify_socket: Path | str | None = None,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
         host is one node with the GPUs NVML finds.
         ``kill_after_seconds``: how long what a command leaves running when it exits gets
         between SIGTERM and SIGKILL. ``device_dir``: where the GPUs' device files are.
+        ``notify_socket``: where each worker's init reports its end (``local_ends``).
         Raises ValueError for a malformed inventory."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -125,6 +127,7 @@ class LocalBackend(ClusterBackend):
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
         self.kill_after_seconds = kill_after_seconds
+        self.notify_socket = Path(notify_socket) if notify_socket else None
         self._node_source = nodes if callable(nodes) else None
         if isinstance(nodes, str):
             nodes = parse_declared_nodes(nodes, *host_resources())
@@ -371,6 +374,7 @@ class LocalBackend(ClusterBackend):
         argv += ["--status-file", str(status_file), "--log-file", str(log_file)]
         argv += ["--pid-file", str(pid_file), "--kill-after", str(self.kill_after_seconds)]
         argv += ["--confinement", str(confinement_file)]
+        argv += ["--notify-socket", str(self.notify_socket)] if self.notify_socket else []
         argv += ["--", "/bin/sh", "-c", launch.command]
         started = datetime.now(UTC).isoformat(timespec="seconds")
         with os.fdopen(open_log(str(log_file), run_as.uid, run_as.gid), "a") as log:

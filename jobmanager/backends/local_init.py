@@ -1,7 +1,7 @@
 """The init process of one local-backend worker: runs a command and leaves nothing behind.
 
     python -m jobmanager.backends.local_init --status-file F --log-file L \
-        [--kill-after SECONDS] [--confinement C] [--pid-file P] -- <argv>
+        [--kill-after SECONDS] [--confinement C] [--pid-file P] [--notify-socket S] -- <argv>
 
 It makes itself a child subreaper (Linux), so that descendants orphaned on the way are
 reparented to it and reaped; starts the command in a process group of its own, with
@@ -20,6 +20,9 @@ root), out of the job's reach: a process of another uid can neither signal nor t
 and it keeps its state in files the job cannot write. Without ``--confinement`` the
 command runs as the caller, in its directory, with its environment.
 
+With ``--notify-socket`` it reports its end, once the status file is written, to a Unix
+datagram socket (``local_ends`` listens there), so that the end is noticed at once.
+
 With ``--pid-file`` it first detaches: it forks, the parent writes the child's pid to the
 file and exits, so that whoever started it has no child left to reap, and the child leads
 a session of its own.
@@ -37,6 +40,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -252,6 +256,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kill-after", type=float, default=5.0)
     parser.add_argument("--confinement", type=Path)
     parser.add_argument("--pid-file", type=Path)
+    parser.add_argument("--notify-socket", type=Path)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -287,7 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     code = init.run()
     sys.stdout.flush()
     write_atomically(args.status_file, json.dumps({"exit_code": code, "ended_at": time.time()}))
+    if args.notify_socket is not None:
+        notify_end(args.notify_socket, args.status_file)
     return code
+
+
+def notify_end(socket_path: Path, status_file: Path) -> None:
+    """Tell whoever listens on the socket (``local_ends``) that this worker ended: its pid
+    (it exits right after) and its status file, in one datagram. Best effort: without a
+    listener, the job manager's next poll finds the end."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(f"{os.getpid()} {status_file}".encode(), str(socket_path))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ export interface SubmitForm {
   preemptible: boolean;
   max_retries: string;
   wall_minutes: string;
+  /** How many jobs of this spec to submit as one job array ("1": a single job). */
+  tasks: string;
 }
 
 export function emptyForm(vc: string): SubmitForm {
@@ -38,6 +40,7 @@ export function emptyForm(vc: string): SubmitForm {
     preemptible: false,
     max_retries: "",
     wall_minutes: "",
+    tasks: "1",
   };
 }
 
@@ -62,6 +65,7 @@ export function formFromJob(job: Job): SubmitForm {
     preemptible: job.preemptible,
     max_retries: String(job.max_retries),
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
+    tasks: "1",
   };
 }
 
@@ -99,6 +103,8 @@ export function submission(form: SubmitForm): Record<string, unknown> {
   }
   if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
+  const tasks = Number(form.tasks.trim() || "1");
+  if (tasks !== 1) body.array = { count: tasks };
   return body;
 }
 

@@ -312,6 +312,8 @@ def measure_round(trainyard: Trainyard, slurm: Slurm, jobs: int, count: int) -> 
     figures["trainyard sequential"] = sequential(
         lambda: trainyard.submit(watcher, "date +%s.%N")["id"], trainyard.command_start, count
     )
+    for name, figure in figures.items():
+        print(f"  {name}: {figure}", file=sys.stderr)
     return figures
 
 

@@ -423,7 +423,8 @@ class LocalBackend(ClusterBackend):
         state = self._read_state(job_id)
         job_dir = self._job_dir(job_id)
         if state is not None:
-            _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
+            if not _ended_cleanly(state):
+                _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))
@@ -624,6 +625,20 @@ def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil
     for process in targets.values():
         _signal(process, signal.SIGKILL)
     return list(targets.values())
+
+
+def _ended_cleanly(state: dict) -> bool:
+    """Whether every worker's init recorded its end and is gone: each killed what its
+    command left (its process group and every descendant) before writing its status, so
+    nothing of the job is left to look for (among all the host's processes, a dear scan
+    on a burst of short jobs)."""
+    workers = state["workers"]
+    return (
+        state["complete"]
+        and bool(workers)
+        and all(_status(worker) is not None for worker in workers)
+        and all(_init_process(worker) is None for worker in workers)
+    )
 
 
 def _wait_dead(processes: list[psutil.Process]) -> None:

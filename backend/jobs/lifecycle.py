@@ -19,13 +19,14 @@ from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.jobs.actions import record_event
+from backend.jobs.actions import SYSTEM_ACTOR, record_event
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     FailureClass,
     Job,
     JobAttempt,
+    JobEvent,
     JobStatus,
     StopOutcome,
 )
@@ -340,6 +341,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
     now = timezone.now()
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
     known: set[str] = set()
+    finished: list[Job] = []  # ended with every worker's exit 0: recorded in bulk below
     for job in jobs:
         known.add(job.job_id)
         report = reports.get(job.job_id)
@@ -366,6 +368,8 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 seconds=settings.TRAINYARD_DEPLOY_TIMEOUT_SECONDS
             ):
                 result.redeployed.append((job.pk, job.attempt))  # the deploy task was lost
+        elif report.ended and report.failed_worker is None and job.status == JobStatus.RUNNING:
+            finished.append(job)
         elif report.ended:
             _record_end(backend, job, report, result)
         elif report.failed_worker is not None:
@@ -383,6 +387,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                     _finish_stop(backend, Job.objects.get(pk=job.pk), report)
                 else:
                     result.stopping.append(job.job_id)
+    _record_finished(backend, finished, result)
     for job_id in set(reports) - known:
         report = _stop(backend, job_id)
         if report is None or report.ended:
@@ -513,6 +518,47 @@ def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) ->
         _back_to_queue(locked, decision.reason)
         record_event(locked, JobStatus.RUNNING, None, decision.reason)
         result.lost.append(locked.job_id)
+
+
+def _record_finished(backend: ClusterBackend, jobs: list[Job], result: Reconciled) -> None:
+    """Running jobs whose every worker exited 0, finished together: locked in one query,
+    written in one update, their attempts closed per attempt number, their events in one
+    insert (a burst of short jobs ends dozens at a time)."""
+    if not jobs:
+        return
+    attempts = {job.pk: job.attempt for job in jobs}
+    now = timezone.now()
+    with transaction.atomic():
+        locked = [
+            job
+            for job in Job.objects.select_for_update().filter(
+                pk__in=list(attempts), status=JobStatus.RUNNING
+            )
+            if job.attempt == attempts[job.pk]
+        ]
+        by_attempt: dict[int, list[int]] = {}
+        for job in locked:
+            by_attempt.setdefault(job.attempt, []).append(job.pk)
+        Job.objects.filter(pk__in=[job.pk for job in locked]).update(
+            status=JobStatus.FINISHED, exit_code=0, finished_at=now, status_message="finished",
+            placement=[], updated_at=now,
+        )  # fmt: skip
+        for number, pks in by_attempt.items():
+            JobAttempt.objects.filter(job_id__in=pks, number=number).update(
+                ended_at=now, exit_code=0, failure_class="", failure_rule="", message="finished"
+            )
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job=job, from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
+                    actor_name=SYSTEM_ACTOR, reason="all workers exited 0", created_at=now,
+                )
+                for job in locked
+            ]
+        )  # fmt: skip
+    for job in locked:
+        result.finished.append(job.job_id)
+        backend.remove(job.job_id)
 
 
 def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:

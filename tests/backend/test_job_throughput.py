@@ -47,6 +47,30 @@ def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, red
     assert lifecycle.deploy_many(backend, batches[0]) == ["skipped"] * 12  # idempotent
 
 
+def test_jobs_ending_together_are_finished_together_none_skipping_running(
+    world, backend, redis_namespace
+):
+    job_ids = submit_many(world, 6)
+    manager.run_job_manager(backend, None, lambda batch: lifecycle.deploy_many(backend, batch))
+    for job_id in job_ids[:5]:
+        backend.finish(job_id)
+    backend.finish(job_ids[5], exit_code=1)
+
+    summary = manager.run_job_manager(backend, None, lambda batch: None)
+
+    assert sorted(summary.finished) == sorted(job_ids[:5])
+    for job in Job.objects.filter(job_id__in=job_ids[:5]):
+        assert (job.status, job.exit_code, job.placement) == (JobStatus.FINISHED, 0, [])
+        path = list(job.events.values_list("to_status", flat=True))
+        assert path == [JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING,
+                        JobStatus.FINISHED]  # fmt: skip
+        attempt = job.attempts.get()
+        assert (attempt.exit_code, attempt.message) == (0, "finished")
+        assert attempt.ended_at is not None
+    assert job_ids[5] not in summary.finished  # a failure goes its own way (retry rules)
+    assert set(backend.deployed()) == set() or job_ids[5] in summary.retried + summary.failed
+
+
 def test_a_round_applies_its_decisions_in_a_bounded_number_of_queries(
     world, backend, redis_namespace
 ):

@@ -47,6 +47,20 @@ def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, red
     assert lifecycle.deploy_many(backend, batches[0]) == ["skipped"] * 12  # idempotent
 
 
+def test_a_failed_deployment_among_many_is_retried_alone(world, backend, redis_namespace):
+    submit_many(world, 3)
+    batches: list[list[tuple[int, int]]] = []
+    manager.run_job_manager(backend, None, batches.append)
+    backend.fail_next_deploys(1)
+
+    outcomes = lifecycle.deploy_many(backend, batches[0])
+
+    assert sorted(outcomes) == ["requeued", "running", "running"]
+    statuses = sorted(Job.objects.values_list("status", flat=True))
+    assert statuses == [JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RUNNING]
+    assert len(backend.deployed()) == 2
+
+
 def test_jobs_ending_together_are_finished_together_none_skipping_running(
     world, backend, redis_namespace
 ):

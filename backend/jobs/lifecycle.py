@@ -9,7 +9,7 @@ lost are requeued, and what the backend runs without the database knowing is rem
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -187,18 +187,7 @@ def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> 
         except DeployError as error:
             failed.append((key, job.job_id, error))
 
-    def deploy_one(launch: JobLaunch) -> DeployError | None:
-        try:
-            backend.deploy(launch)
-        except DeployError as error:
-            return error
-        finally:
-            connections.close_all()  # this thread's own connections (the inventory's)
-        return None
-
-    threads = max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(launches)))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deploy") as pool:
-        errors = list(pool.map(deploy_one, [launch for _, launch in launches]))
+    errors = _deploy_in_threads(backend, [launch for _, launch in launches])
     deployed = []
     for (key, launch), error in zip(launches, errors, strict=True):
         if error is None:
@@ -210,6 +199,42 @@ def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> 
         outcomes[key] = _record_failed_deploy(*key, error)
     outcomes |= _mark_all_running(backend, deployed)
     return [outcomes[key] for key in deployments]
+
+
+def _deploy_in_threads(backend: ClusterBackend, launches: list[JobLaunch]) -> list:
+    """``backend.deploy`` each launch, ``TRAINYARD_DEPLOY_THREADS`` threads taking them in
+    turn; each launch's DeployError, or None. Each thread closes its own database
+    connections (the inventory's) once, when it is done."""
+    errors: list[DeployError | None] = [None] * len(launches)
+    pending = iter(range(len(launches)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            while True:
+                with lock:
+                    index = next(pending, None)
+                if index is None:
+                    return
+                try:
+                    backend.deploy(launches[index])
+                except DeployError as error:
+                    errors[index] = error
+                except Exception as error:  # not to be taken for deployed
+                    logger.exception("Deploying job %s failed", launches[index].job_id)
+                    errors[index] = DeployError(f"{type(error).__name__}: {error}")
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=work, name=f"deploy-{number}")
+        for number in range(max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(launches))))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
 
 
 def _mark_all_running(

@@ -33,23 +33,21 @@ runs isolated (``python -I -S``) from whatever the job's environment holds.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import importlib.util
 import json
 import os
 import signal
-import socket
 import sys
 import time
-from pathlib import Path
+from types import SimpleNamespace
 
 
 def _load_confine():
     """``confine.py`` beside this file, loaded by path: running isolated, the init has no
     package to import it from."""
-    path = Path(__file__).with_name("confine.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
     spec = importlib.util.spec_from_file_location("trainyard_confine", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while building
@@ -66,8 +64,9 @@ KILL_WAIT = 5.0  # seconds for SIGKILLed processes to be gone
 CANNOT_RUN = 127  # as a shell reports a command it cannot find or run
 
 
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_atomically(path: str, text: str) -> None:
+    directory, name = os.path.split(os.fspath(path))
+    partial = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as file:
         file.write(text)
@@ -95,14 +94,19 @@ def exit_code_of(wait_status: int) -> int:
 def descendants(root: int) -> set[int]:
     """Every process below ``root``, from /proc (empty where there is no /proc)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        entries = []
+    for entry in entries:
         try:
-            stat = (entry / "stat").read_text()
+            with open(f"/proc/{entry}/stat") as file:
+                stat = file.read()
         except OSError:
             continue
         # The command name, in parentheses, may itself hold spaces and parentheses.
         ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        children.setdefault(ppid, []).append(int(entry))
     found: set[int] = set()
     pending = [root]
     while pending:
@@ -227,7 +231,7 @@ class Init:
                 time.sleep(POLL_SECONDS)
 
 
-def detach(pid_file: Path) -> None:
+def detach(pid_file: str) -> None:
     """Fork; the parent records the child's pid and exits; the child leads a new session."""
     pid = os.fork()
     if pid > 0:
@@ -237,7 +241,7 @@ def detach(pid_file: Path) -> None:
         os.setsid()
 
 
-def redirect_output(log_file: Path, confinement) -> None:
+def redirect_output(log_file: str, confinement) -> None:
     """stdout and stderr to the log, which belongs to the job's owner (opened without
     following a link the job may have put in its place); stdin from /dev/null."""
     log = confine.open_log(str(log_file), confinement.uid, confinement.gid)
@@ -249,21 +253,53 @@ def redirect_output(log_file: Path, confinement) -> None:
     os.close(null)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="local_init", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--status-file", type=Path, required=True)
-    parser.add_argument("--log-file", type=Path, required=True)
-    parser.add_argument("--kill-after", type=float, default=5.0)
-    parser.add_argument("--confinement", type=Path)
-    parser.add_argument("--pid-file", type=Path)
-    parser.add_argument("--notify-socket", type=Path)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    if args.command[:1] == ["--"]:
-        args.command = args.command[1:]
-    if not args.command:
-        parser.error("give the command to run after --")
-    return args
+USAGE = (
+    "usage: local_init --status-file F --log-file L [--kill-after SECONDS] [--confinement C]"
+    " [--pid-file P] [--notify-socket S] -- <argv>"
+)
+OPTIONS = ("status-file", "log-file", "kill-after", "confinement", "pid-file", "notify-socket")
+
+
+def parse_args(argv: list[str] | None) -> SimpleNamespace:
+    """The options (``--name value`` or ``--name=value``) and the command after them.
+    Parsed by hand: argparse and pathlib would be most of the init's start-up, paid by
+    every worker of every job."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    values: dict[str, str] = {}
+    while arguments and arguments[0].startswith("--") and arguments[0] != "--":
+        name, has_value, value = arguments.pop(0)[2:].partition("=")
+        if name not in OPTIONS:
+            _usage_error(f"unknown option --{name}")
+        if not has_value:
+            if not arguments:
+                _usage_error(f"--{name} needs a value")
+            value = arguments.pop(0)
+        values[name] = value
+    if arguments[:1] == ["--"]:
+        arguments = arguments[1:]
+    if not arguments:
+        _usage_error("give the command to run after --")
+    for required in ("status-file", "log-file"):
+        if required not in values:
+            _usage_error(f"--{required} is required")
+    try:
+        kill_after = float(values.get("kill-after", 5.0))
+    except ValueError:
+        _usage_error("--kill-after takes seconds")
+    return SimpleNamespace(
+        status_file=values["status-file"],
+        log_file=values["log-file"],
+        kill_after=kill_after,
+        confinement=values.get("confinement"),
+        pid_file=values.get("pid-file"),
+        notify_socket=values.get("notify-socket"),
+        command=arguments,
+    )
+
+
+def _usage_error(message: str) -> None:
+    print(f"{USAGE}\nlocal_init: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def own_confinement():
@@ -297,10 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def notify_end(socket_path: Path, status_file: Path) -> None:
+def notify_end(socket_path: str, status_file: str) -> None:
     """Tell whoever listens on the socket (``local_ends``) that this worker ended: its pid
     (it exits right after) and its status file, in one datagram. Best effort: without a
     listener, the job manager's next poll finds the end."""
+    import socket  # only here: most of the init's life needs no socket
+
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.sendto(f"{os.getpid()} {status_file}".encode(), str(socket_path))
 

@@ -132,11 +132,13 @@ class Trainyard:
         create_database(self.env["DATABASE_URL"])
         self.manage("migrate", "--verbosity", "0")
         self.token = self.manage("shell", "-c", SETUP).strip().splitlines()[-1]
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "run_trainyard", "--no-demo", "--port", str(self.port)],
-            cwd=REPO_ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+        self.log = self.var_dir / "trainyard.log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "run_trainyard", "--no-demo", "--port",
+                 str(self.port)],
+                cwd=REPO_ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
         wait_for(lambda: _answers(f"http://127.0.0.1:{self.port}/healthz"), 120, "Trainyard")
 
     def stop(self) -> None:
@@ -161,6 +163,9 @@ class Trainyard:
     def unfinished(self, session: requests.Session) -> int:
         statuses = "&".join(f"status={s}" for s in ("queued", "scheduling", "running"))
         answer = session.get(f"{self.base}/jobs/?{statuses}&page_size=1", timeout=60)
+        if answer.status_code >= 500:  # counted as not done; the server's log says why
+            print(f"the job list answered {answer.status_code}; see {self.log}", file=sys.stderr)
+            return -1
         answer.raise_for_status()
         return answer.json()["count"]
 
@@ -271,10 +276,18 @@ def sequential(submit: Callable[[], str], started: Callable[[str], float | None]
     }
 
 
+class Figures(dict):
+    """Each figure printed as it is recorded (a run cut short keeps what it measured)."""
+
+    def __setitem__(self, name: str, figure: dict) -> None:
+        print(f"  {name}: {figure}", file=sys.stderr, flush=True)
+        super().__setitem__(name, figure)
+
+
 def measure_round(trainyard: Trainyard, slurm: Slurm, jobs: int, count: int) -> dict:
     sessions = [trainyard.session() for _ in range(CLIENTS)]
     watcher = trainyard.session()
-    figures: dict[str, dict] = {}
+    figures: dict[str, dict] = Figures()
     print("burst: Slurm ...", file=sys.stderr)
     figures["slurm burst"] = burst(lambda n: slurm.submit(), jobs, slurm.unfinished)
     print("burst: Trainyard ...", file=sys.stderr)
@@ -312,8 +325,6 @@ def measure_round(trainyard: Trainyard, slurm: Slurm, jobs: int, count: int) -> 
     figures["trainyard sequential"] = sequential(
         lambda: trainyard.submit(watcher, "date +%s.%N")["id"], trainyard.command_start, count
     )
-    for name, figure in figures.items():
-        print(f"  {name}: {figure}", file=sys.stderr)
     return figures
 
 

@@ -307,6 +307,9 @@ TRAINYARD_LOCAL_STATE_DIR = Path(env("TRAINYARD_LOCAL_STATE_DIR", str(VAR_DIR / 
 TRAINYARD_LOCAL_NODES = env("TRAINYARD_LOCAL_NODES", "")
 TRAINYARD_LOCAL_CGROUP_ROOT = env("TRAINYARD_LOCAL_CGROUP_ROOT", "/sys/fs/cgroup/trainyard")
 TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS", 5)
+# Where workers' inits report their ends (``manage.py watch_job_ends`` listens; run_trainyard
+# sets it), so that the job manager runs at once; "" leaves ends to the periodic pass.
+TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name
@@ -370,6 +373,11 @@ TRAINYARD_TRIGGER_JOB_MANAGER = env_bool("TRAINYARD_TRIGGER_JOB_MANAGER", True)
 # How often beat runs the job manager, refreshes start estimates and purges old jobs.
 TRAINYARD_JOB_MANAGER_INTERVAL = env_int("TRAINYARD_JOB_MANAGER_INTERVAL", 3)
 TRAINYARD_ESTIMATE_INTERVAL = env_int("TRAINYARD_ESTIMATE_INTERVAL", 60)
+# A job manager run stops going round after this long, and queues its next run behind the
+# work that waits (deployments, other tasks) rather than holding a worker.
+TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = env_int("TRAINYARD_JOB_MANAGER_BUDGET_SECONDS", 5)
+# Deployments of one round run this many at a time (threads of one task).
+TRAINYARD_DEPLOY_THREADS = env_int("TRAINYARD_DEPLOY_THREADS", 8)
 # Seconds between SIGTERM and the kill when a job is stopped (kill, pause, preemption,
 # wall time).
 TRAINYARD_STOP_GRACE_SECONDS = env_int("TRAINYARD_STOP_GRACE_SECONDS", 30)

@@ -21,7 +21,12 @@ from backend.clusters.api.views import (
     vc_usage_view,
 )
 from backend.core.views import health_view, home_view
-from backend.jobs.api.views import JobViewSet, gpu_hours_export_view, gpu_hours_view
+from backend.jobs.api.views import (
+    JobArrayViewSet,
+    JobViewSet,
+    gpu_hours_export_view,
+    gpu_hours_view,
+)
 from backend.monitoring.views import metrics_view
 from backend.repairs.api.views import NodeFaultViewSet, NodeRepairViewSet
 from backend.storage.api.views import (
@@ -36,6 +41,7 @@ from backend.vcs.api.views import VirtualClusterViewSet
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("job-arrays", JobArrayViewSet, basename="job-array")
 router.register("vcs", VirtualClusterViewSet, basename="vc")
 router.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 router.register("nodes", NodeViewSet, basename="node")

@@ -7,25 +7,30 @@ from decimal import Decimal
 
 from django.contrib.auth.models import AbstractUser
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from backend.clusters.models import GpuType
+from backend.core.bulk import insert_rows
 from backend.core.exceptions import ActionRefused
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Job,
+    JobArray,
     JobEvent,
     JobStatus,
     StopOutcome,
     new_job_id,
 )
-from backend.jobs.submission import Request, needs_approval
+from backend.jobs.submission import Request, approval_message, needs_approval
+from backend.jobs.usage import user_guaranteed_gpus
 from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.vcs.models import Membership, Role, VirtualCluster
 
 SYSTEM_ACTOR = "trainyard"
 MAX_EXPOSED_PORTS = 8
+PENDING_OR_PAUSED = (JobStatus.QUEUED, JobStatus.UNAPPROVED, JobStatus.PAUSED)
 
 
 @dataclass
@@ -72,6 +77,40 @@ def record_event(
         actor_name=actor_name or (actor.get_username() if actor else SYSTEM_ACTOR),
         reason=reason,
     )
+
+
+def observe_transitions(changes: list[tuple[Job, str]], to_status: str = "") -> None:
+    """``record_event``'s metrics for status changes written in bulk, called before their
+    events are inserted: how long each job was in its old status, and the jobs that ended;
+    two queries for them all. ``to_status``: the new status, where not yet on the jobs."""
+    moves = [(job, old, to_status or job.status) for job, old in changes]
+    moves = [(job, old, new) for job, old, new in moves if old and old != new]
+    if not moves:
+        return
+    entered = dict(
+        JobEvent.objects.filter(job_id__in=[job.pk for job, _, _ in moves])
+        .order_by()
+        .values("job_id")
+        .annotate(latest=Max("created_at"))
+        .values_list("job_id", "latest")
+    )
+    ended = [
+        (job, new)
+        for job, old, new in moves
+        if new in TERMINAL_STATUSES and old not in TERMINAL_STATUSES
+    ]
+    vc_names = dict(
+        VirtualCluster.objects.filter(pk__in={job.vc_id for job, _ in ended}).values_list(
+            "pk", "name"
+        )
+    )
+    now = timezone.now()
+    for job, old, new in moves:
+        if job.pk in entered:
+            seconds = max(0.0, (now - entered[job.pk]).total_seconds())
+            JOB_STATE_CHANGE_LATENCY_SECONDS.labels(old, new).observe(seconds)
+    for job, new in ended:
+        JOBS_ENDED.labels(new, vc_names.get(job.vc_id, "")).inc()
 
 
 def _observe_state_change(job: Job, from_status: str) -> None:
@@ -126,8 +165,17 @@ def submit_job(
 
 def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None) -> Job:
     approval_reason = _approval_reason(owner, spec.as_request())
+    job = _new_job(owner, spec, approval_reason)
+    job.idempotency_key = idempotency_key or None
+    job.save(force_insert=True)
+    record_event(job, "", owner, approval_reason or "submitted")
+    return job
+
+
+def _new_job(owner: AbstractUser, spec: JobSpec, approval_reason: str, **fields: object) -> Job:
+    """An unsaved job of the spec, queued or waiting for approval."""
     now = timezone.now()
-    job = Job.objects.create(
+    return Job(
         job_id=new_job_id(),
         owner=owner,
         vc=spec.vc,
@@ -152,12 +200,10 @@ def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None)
         ports=spec.ports,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
-        idempotency_key=idempotency_key or None,
         submitted_at=now,
         queued_at=now,
+        **fields,
     )
-    record_event(job, "", owner, approval_reason or "submitted")
-    return job
 
 
 def _approval_reason(owner: AbstractUser, request: Request) -> str:
@@ -304,3 +350,154 @@ def set_job_priority(job: Job, priority: int, actor: AbstractUser) -> Job:
     job.priority = priority
     job.save(update_fields=["priority", "updated_at"])
     return job
+
+
+# --- job arrays ---------------------------------------------------------------------------
+
+ARRAY_INDEX_ENV = "TRAINYARD_ARRAY_INDEX"
+BULK_BATCH = 1000
+
+
+def submit_job_array(
+    owner: AbstractUser, spec: JobSpec, task_envs: list[dict[str, str]]
+) -> tuple[JobArray, list[str]]:
+    """Store one job per task (the spec, with the task's environment over the spec's), all
+    in one transaction; return the array and its job ids in index order.
+
+    Each task counts against the per-user GPU limit as a single job would: the tasks past
+    it wait for a VC admin's approval. Committed when this returns.
+    """
+    with transaction.atomic():
+        array = JobArray.objects.create(
+            owner=owner, vc=spec.vc, name=spec.name, size=len(task_envs)
+        )
+        request = spec.as_request()
+        held = _held_for_limit(owner, request)
+        tasks = []  # (job id, index, status, message) of each task
+        for index, task_env in enumerate(task_envs):
+            reason = approval_message(request, held) if held is not None else ""
+            if held is not None and not reason:
+                held += request.workers * request.gpus_per_worker
+            status = JobStatus.UNAPPROVED if reason else JobStatus.QUEUED
+            tasks.append((new_job_id(), index, status, reason, {**spec.env, **task_env}))
+        template = _new_job(owner, spec, "", array=array)
+        insert_rows(
+            template,
+            (
+                {"job_id": job_id, "array_index": index, "status": status,
+                 "status_message": reason, "env": env}
+                for job_id, index, status, reason, env in tasks
+            ),
+        )  # fmt: skip
+        pks = dict(Job.objects.filter(array=array).values_list("array_index", "pk"))
+        submitted = f"submitted (array {array.array_id})"
+        insert_rows(
+            JobEvent(from_status="", actor=owner, actor_name=owner.get_username()),
+            (
+                {"job_id": pks[index], "to_status": status, "reason": reason or submitted}
+                for _, index, status, reason, _ in tasks
+            ),
+        )
+        if any(status == JobStatus.QUEUED for _, _, status, _, _ in tasks):
+            run_job_manager_after_commit()
+    return array, [job_id for job_id, *_ in tasks]
+
+
+def _held_for_limit(owner: AbstractUser, request: Request) -> int | None:
+    """The guaranteed GPUs the owner holds in the VC, where the per-user limit applies to
+    them (None where it does not: no limit, preemptible, or a VC admin)."""
+    if request.vc.user_gpu_limit is None or request.preemptible:
+        return None
+    membership = Membership.objects.select_for_update().filter(vc=request.vc, user=owner).first()
+    if owner.is_staff or (membership is not None and membership.role == Role.ADMIN):
+        return None
+    return user_guaranteed_gpus(owner.pk, request.vc.id)
+
+
+def _array_jobs_locked(array: JobArray, statuses: tuple[str, ...]) -> list[Job]:
+    return list(
+        Job.objects.select_for_update().filter(array=array, status__in=statuses).order_by("pk")
+    )
+
+
+def _bulk_transition(
+    changes: list[tuple[Job, str]], actor: AbstractUser | None, reason: str, fields: list[str]
+) -> None:
+    """Write the jobs' new statuses (and ``fields``) and one event each, in bulk."""
+    if not changes:
+        return
+    now = timezone.now()
+    for job, _ in changes:
+        job.updated_at = now
+    Job.objects.bulk_update(
+        [job for job, _ in changes], ["status", "updated_at", *fields], batch_size=BULK_BATCH
+    )
+    actor_name = actor.get_username() if actor else SYSTEM_ACTOR
+    observe_transitions(changes)
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job=job, from_status=from_status, to_status=job.status, actor=actor,
+                actor_name=actor_name, reason=reason, created_at=now,
+            )
+            for job, from_status in changes
+        ],
+        batch_size=BULK_BATCH,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def kill_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+    """Kill every task of the array that has not ended, as ``kill_job`` kills one; returns
+    how many were asked to stop."""
+    reason = reason or "array killed by user"
+    changes = []
+    now = timezone.now()
+    for job in _array_jobs_locked(array, (*ACTIVE_STATUSES, *PENDING_OR_PAUSED)):
+        if job.status == JobStatus.KILLING:
+            continue
+        from_status = job.status
+        job.status_message = reason
+        if job.status in ACTIVE_STATUSES:
+            job.status = JobStatus.KILLING
+            job.stop_outcome = StopOutcome.KILLED
+        else:
+            job.status = JobStatus.KILLED
+            job.finished_at = now
+        changes.append((job, from_status))
+    _bulk_transition(changes, actor, reason, ["status_message", "stop_outcome", "finished_at"])
+    if any(job.status == JobStatus.KILLING for job, _ in changes):
+        run_job_manager_after_commit()
+    return len(changes)
+
+
+@transaction.atomic
+def pause_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+    """Pause every task that runs or waits, as ``pause_job`` pauses one; returns how many."""
+    reason = reason or "array paused by user"
+    changes = []
+    statuses = (JobStatus.SCHEDULING, JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.UNAPPROVED)
+    for job in _array_jobs_locked(array, statuses):
+        from_status = job.status
+        job.status_message = reason
+        if job.status in ACTIVE_STATUSES:
+            job.status = JobStatus.PAUSING
+            job.stop_outcome = StopOutcome.PAUSED
+        else:
+            job.status = JobStatus.PAUSED
+        changes.append((job, from_status))
+    _bulk_transition(changes, actor, reason, ["status_message", "stop_outcome"])
+    if any(job.status == JobStatus.PAUSING for job, _ in changes):
+        run_job_manager_after_commit()
+    return len(changes)
+
+
+def resume_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+    """Resume every paused task, each as ``resume_job`` resumes one (the per-user limit
+    is checked task by task); returns how many."""
+    resumed = 0
+    with transaction.atomic():
+        for job in _array_jobs_locked(array, (JobStatus.PAUSED,)):
+            resume_job(job, actor, reason or "array resumed by user")
+            resumed += 1
+    return resumed

@@ -18,7 +18,7 @@ def _backend(name: str, *configuration: object) -> ClusterBackend:
         from backend.clusters.inventory import REGISTERED, registered_nodes
         from jobmanager.backends.local import LocalBackend
 
-        state_dir, log_dir, nodes, cgroup_root, kill_after = configuration
+        state_dir, log_dir, nodes, cgroup_root, kill_after, notify_socket = configuration
         try:
             return LocalBackend(
                 state_dir,
@@ -26,6 +26,7 @@ def _backend(name: str, *configuration: object) -> ClusterBackend:
                 nodes=registered_nodes if nodes == REGISTERED else (nodes or None),
                 cgroup_root=cgroup_root or None,
                 kill_after_seconds=kill_after,
+                notify_socket=notify_socket or None,
             )
         except ValueError as error:
             raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES: {error}") from error
@@ -63,6 +64,7 @@ def get_backend() -> ClusterBackend:
             settings.TRAINYARD_LOCAL_NODES,
             settings.TRAINYARD_LOCAL_CGROUP_ROOT,
             float(settings.TRAINYARD_LOCAL_KILL_AFTER_SECONDS),
+            settings.TRAINYARD_LOCAL_NOTIFY_SOCKET,
         )
     if name == "memory":
         return _backend(name, str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)

@@ -9,22 +9,24 @@ lost are requeued, and what the backend runs without the database knowing is rem
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.jobs.actions import record_event
+from backend.jobs.actions import SYSTEM_ACTOR, observe_transitions, record_event
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     FailureClass,
     Job,
     JobAttempt,
+    JobEvent,
     JobStatus,
     StopOutcome,
 )
@@ -87,12 +89,21 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         image=job.image,
         working_dir=job.working_dir,
         # Every job is told its endpoint token: a port may be exposed while it runs.
-        env=dict(job.env) | endpoint_env(job.job_id),
+        env=launch_env(job) | endpoint_env(job.job_id),
         data_path=job.data_path,
         output_path=job.output_path,
         job_type=job.type,
         run_as=run_as,
     )
+
+
+def launch_env(job: Job) -> dict[str, str]:
+    """The job's environment, and for an array's task its index (and the array's id)."""
+    env = dict(job.env)
+    if job.array_index is not None:
+        env["TRAINYARD_ARRAY_INDEX"] = str(job.array_index)
+        env["TRAINYARD_ARRAY_ID"] = job.array.array_id
+    return env
 
 
 # --- deployment ---------------------------------------------------------------------------
@@ -126,7 +137,7 @@ def check_paths_still_allowed(job: Job, run_as: RunAs | None) -> None:
 
 def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
     """Hand a placed job to the backend; idempotent. Returns what happened, in a word."""
-    job = Job.objects.select_related("owner", "vc").filter(pk=job_pk).first()
+    job = Job.objects.select_related("owner", "vc", "array").filter(pk=job_pk).first()
     if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
         return "skipped"
     try:
@@ -145,6 +156,156 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
             return "superseded"  # killed or paused meanwhile; reconcile stops it
         _mark_running(job, backend.isolation(launch))
     return "running"
+
+
+def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> list[str]:
+    """``deploy`` a round's placed jobs together; what happened to each (job pk,
+    attempt), in order, in the words ``deploy`` answers.
+
+    The same steps as ``deploy``, shared where a round's jobs share them: the jobs read in
+    one query, each owner's account found once, the backend's deployments run
+    ``TRAINYARD_DEPLOY_THREADS`` at a time (spawning a worker mostly waits on its init),
+    and the jobs deployed marked running in one transaction (one update, one insert of
+    attempts, one of events)."""
+    outcomes: dict[tuple[int, int], str] = {}
+    jobs = Job.objects.select_related("owner", "vc", "array").in_bulk(
+        [job_pk for job_pk, _ in deployments]
+    )
+    accounts: dict[int, RunAs | LaunchRefused | None] = {}
+    launches: list[tuple[tuple[int, int], JobLaunch]] = []
+    failed: list[tuple[tuple[int, int], str, DeployError]] = []
+    for key in deployments:
+        job = jobs.get(key[0])
+        if job is None or job.attempt != key[1] or job.status != JobStatus.SCHEDULING:
+            outcomes[key] = "skipped"
+            continue
+        try:
+            if job.owner_id not in accounts:
+                try:
+                    accounts[job.owner_id] = owner_run_as(job)
+                except LaunchRefused as refused:
+                    accounts[job.owner_id] = refused
+            run_as = accounts[job.owner_id]
+            if isinstance(run_as, LaunchRefused):
+                raise run_as
+            if any(getattr(job, name) for name in PATH_FIELDS):
+                check_paths_still_allowed(job, run_as)
+            launches.append((key, launch_for(job, run_as)))
+        except DeployError as error:
+            failed.append((key, job.job_id, error))
+
+    if launches:
+        crash_point("deploy-before-backend")
+    errors = _deploy_in_threads(backend, [launch for _, launch in launches])
+    deployed = []
+    for (key, launch), error in zip(launches, errors, strict=True):
+        if error is None:
+            deployed.append((key, launch))
+        else:
+            failed.append((key, launch.job_id, error))
+    for key, job_id, error in failed:
+        backend.remove(job_id)
+        outcomes[key] = _record_failed_deploy(*key, error)
+    if deployed:
+        crash_point("deploy-before-running")
+    outcomes |= _mark_all_running(backend, deployed)
+    return [outcomes[key] for key in deployments]
+
+
+def _deploy_in_threads(backend: ClusterBackend, launches: list[JobLaunch]) -> list:
+    """``backend.deploy`` each launch, ``TRAINYARD_DEPLOY_THREADS`` threads taking them in
+    turn; each launch's DeployError, or None. Each thread closes its own database
+    connections (the inventory's) once, when it is done."""
+    errors: list[DeployError | None] = [None] * len(launches)
+    pending = iter(range(len(launches)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            while True:
+                with lock:
+                    index = next(pending, None)
+                if index is None:
+                    return
+                try:
+                    backend.deploy(launches[index])
+                except DeployError as error:
+                    errors[index] = error
+                except Exception as error:  # not to be taken for deployed
+                    logger.exception("Deploying job %s failed", launches[index].job_id)
+                    errors[index] = DeployError(f"{type(error).__name__}: {error}")
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=work, name=f"deploy-{number}")
+        for number in range(max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(launches))))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def _mark_all_running(
+    backend: ClusterBackend, deployed: list[tuple[tuple[int, int], JobLaunch]]
+) -> dict[tuple[int, int], str]:
+    """``_mark_running`` for many, in one transaction; "superseded" for those killed or
+    paused meanwhile (reconcile stops them)."""
+    if not deployed:
+        return {}
+    outcomes = {key: "superseded" for key, _ in deployed}
+    launches = dict(deployed)
+    now = timezone.now()
+    with transaction.atomic():
+        locked = [
+            job
+            for job in Job.objects.select_for_update().filter(pk__in=[pk for pk, _ in launches])
+            if job.status == JobStatus.SCHEDULING and (job.pk, job.attempt) in launches
+        ]
+        existing = set(JobAttempt.objects.filter(job__in=locked).values_list("job_id", "number"))
+        attempts, events = [], []
+        observe_transitions([(job, JobStatus.SCHEDULING) for job in locked], JobStatus.RUNNING)
+        for job in locked:
+            isolation = backend.isolation(launches[(job.pk, job.attempt)])
+            if job.started_at is None:  # its first start (a requeued job keeps its start)
+                JOB_WAIT_SECONDS.observe(max(0.0, (now - job.submitted_at).total_seconds()))
+            job.status = JobStatus.RUNNING
+            job.started_at = now
+            job.status_message = ""
+            job.deploy_failures = 0
+            job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
+            job.updated_at = now
+            nodes = sorted({worker["node"] for worker in job.placement})
+            gpus = [{"node": w["node"], "gpus": w.get("gpus", [])} for w in job.placement]
+            if (job.pk, job.attempt) in existing:
+                JobAttempt.objects.filter(job=job, number=job.attempt).update(
+                    started_at=now, nodes=nodes, gpus=gpus, borrowing=job.borrowing
+                )
+            else:
+                attempts.append(
+                    JobAttempt(
+                        job=job, number=job.attempt, started_at=now, nodes=nodes, gpus=gpus,
+                        borrowing=job.borrowing,
+                    )
+                )  # fmt: skip
+            events.append(
+                JobEvent(
+                    job=job, from_status=JobStatus.SCHEDULING, to_status=JobStatus.RUNNING,
+                    actor_name=SYSTEM_ACTOR, reason=f"running on {', '.join(nodes)}",
+                    created_at=now,
+                )
+            )  # fmt: skip
+            outcomes[(job.pk, job.attempt)] = "running"
+        Job.objects.bulk_update(
+            locked,
+            ["status", "started_at", "status_message", "deploy_failures", "run_as", "limits",
+             "updated_at"],
+        )  # fmt: skip
+        JobAttempt.objects.bulk_create(attempts)
+        JobEvent.objects.bulk_create(events)
+    return outcomes
 
 
 def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:
@@ -322,6 +483,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
     now = timezone.now()
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
     known: set[str] = set()
+    finished: list[Job] = []  # ended with every worker's exit 0: recorded in bulk below
     for job in jobs:
         known.add(job.job_id)
         report = reports.get(job.job_id)
@@ -348,6 +510,8 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 seconds=settings.TRAINYARD_DEPLOY_TIMEOUT_SECONDS
             ):
                 result.redeployed.append((job.pk, job.attempt))  # the deploy task was lost
+        elif report.ended and report.failed_worker is None and job.status == JobStatus.RUNNING:
+            finished.append(job)
         elif report.ended:
             _record_end(backend, job, report, result)
         elif report.failed_worker is not None:
@@ -367,6 +531,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                     _finish_stop(backend, Job.objects.get(pk=job.pk), report)
                 else:
                     result.stopping.append(job.job_id)
+    _record_finished(backend, finished, result)
     for job_id in set(reports) - known:
         report = _stop(backend, job_id)
         if report is None or report.ended:
@@ -497,6 +662,48 @@ def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) ->
         _back_to_queue(locked, decision.reason)
         record_event(locked, JobStatus.RUNNING, None, decision.reason)
         result.lost.append(locked.job_id)
+
+
+def _record_finished(backend: ClusterBackend, jobs: list[Job], result: Reconciled) -> None:
+    """Running jobs whose every worker exited 0, finished together: locked in one query,
+    written in one update, their attempts closed per attempt number, their events in one
+    insert (a burst of short jobs ends dozens at a time)."""
+    if not jobs:
+        return
+    attempts = {job.pk: job.attempt for job in jobs}
+    now = timezone.now()
+    with transaction.atomic():
+        locked = [
+            job
+            for job in Job.objects.select_for_update().filter(
+                pk__in=list(attempts), status=JobStatus.RUNNING
+            )
+            if job.attempt == attempts[job.pk]
+        ]
+        by_attempt: dict[int, list[int]] = {}
+        for job in locked:
+            by_attempt.setdefault(job.attempt, []).append(job.pk)
+        observe_transitions([(job, JobStatus.RUNNING) for job in locked], JobStatus.FINISHED)
+        Job.objects.filter(pk__in=[job.pk for job in locked]).update(
+            status=JobStatus.FINISHED, exit_code=0, finished_at=now, status_message="finished",
+            placement=[], updated_at=now,
+        )  # fmt: skip
+        for number, pks in by_attempt.items():
+            JobAttempt.objects.filter(job_id__in=pks, number=number).update(
+                ended_at=now, exit_code=0, failure_class="", failure_rule="", message="finished"
+            )
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job=job, from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
+                    actor_name=SYSTEM_ACTOR, reason="all workers exited 0", created_at=now,
+                )
+                for job in locked
+            ]
+        )  # fmt: skip
+    for job in locked:
+        result.finished.append(job.job_id)
+        backend.remove(job.job_id)
 
 
 def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:

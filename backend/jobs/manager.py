@@ -9,6 +9,7 @@ change; requests that arrive while it runs collapse into one more round.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -49,16 +50,23 @@ class RunSummary:
     waiting: int = 0
     lease_taken_by_another: bool = False
     preempted_last_round: bool = False
+    over_budget: bool = False  # stopped going round with a request left
 
 
 def _rerun_key() -> str:
     return redis_key(LEASE_NAME, "rerun")
 
 
-def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
+def run_job_manager(
+    backend: ClusterBackend, enqueue_deployment, enqueue_deployments=None
+) -> RunSummary:
     """Run (a few rounds) unless another job manager is running; then leave it a request
     to go round once more. ``enqueue_deployment(job_pk, attempt)`` is called for each
-    placed job after the decisions are committed.
+    placed job after the decisions are committed, or, when given,
+    ``enqueue_deployments([(job_pk, attempt), ...])`` once per round for them all.
+
+    A run stops going round after ``TRAINYARD_JOB_MANAGER_BUDGET_SECONDS``, leaving the
+    request for the next run (queued behind other work): it never holds a worker long.
 
     The request is left before trying the lease, and the holder looks for requests after
     each round and again after letting the lease go, so that no request is ever lost.
@@ -66,6 +74,7 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
     summary = RunSummary()
     client = redis_client()
     client.set(_rerun_key(), 1, ex=60)
+    deadline = time.monotonic() + settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS
     for _ in range(MAX_ROUNDS):
         lease = acquire_lease(LEASE_NAME, LEASE_TTL_MS)
         if lease is None:
@@ -74,10 +83,13 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
         try:
             with lease.kept():
                 for _ in range(MAX_ROUNDS):
+                    if time.monotonic() >= deadline:
+                        summary.over_budget = True
+                        return summary  # the request stays, for the next run
                     requested = client.delete(_rerun_key())
                     if not requested and not summary.preempted_last_round:
                         break
-                    _one_round(backend, lease, enqueue_deployment, summary)
+                    _one_round(backend, lease, enqueue_deployment, summary, enqueue_deployments)
                     if lease.lost.is_set():
                         break
         except LeaseLost:
@@ -90,7 +102,9 @@ def run_job_manager(backend: ClusterBackend, enqueue_deployment) -> RunSummary:
     return summary
 
 
-def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
+def _one_round(
+    backend, lease, enqueue_deployment, summary: RunSummary, enqueue_deployments=None
+) -> None:
     summary.rounds += 1
     crash_point("jobmanager-round")
     remove_drained_nodes()
@@ -103,8 +117,13 @@ def _one_round(backend, lease, enqueue_deployment, summary: RunSummary) -> None:
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
     for job_id in applied.preempted:
         backend.stop(job_id, grace)
-    for job_pk, attempt in [*applied.deployments, *reconciled.redeployed]:
-        enqueue_deployment(job_pk, attempt)
+    deployments = [*applied.deployments, *reconciled.redeployed]
+    if enqueue_deployments is not None:
+        if deployments:
+            enqueue_deployments(deployments)
+    else:
+        for job_pk, attempt in deployments:
+            enqueue_deployment(job_pk, attempt)
     summary.started.extend(start.job_id for start in decisions.starts)
     summary.preempted.extend(applied.preempted)
     summary.preempted_last_round = bool(applied.preempted)

@@ -19,7 +19,8 @@ JOB_ID_LENGTH = 10
 
 
 def new_job_id() -> str:
-    return "".join(secrets.choice(JOB_ID_ALPHABET) for _ in range(JOB_ID_LENGTH))
+    # 32 letters: each random byte's low five bits pick one, uniformly.
+    return "".join(JOB_ID_ALPHABET[byte & 31] for byte in secrets.token_bytes(JOB_ID_LENGTH))
 
 
 class JobType(models.TextChoices):
@@ -82,6 +83,38 @@ class JobQuerySet(models.QuerySet):
 
     def active(self) -> JobQuerySet:
         return self.filter(status__in=ACTIVE_STATUSES)
+
+
+class JobArrayQuerySet(models.QuerySet):
+    def visible_to(self, user: object) -> JobArrayQuerySet:
+        """As jobs: owners see theirs, VC admins their VCs' arrays, cluster admins all."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:  # type: ignore[attr-defined]
+            return self
+        administered = Membership.objects.filter(user=user, role=Role.ADMIN).values("vc_id")
+        return self.filter(Q(owner=user) | Q(vc_id__in=administered))
+
+
+class JobArray(models.Model):
+    """Jobs submitted as one (a sweep): one spec, one task per index, each its own job."""
+
+    array_id = models.CharField(max_length=16, unique=True, default=new_job_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    vc = models.ForeignKey(VirtualCluster, on_delete=models.PROTECT, related_name="job_arrays")
+    name = models.CharField(max_length=200)
+    size = models.PositiveIntegerField(help_text="How many tasks (jobs) it was submitted with.")
+    submitted_at = models.DateTimeField(default=timezone.now)
+
+    objects = JobArrayQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.array_id} ({self.name}, {self.size} tasks)"
 
 
 class Job(models.Model):
@@ -161,6 +194,12 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(
         null=True, blank=True, help_text="When its owner was warned that it would be killed."
     )
+    array = models.ForeignKey(
+        JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="jobs"
+    )
+    array_index = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Its index in its array (TRAINYARD_ARRAY_INDEX)."
+    )
 
     submitted_at = models.DateTimeField(default=timezone.now)
     # Queue order; a preempted job keeps its original place.
@@ -189,7 +228,8 @@ class Job(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["owner", "idempotency_key"], name="job_idempotency_key_unique"
-            )
+            ),
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_array_index_unique"),
         ]
 
     def __str__(self) -> str:

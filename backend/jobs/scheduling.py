@@ -16,7 +16,7 @@ from django.utils import timezone
 from backend.clusters.models import Node, RepairState
 from backend.jobs.estimates import learned_run_times
 from backend.jobs.lease import Lease
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, JobType, StopOutcome
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobEvent, JobStatus, JobType, StopOutcome
 from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
@@ -53,8 +53,19 @@ JOB_COLUMNS = (
 )  # fmt: skip
 
 
-def load_snapshot(now: datetime | None = None) -> Snapshot:
-    """Nodes, VCs with quotas, jobs holding resources and jobs ready to start."""
+# What it reads of each queued job: no placement or run times (a queued job has none), so
+# that ten thousand of them cost few JSON and datetime conversions.
+QUEUED_COLUMNS = (
+    "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
+    "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
+    "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
+    "insight_message", "owner__username",
+)  # fmt: skip
+
+
+def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None = None) -> Snapshot:
+    """Nodes, VCs with quotas, jobs holding resources and jobs ready to start; with
+    ``insights``, each ready job's current insight message is put there by job id."""
     now = now or timezone.now()
     nodes = tuple(
         NodeState(
@@ -95,7 +106,10 @@ def load_snapshot(now: datetime | None = None) -> Snapshot:
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
-    queued = tuple(queued_job(row, estimates) for row in ready.order_by().values(*JOB_COLUMNS))
+    rows = list(ready.order_by().values(*QUEUED_COLUMNS))
+    if insights is not None:
+        insights.update((row["job_id"], row["insight_message"]) for row in rows)
+    queued = tuple(queued_job(row, estimates) for row in rows)
     return Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -152,7 +166,7 @@ def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> Runnin
 
 
 def queued_job(row: dict, estimates: RunTimeEstimator | None = None) -> QueuedJob:
-    """The scheduler's view of a waiting job, from a row of ``JOB_COLUMNS``."""
+    """The scheduler's view of a waiting job, from a row of ``QUEUED_COLUMNS``."""
     return QueuedJob(
         id=row["job_id"],
         vc=row["vc__name"],
@@ -209,52 +223,88 @@ def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
     started = time.perf_counter()
     with transaction.atomic():
         lease.fence()
-        decisions = schedule(load_snapshot())
-        applied = apply_decisions(decisions)
+        insights: dict[str, str] = {}
+        decisions = schedule(load_snapshot(insights=insights))
+        applied = apply_decisions(decisions, insights)
     SCHEDULER_PASS_SECONDS.observe(time.perf_counter() - started)
     record_decisions(len(decisions.starts), len(decisions.preemptions), len(decisions.waits))
     return decisions, applied
 
 
-def apply_decisions(decisions: Decisions) -> Applied:
-    """Apply one pass's decisions (inside the pass's transaction). A job that changed
-    meanwhile (killed, paused) is left alone."""
-    from backend.jobs.actions import record_event  # actions imports this module's helpers
-
+def apply_decisions(decisions: Decisions, insights: dict[str, str] | None = None) -> Applied:
+    """Apply one pass's decisions (inside the pass's transaction) in a bounded number of
+    queries: the jobs locked at once, written in one bulk update, their events in one
+    insert. A job that changed meanwhile (killed, paused) is left alone."""
     applied = Applied()
     now = timezone.now()
-    for start in decisions.starts:
-        job = Job.objects.select_for_update().filter(job_id=start.job_id).first()
-        if job is None or job.status != JobStatus.QUEUED:
-            continue
-        job.status = JobStatus.SCHEDULING
-        job.placement = placement_to_json(start.placement)
-        job.borrowing = start.borrowing
-        job.attempt += 1
-        job.not_before = None
-        job.estimated_start_at = None
-        job.reserved_placement = None
-        nodes = ", ".join(sorted({worker.node for worker in start.placement}))
-        borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
-        job.status_message = f"placed on {nodes}{borrowed}"
-        job.insight_message = ""
-        job.save()
-        record_event(job, JobStatus.QUEUED, None, job.status_message)
-        applied.deployments.append((job.pk, job.attempt))
-    for preemption in decisions.preemptions:
-        job = Job.objects.select_for_update().filter(job_id=preemption.job_id).first()
-        if job is None or job.status not in (JobStatus.SCHEDULING, JobStatus.RUNNING):
-            continue
-        from_status = job.status
-        job.status = JobStatus.PAUSING
-        job.stop_outcome = StopOutcome.REQUEUE
-        job.status_message = preemption.reason
-        job.save()
-        record_event(job, from_status, None, preemption.reason)
-        applied.preempted.append(job.job_id)
-    applied.insights_changed = _record_insights(decisions, now)
+    changed: list[tuple[Job, str]] = []  # (job, from status), written in bulk below
+    starts = {start.job_id: start for start in decisions.starts}
+    preemptions = {preemption.job_id: preemption for preemption in decisions.preemptions}
+    for job in _locked_jobs([*starts, *preemptions]):
+        start, preemption = starts.get(job.job_id), preemptions.get(job.job_id)
+        if start is not None and job.status == JobStatus.QUEUED:
+            job.status = JobStatus.SCHEDULING
+            job.placement = placement_to_json(start.placement)
+            job.borrowing = start.borrowing
+            job.attempt += 1
+            job.not_before = None
+            job.estimated_start_at = None
+            job.reserved_placement = None
+            nodes = ", ".join(sorted({worker.node for worker in start.placement}))
+            borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
+            job.status_message = f"placed on {nodes}{borrowed}"
+            job.insight_message = ""
+            changed.append((job, JobStatus.QUEUED))
+            applied.deployments.append((job.pk, job.attempt))
+        elif preemption is not None and job.status in (JobStatus.SCHEDULING, JobStatus.RUNNING):
+            changed.append((job, job.status))
+            job.status = JobStatus.PAUSING
+            job.stop_outcome = StopOutcome.REQUEUE
+            job.status_message = preemption.reason
+            applied.preempted.append(job.job_id)
+        # else: changed meanwhile (killed, paused): left alone
+    _write_transitions(changed, now)
+    applied.insights_changed = _record_insights(decisions, now, insights)
     _record_claims(decisions)
     return applied
+
+
+def _locked_jobs(job_ids: list[str]) -> list[Job]:
+    """The jobs, locked for this transaction, in a bounded number of queries."""
+    jobs: list[Job] = []
+    for chunk in range(0, len(job_ids), 1000):
+        jobs += Job.objects.select_for_update().filter(job_id__in=job_ids[chunk : chunk + 1000])
+    return jobs
+
+
+APPLIED_FIELDS = (
+    "status", "placement", "borrowing", "attempt", "not_before", "estimated_start_at",
+    "reserved_placement", "status_message", "insight_message", "stop_outcome", "updated_at",
+)  # fmt: skip
+
+
+def _write_transitions(changed: list[tuple[Job, str]], now: datetime) -> None:
+    """The pass's changed jobs in one bulk update, and their events in one insert."""
+    from backend.jobs.actions import (  # actions imports this module's helpers
+        SYSTEM_ACTOR,
+        observe_transitions,
+    )
+
+    if not changed:
+        return
+    observe_transitions(changed)
+    for job, _ in changed:
+        job.updated_at = now
+    Job.objects.bulk_update([job for job, _ in changed], APPLIED_FIELDS, batch_size=500)
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job=job, from_status=from_status, to_status=job.status,
+                actor_name=SYSTEM_ACTOR, reason=job.status_message, created_at=now,
+            )
+            for job, from_status in changed
+        ]
+    )  # fmt: skip
 
 
 def _record_claims(decisions: Decisions) -> None:
@@ -269,21 +319,30 @@ def _record_claims(decisions: Decisions) -> None:
     ).update(reserved_placement=None)
 
 
-def _record_insights(decisions: Decisions, now: datetime) -> int:
+def _record_insights(
+    decisions: Decisions, now: datetime, insights: dict[str, str] | None = None
+) -> int:
     """Each waiting job's reason, written only where it changed (a pass over thousands of
-    waiting jobs must not rewrite them all)."""
+    waiting jobs must not rewrite them all). ``insights``: the messages the snapshot read
+    (in this transaction), else they are read here."""
     reasons = {wait.job_id: f"Waiting: {wait.reason}." for wait in decisions.waits}
-    ids = list(reasons)
-    current: list[tuple[str, str]] = []
-    for chunk in range(0, len(ids), 1000):
-        current += Job.objects.filter(
-            job_id__in=ids[chunk : chunk + 1000], status=JobStatus.QUEUED
-        ).values_list("job_id", "insight_message")
-    changed = 0
+    if insights is not None:
+        current = [(job_id, insights[job_id]) for job_id in reasons if job_id in insights]
+    else:
+        ids = list(reasons)
+        current = []
+        for chunk in range(0, len(ids), 1000):
+            current += Job.objects.filter(
+                job_id__in=ids[chunk : chunk + 1000], status=JobStatus.QUEUED
+            ).values_list("job_id", "insight_message")
+    # One update per distinct reason (a pass has a handful), not one per job.
+    by_reason: dict[str, list[str]] = defaultdict(list)
     for job_id, message in current:
         if message != reasons[job_id]:
-            Job.objects.filter(job_id=job_id, status=JobStatus.QUEUED).update(
-                insight_message=reasons[job_id], updated_at=now
-            )
-            changed += 1
-    return changed
+            by_reason[reasons[job_id]].append(job_id)
+    for reason, job_ids in by_reason.items():
+        for chunk in range(0, len(job_ids), 1000):
+            Job.objects.filter(
+                job_id__in=job_ids[chunk : chunk + 1000], status=JobStatus.QUEUED
+            ).update(insight_message=reason, updated_at=now)
+    return sum(len(job_ids) for job_ids in by_reason.values())

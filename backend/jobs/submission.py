@@ -299,7 +299,15 @@ def needs_approval(request: Request, user_id: int) -> str:
     limit = request.vc.user_gpu_limit
     if limit is None or request.preemptible:
         return ""
-    held = user_guaranteed_gpus(user_id, request.vc.id)
+    return approval_message(request, user_guaranteed_gpus(user_id, request.vc.id))
+
+
+def approval_message(request: Request, held: int) -> str:
+    """Why the job waits for a VC admin when its owner already holds ``held`` guaranteed
+    GPUs in its VC, or '' when it need not."""
+    limit = request.vc.user_gpu_limit
+    if limit is None or request.preemptible:
+        return ""
     wanted = request.workers * request.gpus_per_worker
     if held + wanted <= limit:
         return ""

@@ -34,8 +34,10 @@ def request_job_manager_run() -> None:
 @shared_task(ignore_result=True)
 def run_job_manager() -> dict:
     redis_client().delete(_requested_key())
-    summary = manager.run_job_manager(get_backend(), deploy_job.delay)
-    if summary.stopping or summary.preempted:
+    summary = manager.run_job_manager(get_backend(), deploy_job.delay, _enqueue_deployments)
+    if summary.over_budget:
+        request_job_manager_run()  # behind the work queued meanwhile
+    elif summary.stopping or summary.preempted:
         # Look again soon rather than at the next beat: freed GPUs wait for it.
         run_job_manager.apply_async(countdown=FOLLOW_UP_SECONDS)
     if summary.started or summary.preempted or summary.finished or summary.failed:
@@ -45,6 +47,21 @@ def run_job_manager() -> dict:
             len(summary.failed), summary.waiting,
         )  # fmt: skip
     return {"rounds": summary.rounds, "started": summary.started}
+
+
+def _enqueue_deployments(deployments: list[tuple[int, int]]) -> None:
+    """A round's placed jobs, deployed together by one task (in threads)."""
+    deploy_jobs.delay([list(pair) for pair in deployments])
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
+    """Hand a round's placed attempts to the backend at once, ``TRAINYARD_DEPLOY_THREADS``
+    at a time (idempotent, as ``deploy_job``); returns how many ended how."""
+    outcomes = lifecycle.deploy_many(get_backend(), [tuple(pair) for pair in deployments])
+    if "requeued" in outcomes:
+        request_job_manager_run()
+    return {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
 
 
 @shared_task(ignore_result=True, acks_late=True)

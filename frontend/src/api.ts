@@ -19,6 +19,13 @@ export function csrfToken(): string {
   return match ? decodeURIComponent(match[1]) : "";
 }
 
+/** A field's messages; a nested field's (e.g. {"count": ["..."]}) flattened into them. */
+function flatMessages(value: unknown): string[] {
+  if (Array.isArray(value)) return value.flatMap((item) => (item && typeof item === "object" ? flatMessages(item) : [String(item)]));
+  if (value && typeof value === "object") return Object.values(value).flatMap(flatMessages);
+  return [String(value)];
+}
+
 function messageFor(status: number, body: unknown): [string, FieldErrors] {
   if (status === 401 || status === 403) {
     const detail = (body as { detail?: string } | null)?.detail;
@@ -28,7 +35,7 @@ function messageFor(status: number, body: unknown): [string, FieldErrors] {
     const fields: FieldErrors = {};
     let detail = "";
     for (const [name, value] of Object.entries(body as Record<string, unknown>)) {
-      const messages = Array.isArray(value) ? value.map(String) : [String(value)];
+      const messages = flatMessages(value);
       if (name === "detail" || name === "non_field_errors") detail = messages.join(" ");
       else fields[name] = messages;
     }
@@ -212,6 +219,16 @@ export interface Job {
   };
   run_as?: string;
   limits?: string;
+  /** The job array it is a task of, and its index there (null for a single job). */
+  array?: string | null;
+  array_index?: number | null;
+}
+
+/** What submitting a job array answers. */
+export interface SubmittedArray {
+  array: string;
+  size: number;
+  jobs: string[];
 }
 
 export interface BatchResult {

@@ -33,7 +33,6 @@ import os
 import resource
 import signal
 import stat
-from dataclasses import asdict, dataclass, field
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
@@ -49,22 +48,65 @@ class ConfinementError(RuntimeError):
     """The process could not be confined as asked; it must not run the job's command."""
 
 
-@dataclass(frozen=True)
-class Confinement:
-    """What one worker's processes run under (and what a session into it must join)."""
+CONFINEMENT_FIELDS = (
+    "uid", "gid", "groups", "user", "working_dir", "env", "cgroup", "rlimits", "switch_user",
+)  # fmt: skip
 
+
+class Confinement:
+    """What one worker's processes run under (and what a session into it must join).
+
+    Immutable, compared by value. A plain class rather than a dataclass: every worker's
+    init loads this module, and ``dataclasses`` (with ``inspect``) would be a third of its
+    start-up."""
+
+    __slots__ = CONFINEMENT_FIELDS
     uid: int
     gid: int
     groups: tuple[int, ...]
     user: str
     working_dir: str
-    env: dict[str, str] = field(default_factory=dict)
-    cgroup: str | None = None  # a cgroup v2 directory to join
-    rlimits: dict[str, int] = field(default_factory=dict)  # e.g. {"RLIMIT_DATA": bytes}
-    switch_user: bool = True  # False in single-user mode: the account is the caller's own
+    env: dict[str, str]
+    cgroup: str | None  # a cgroup v2 directory to join
+    rlimits: dict[str, int]  # e.g. {"RLIMIT_DATA": bytes}
+    switch_user: bool  # False in single-user mode: the account is the caller's own
+
+    def __init__(
+        self,
+        uid: int,
+        gid: int,
+        groups: tuple[int, ...],
+        user: str,
+        working_dir: str,
+        env: dict[str, str] | None = None,
+        cgroup: str | None = None,
+        rlimits: dict[str, int] | None = None,
+        switch_user: bool = True,
+    ) -> None:
+        values = (uid, gid, groups, user, working_dir, dict(env or {}), cgroup,
+                  dict(rlimits or {}), switch_user)  # fmt: skip
+        for name, value in zip(CONFINEMENT_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Confinement is immutable: cannot set {name}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in CONFINEMENT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts, as the dataclass did
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in CONFINEMENT_FIELDS)
+        return f"Confinement({fields})"
 
     def to_json(self) -> dict:
-        return asdict(self) | {"groups": list(self.groups)}
+        data = {name: getattr(self, name) for name in CONFINEMENT_FIELDS}
+        return data | {"groups": list(self.groups), "env": dict(self.env),
+                       "rlimits": dict(self.rlimits)}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict) -> Confinement:

@@ -54,6 +54,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,6 +102,7 @@ START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
 STRAY_ROUNDS = 5  # looks for a removed job's processes forked while it was being killed
 SAME_START_SECONDS = 0.05  # a pid whose start time differs more is another process
+LOCK_STRIPES = 64  # jobs' locks: as many deployments at once, few files
 
 
 # --- the backend --------------------------------------------------------------------------
@@ -117,12 +119,14 @@ class LocalBackend(ClusterBackend):
         cgroup_root: Path | str | None = DEFAULT_CGROUP_ROOT,
         kill_after_seconds: float = 5.0,
         device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
+        notify_socket: Path | str | None = None,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
         host is one node with the GPUs NVML finds.
         ``kill_after_seconds``: how long what a command leaves running when it exits gets
         between SIGTERM and SIGKILL. ``device_dir``: where the GPUs' device files are.
+        ``notify_socket``: where each worker's init reports its end (``local_ends``).
         Raises ValueError for a malformed inventory."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -132,6 +136,7 @@ class LocalBackend(ClusterBackend):
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
         self.kill_after_seconds = kill_after_seconds
+        self.notify_socket = Path(notify_socket) if notify_socket else None
         self._node_source = nodes if callable(nodes) else None
         if isinstance(nodes, str):
             nodes = parse_declared_nodes(nodes, *host_resources())
@@ -201,7 +206,7 @@ class LocalBackend(ClusterBackend):
         if not launch.workers:
             raise DeployError(f"Job {launch.job_id} has no workers to start.")
         run_as = self._run_as(launch)
-        with self._locked():
+        with self._deploy_locked(launch):
             state = self._read_state(launch.job_id)
             if state and state["attempt"] == launch.attempt and state["complete"]:
                 return
@@ -249,7 +254,7 @@ class LocalBackend(ClusterBackend):
             self._write_state(state)
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
-        with self._locked():
+        with self._locked(job_id):
             state = self._read_state(job_id)
             if state is None:
                 return
@@ -276,7 +281,7 @@ class LocalBackend(ClusterBackend):
                 continue
             report = _report(state)
             if self._kill_due(state) and not report.ended:
-                with self._locked():
+                with self._locked(state["job_id"]):
                     state = self._read_state(state["job_id"]) or state
                     self._enforce_grace(state)
                 report = _report(state)
@@ -284,13 +289,13 @@ class LocalBackend(ClusterBackend):
         return reports
 
     def remove(self, job_id: str) -> None:
-        with self._locked():
+        with self._locked(job_id):
             self._remove_locked(job_id)
 
     def _undo_if_abandoned(self, job_id: str) -> bool:
         """Undo a deployment that its deployer left incomplete (it died: nobody holds the
         lock); whether it was undone. One in progress (the lock taken) is left be."""
-        with self._locked(wait=False) as taken:
+        with self._locked(job_id, wait=False) as taken:
             if not taken:
                 return False
             state = self._read_state(job_id)
@@ -416,6 +421,7 @@ class LocalBackend(ClusterBackend):
         go_read, go_write = os.pipe()  # the init waits on it until its pid is recorded
         unclosed = [go_read, go_write]
         argv += ["--confinement", str(confinement_file), "--go-fd", str(go_read)]
+        argv += ["--notify-socket", str(self.notify_socket)] if self.notify_socket else []
         argv += ["--", "/bin/sh", "-c", launch.command]
         started = datetime.now(UTC).isoformat(timespec="seconds")
         try:
@@ -473,14 +479,15 @@ class LocalBackend(ClusterBackend):
         state = self._read_state(job_id)
         job_dir = self._job_dir(job_id)
         if state is not None:
-            _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
-            for _ in range(STRAY_ROUNDS):  # what the job forked between the look and the kill
-                strays = _marked_processes(_marker(state), _owner_uid(state))
-                if not strays:
-                    break
-                for stray in strays:
-                    _signal(stray, signal.SIGKILL)
-                _wait_dead(strays)
+            if not _ended_cleanly(state):
+                _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
+                for _ in range(STRAY_ROUNDS):  # what it forked between the look and the kill
+                    strays = _marked_processes(_marker(state), _owner_uid(state))
+                    if not strays:
+                        break
+                    for stray in strays:
+                        _signal(stray, signal.SIGKILL)
+                    _wait_dead(strays)
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))
@@ -500,13 +507,26 @@ class LocalBackend(ClusterBackend):
         return self.log_dir / _checked_job_id(job_id)
 
     @contextlib.contextmanager
-    def _locked(self, wait: bool = True) -> Iterator[bool]:
-        """One change at a time, across every process using this state directory; with
+    def _deploy_locked(self, launch: JobLaunch) -> Iterator[None]:
+        """A deployment onto declared nodes only locks its job, so that many deploy at once;
+        one that hands out real GPUs' device files also locks them all (it releases the
+        devices no live worker holds, which a deployment beside it could be assigning)."""
+        declared = {node.name for node in self.nodes() if node.declared}
+        if all(worker.node in declared for worker in launch.workers):
+            with self._locked(launch.job_id):
+                yield
+        else:
+            with self._locked(), self._locked(launch.job_id):
+                yield
+
+    @contextlib.contextmanager
+    def _locked(self, job_id: str | None = None, wait: bool = True) -> Iterator[bool]:
+        """One change at a time to a job (one of a few dozen lock stripes), or with no job
+        to the devices, across every process using this state directory; with
         ``wait=False``, yields whether the lock was free (and then taken)."""
+        name = ".lock" if job_id is None else f".lock-{zlib.crc32(job_id.encode()) % LOCK_STRIPES}"
         # Private: another account that could open it could take the lock and keep it.
-        descriptor = os.open(
-            self.state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
-        )
+        descriptor = os.open(self.state_dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "r+") as lock:
             try:
@@ -676,6 +696,20 @@ def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil
     for process in targets.values():
         _signal(process, signal.SIGKILL)
     return list(targets.values())
+
+
+def _ended_cleanly(state: dict) -> bool:
+    """Whether every worker's init recorded its end and is gone: each killed what its
+    command left (its process group and every descendant) before writing its status, so
+    nothing of the job is left to look for (among all the host's processes, a dear scan
+    on a burst of short jobs)."""
+    workers = state["workers"]
+    return (
+        state["complete"]
+        and bool(workers)
+        and all(_status(worker) is not None for worker in workers)
+        and all(_init_process(worker) is None for worker in workers)
+    )
 
 
 def _wait_dead(processes: list[psutil.Process]) -> None:

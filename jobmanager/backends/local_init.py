@@ -1,7 +1,8 @@
 """The init process of one local-backend worker: runs a command and leaves nothing behind.
 
     python -m jobmanager.backends.local_init --status-file F --log-file L \
-        [--kill-after SECONDS] [--confinement C] [--pid-file P] [--go-fd N] -- <argv>
+        [--kill-after SECONDS] [--confinement C] [--pid-file P] [--go-fd N]
+        [--notify-socket S] -- <argv>
 
 It makes itself a child subreaper (Linux), so that descendants orphaned on the way are
 reparented to it and reaped; starts the command in a process group of its own, with
@@ -20,6 +21,9 @@ root), out of the job's reach: a process of another uid can neither signal nor t
 and it keeps its state in files the job cannot write. Without ``--confinement`` the
 command runs as the caller, in its directory, with its environment.
 
+With ``--notify-socket`` it reports its end, once the status file is written, to a Unix
+datagram socket (``local_ends`` listens there), so that the end is noticed at once.
+
 With ``--pid-file`` it first detaches: it forks, the parent writes the child's pid to the
 file and exits, so that whoever started it has no child left to reap, and the child leads
 a session of its own.
@@ -36,7 +40,6 @@ runs isolated (``python -I -S``) from whatever the job's environment holds.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import importlib.util
@@ -45,13 +48,13 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
+from types import SimpleNamespace
 
 
 def _load_confine():
     """``confine.py`` beside this file, loaded by path: running isolated, the init has no
     package to import it from."""
-    path = Path(__file__).with_name("confine.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
     spec = importlib.util.spec_from_file_location("trainyard_confine", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while building
@@ -68,8 +71,9 @@ KILL_WAIT = 5.0  # seconds for SIGKILLed processes to be gone
 CANNOT_RUN = 127  # as a shell reports a command it cannot find or run
 
 
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_atomically(path: str, text: str) -> None:
+    directory, name = os.path.split(os.fspath(path))
+    partial = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as file:
         file.write(text)
@@ -97,14 +101,19 @@ def exit_code_of(wait_status: int) -> int:
 def descendants(root: int) -> set[int]:
     """Every process below ``root``, from /proc (empty where there is no /proc)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        entries = []
+    for entry in entries:
         try:
-            stat = (entry / "stat").read_text()
+            with open(f"/proc/{entry}/stat") as file:
+                stat = file.read()
         except OSError:
             continue
         # The command name, in parentheses, may itself hold spaces and parentheses.
         ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        children.setdefault(ppid, []).append(int(entry))
     found: set[int] = set()
     pending = [root]
     while pending:
@@ -229,7 +238,7 @@ class Init:
                 time.sleep(POLL_SECONDS)
 
 
-def detach(pid_file: Path) -> None:
+def detach(pid_file: str) -> None:
     """Fork; the parent records the child's pid and exits; the child leads a new session."""
     pid = os.fork()
     if pid > 0:
@@ -251,7 +260,7 @@ def wait_for_go(descriptor: int) -> bool:
     return received == b"go"
 
 
-def redirect_output(log_file: Path, confinement) -> None:
+def redirect_output(log_file: str, confinement) -> None:
     """stdout and stderr to the log, which belongs to the job's owner (opened without
     following a link the job may have put in its place); stdin from /dev/null."""
     log = confine.open_log(str(log_file), confinement.uid, confinement.gid)
@@ -263,21 +272,59 @@ def redirect_output(log_file: Path, confinement) -> None:
     os.close(null)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="local_init", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--status-file", type=Path, required=True)
-    parser.add_argument("--log-file", type=Path, required=True)
-    parser.add_argument("--kill-after", type=float, default=5.0)
-    parser.add_argument("--confinement", type=Path)
-    parser.add_argument("--pid-file", type=Path)
-    parser.add_argument("--go-fd", type=int)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    if args.command[:1] == ["--"]:
-        args.command = args.command[1:]
-    if not args.command:
-        parser.error("give the command to run after --")
-    return args
+USAGE = (
+    "usage: local_init --status-file F --log-file L [--kill-after SECONDS] [--confinement C]"
+    " [--pid-file P] [--go-fd N] [--notify-socket S] -- <argv>"
+)
+OPTIONS = (
+    "status-file", "log-file", "kill-after", "confinement", "pid-file", "go-fd", "notify-socket",
+)  # fmt: skip
+
+
+def parse_args(argv: list[str] | None) -> SimpleNamespace:
+    """The options (``--name value`` or ``--name=value``) and the command after them.
+    Parsed by hand: argparse and pathlib would be most of the init's start-up, paid by
+    every worker of every job."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    values: dict[str, str] = {}
+    while arguments and arguments[0].startswith("--") and arguments[0] != "--":
+        name, has_value, value = arguments.pop(0)[2:].partition("=")
+        if name not in OPTIONS:
+            _usage_error(f"unknown option --{name}")
+        if not has_value:
+            if not arguments:
+                _usage_error(f"--{name} needs a value")
+            value = arguments.pop(0)
+        values[name] = value
+    if arguments[:1] == ["--"]:
+        arguments = arguments[1:]
+    if not arguments:
+        _usage_error("give the command to run after --")
+    for required in ("status-file", "log-file"):
+        if required not in values:
+            _usage_error(f"--{required} is required")
+    try:
+        kill_after = float(values.get("kill-after", 5.0))
+    except ValueError:
+        _usage_error("--kill-after takes seconds")
+    go_fd = values.get("go-fd")
+    if go_fd is not None and not go_fd.isdigit():
+        _usage_error("--go-fd takes a file descriptor number")
+    return SimpleNamespace(
+        status_file=values["status-file"],
+        log_file=values["log-file"],
+        kill_after=kill_after,
+        confinement=values.get("confinement"),
+        pid_file=values.get("pid-file"),
+        go_fd=None if go_fd is None else int(go_fd),
+        notify_socket=values.get("notify-socket"),
+        command=arguments,
+    )
+
+
+def _usage_error(message: str) -> None:
+    print(f"{USAGE}\nlocal_init: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def own_confinement():
@@ -308,7 +355,19 @@ def main(argv: list[str] | None = None) -> int:
     code = init.run()
     sys.stdout.flush()
     write_atomically(args.status_file, json.dumps({"exit_code": code, "ended_at": time.time()}))
+    if args.notify_socket is not None:
+        notify_end(args.notify_socket, args.status_file)
     return code
+
+
+def notify_end(socket_path: str, status_file: str) -> None:
+    """Tell whoever listens on the socket (``local_ends``) that this worker ended: its pid
+    (it exits right after) and its status file, in one datagram. Best effort: without a
+    listener, the job manager's next poll finds the end."""
+    import socket  # only here: most of the init's life needs no socket
+
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(f"{os.getpid()} {status_file}".encode(), str(socket_path))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ class JobFilter(django_filters.FilterSet):
     owner = django_filters.CharFilter(field_name="owner__username")
     status = django_filters.MultipleChoiceFilter(choices=JobStatus.choices)
     type = django_filters.MultipleChoiceFilter(choices=JobType.choices)
+    array = django_filters.CharFilter(field_name="array__array_id", help_text="An array's id.")
 
     class Meta:
         model = Job
-        fields = ["vc", "owner", "status", "type"]
+        fields = ["vc", "owner", "status", "type", "array"]

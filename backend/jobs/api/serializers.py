@@ -16,7 +16,7 @@ from backend.core.fields import MemoryField
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
-from backend.jobs.models import Job, JobAttempt, JobEvent, JobType
+from backend.jobs.models import Job, JobArray, JobAttempt, JobEvent, JobType
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
     BIDI_CONTROLS,
@@ -63,8 +63,45 @@ class ExposedPortSerializer(serializers.Serializer):
         return name
 
 
+MAX_ARRAY_TASKS = 10_000
+
+
+class JobArraySpecSerializer(serializers.Serializer):
+    """Many jobs of one spec: ``count`` tasks, or one per entry of ``tasks`` (each an
+    environment laid over the spec's, for sweeps). Each task gets TRAINYARD_ARRAY_INDEX."""
+
+    count = serializers.IntegerField(min_value=1, max_value=MAX_ARRAY_TASKS, required=False)
+    tasks = serializers.ListField(
+        child=serializers.JSONField(),
+        min_length=1,
+        max_length=MAX_ARRAY_TASKS,
+        required=False,
+        help_text='Per-task environment overrides, e.g. [{"LR": "0.1"}, {"LR": "0.01"}].',
+    )
+
+    def validate_tasks(self, tasks: list) -> list[dict[str, str]]:
+        errors = {}
+        for index, env in enumerate(tasks):
+            found = check_env(env)
+            if found:
+                errors[index] = found
+        if errors:
+            raise serializers.ValidationError(errors)
+        return tasks
+
+    def validate(self, attrs: dict) -> dict:
+        if ("count" in attrs) == ("tasks" in attrs):
+            raise serializers.ValidationError(
+                {"count": ['Give either "count" or "tasks", not both and not neither.']}
+            )
+        return attrs
+
+    def task_envs(self, attrs: dict) -> list[dict[str, str]]:
+        return attrs["tasks"] if "tasks" in attrs else [{} for _ in range(attrs["count"])]
+
+
 class JobSubmitSerializer(serializers.Serializer):
-    """What a script or the dashboard sends to start a job."""
+    """What a script or the dashboard sends to start a job (or, with ``array``, many)."""
 
     vc = serializers.CharField(max_length=60)
     name = serializers.CharField(max_length=200, required=False, allow_blank=False)
@@ -98,6 +135,7 @@ class JobSubmitSerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
     max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
+    array = JobArraySpecSerializer(required=False, help_text="Submit a job array.")
 
     def validate_vc(self, name: str):
         vc = visible_vc_for_submission(self.context["request"].user, name)
@@ -274,7 +312,13 @@ class JobSubmitSerializer(serializers.Serializer):
         errors = check_request(spec.as_request(), quota)
         if errors:
             raise serializers.ValidationError(errors)
-        return {"spec": spec}
+        if "array" not in attrs:
+            return {"spec": spec}
+        task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
+        for index, task_env in enumerate(task_envs):
+            if task_env and (size_errors := check_launch_size(spec.command, spec.env | task_env)):
+                raise serializers.ValidationError({"array": {"tasks": {index: size_errors}}})
+        return {"spec": spec, "task_envs": task_envs}
 
 
 def _default_name(command: str) -> str:
@@ -295,6 +339,9 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     vc = serializers.CharField(source="vc.name", read_only=True)
     gpu_type = serializers.CharField(source="gpu_type.name", read_only=True)
+    array = serializers.CharField(
+        source="array.array_id", read_only=True, allow_null=True, default=None
+    )
 
     class Meta:
         model = Job
@@ -307,6 +354,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "failure_class",
             "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
             "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
+            "array", "array_index",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -375,7 +423,7 @@ class JobSummarySerializer(JobSerializer):
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
             "exit_code", "failure_class", "borrowing", "estimated_start_at", "submitted_at",
-            "started_at", "finished_at", "updated_at",
+            "started_at", "finished_at", "updated_at", "array", "array_index",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -467,3 +515,29 @@ class GpuHoursRowSerializer(serializers.Serializer):
     idle_gpu_hours = serializers.FloatField(allow_null=True)
     borrowed_gpu_hours = serializers.FloatField()
     used_unavailable_reason = serializers.CharField()
+
+
+class JobArraySubmittedSerializer(serializers.Serializer):
+    array = serializers.CharField(help_text="The array's id.")
+    size = serializers.IntegerField()
+    jobs = serializers.ListField(child=serializers.CharField(), help_text="Job ids by index.")
+
+
+class JobArraySerializer(serializers.ModelSerializer):
+    """An array: its tasks counted by status (``counts``)."""
+
+    id = serializers.CharField(source="array_id", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    vc = serializers.CharField(source="vc.name", read_only=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+
+    class Meta:
+        model = JobArray
+        fields = ["id", "name", "owner", "vc", "size", "submitted_at", "counts"]
+        read_only_fields = fields
+
+
+class JobArrayActionResultSerializer(serializers.Serializer):
+    array = serializers.CharField()
+    action = serializers.CharField()
+    changed = serializers.IntegerField(help_text="How many of its jobs the action changed.")

@@ -7,8 +7,9 @@ import io
 from collections.abc import Callable
 
 from django.db import transaction
+from django.db.models import Count
 from django.http import HttpResponse, StreamingHttpResponse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action, api_view
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -27,6 +28,9 @@ from backend.jobs.api.serializers import (
     GpuHoursRowSerializer,
     GpuUtilisationSerializer,
     JobActionSerializer,
+    JobArrayActionResultSerializer,
+    JobArraySerializer,
+    JobArraySubmittedSerializer,
     JobAttemptSerializer,
     JobBatchSerializer,
     JobDetailSerializer,
@@ -42,7 +46,7 @@ from backend.jobs.api.serializers import (
 from backend.jobs.insight import job_endpoints, preview_start
 from backend.jobs.logs import job_log_dir, job_log_files, read_log_chunk, stream_full_log
 from backend.jobs.metrics import job_gpu_utilisation
-from backend.jobs.models import Job
+from backend.jobs.models import Job, JobArray
 from backend.vcs.permissions import is_vc_admin
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -98,7 +102,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
 
     @extend_schema(
         request=JobSubmitSerializer,
-        responses={201: JobSerializer},
+        responses={
+            201: PolymorphicProxySerializer(
+                component_name="JobSubmitted",
+                serializers=[JobSerializer, JobArraySubmittedSerializer],
+                resource_type_field_name=None,
+            )
+        },
         parameters=[
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
@@ -121,6 +131,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 return self._submitted(earlier, replayed=True)
         submission = JobSubmitSerializer(data=request.data, context={"request": request})
         submission.is_valid(raise_exception=True)
+        if "task_envs" in submission.validated_data:
+            if key:
+                raise ValidationError(
+                    {IDEMPOTENCY_HEADER: ["A job array cannot be submitted with a key."]}
+                )
+            array, job_ids = actions.submit_job_array(
+                request.user,
+                submission.validated_data["spec"],
+                submission.validated_data["task_envs"],
+            )
+            return Response(
+                {"array": array.array_id, "size": array.size, "jobs": job_ids},
+                status=status.HTTP_201_CREATED,
+            )
         job, created = actions.submit_job(
             request.user, submission.validated_data["spec"], idempotency_key=key
         )
@@ -362,3 +386,77 @@ def gpu_hours_export_view(request: Request) -> HttpResponse:
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="gpu-hours.csv"'
     return response
+
+
+JOB_ARRAY_ACTIONS: dict[str, Callable[[JobArray, object, str], int]] = {
+    "kill": actions.kill_job_array,
+    "pause": actions.pause_job_array,
+    "resume": actions.resume_job_array,
+}
+
+
+class JobArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Job arrays: each one's tasks counted by status, and the array killed, paused or
+    resumed as one. Its jobs are listed with ``GET /jobs/?array=<id>``."""
+
+    queryset = JobArray.objects.all()
+    serializer_class = JobArraySerializer
+    lookup_field = "array_id"
+    lookup_url_kwarg = "id"
+    filterset_class = None
+    ordering = ["-submitted_at", "-id"]
+
+    def refine_queryset(self, queryset):
+        return queryset.select_related("owner", "vc")
+
+    def list(self, request: Request) -> Response:
+        """Arrays I may see, newest first."""
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        _attach_counts(page)
+        return self.get_paginated_response(JobArraySerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        """The array and its tasks counted by status."""
+        array = self.get_object()
+        _attach_counts([array])
+        return Response(JobArraySerializer(array).data)
+
+    def _act(self, request: Request, name: str) -> Response:
+        array = self.get_object()
+        body = JobActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        changed = JOB_ARRAY_ACTIONS[name](array, request.user, body.validated_data["reason"])
+        return Response({"array": array.array_id, "action": name, "changed": changed})
+
+    @extend_schema(request=JobActionSerializer, responses=JobArrayActionResultSerializer)
+    @action(detail=True, methods=["post"])
+    def kill(self, request: Request, id: str) -> Response:
+        """Kill every task that has not ended."""
+        return self._act(request, "kill")
+
+    @extend_schema(request=JobActionSerializer, responses=JobArrayActionResultSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, id: str) -> Response:
+        """Pause every task that runs or waits."""
+        return self._act(request, "pause")
+
+    @extend_schema(request=JobActionSerializer, responses=JobArrayActionResultSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, id: str) -> Response:
+        """Requeue every paused task."""
+        return self._act(request, "resume")
+
+
+def _attach_counts(arrays: list[JobArray]) -> None:
+    """Each array's jobs counted by status, in one query for them all."""
+    counts: dict[int, dict[str, int]] = {array.pk: {} for array in arrays}
+    rows = (
+        Job.objects.filter(array_id__in=list(counts))
+        .order_by()
+        .values("array_id", "status")
+        .annotate(jobs=Count("id"))
+    )
+    for row in rows:
+        counts[row["array_id"]][row["status"]] = row["jobs"]
+    for array in arrays:
+        array.counts = counts[array.pk]

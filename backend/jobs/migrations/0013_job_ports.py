@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0010_metrics_idle_watch"),
+        ("jobs", "0011_job_arrays"),
     ]
 
     operations = [

@@ -81,4 +81,39 @@ describe("the jobs table", () => {
     await waitFor(() => expect(currentLocation).toBe("/jobs?page=2"));
     await waitFor(() => expect(api.calls.at(-1)?.url.searchParams.get("page")).toBe("2"));
   });
+
+  it("gathers an array's tasks under one row, which opens to show them", async () => {
+    fakeApi({
+      "GET /api/v1/jobs/": {
+        count: 4, next: null, previous: null,
+        results: [
+          job("t1", "running", { array: "arr1", array_index: 0 }),
+          job("s1", "queued"),
+          job("t2", "queued", { array: "arr1", array_index: 1 }),
+          job("t3", "running", { array: "arr1", array_index: 2 }),
+        ],
+      },
+    });
+    renderPage(<JobsPage />, "/jobs");
+    const table = await screen.findByRole("table", { name: "Jobs" });
+    const group = within(table).getByRole("link", { name: "array arr1" }).closest("tr")!;
+    expect(within(group).getByText("2 running, 1 queued")).toBeInTheDocument();
+    expect(within(table).getByRole("link", { name: "s1" })).toBeInTheDocument();
+    expect(within(table).queryByRole("link", { name: "t2" })).not.toBeInTheDocument();
+    await userEvent.click(within(group).getByRole("button", { name: "Show the tasks of array arr1" }));
+    expect(within(table).getByRole("link", { name: "t2" })).toBeInTheDocument();
+  });
+
+  it("lists one array's tasks and kills the array in one request", async () => {
+    const api = fakeApi({
+      "GET /api/v1/jobs/": { count: 1, next: null, previous: null, results: [job("t1", "running", { array: "arr1", array_index: 0 })] },
+      "POST /api/v1/job-arrays/arr1/kill/": { array: "arr1", action: "kill", changed: 1 },
+    });
+    renderPage(<JobsPage />, "/jobs?array=arr1");
+    expect(await screen.findByRole("link", { name: "t1" })).toBeInTheDocument();
+    expect(api.calls[0].url.searchParams.get("array")).toBe("arr1");
+    await userEvent.click(screen.getByRole("button", { name: "Kill array" }));
+    const results = await screen.findByRole("status", { name: "Results" });
+    expect(within(results).getByText("arr1: ok, now 1 jobs changed")).toBeInTheDocument();
+  });
 });

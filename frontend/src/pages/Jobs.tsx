@@ -19,7 +19,34 @@ const SORTS: [string, string][] = [
   ["status", "status"],
   ["-started_at", "recently started"],
 ];
-const FILTERS = ["vc", "status", "owner", "type", "ordering", "page", "page_size"];
+const FILTERS = ["vc", "status", "owner", "type", "array", "ordering", "page", "page_size"];
+
+/** The page's rows in order, an array's tasks gathered under their array where it first
+ * appears (the tasks of one submission, not scattered among other jobs). */
+export function groupByArray(rows: Job[]): (Job | { array: string; tasks: Job[] })[] {
+  const groups = new Map<string, Job[]>();
+  const out: (Job | { array: string; tasks: Job[] })[] = [];
+  for (const job of rows) {
+    if (!job.array) {
+      out.push(job);
+      continue;
+    }
+    let tasks = groups.get(job.array);
+    if (!tasks) {
+      tasks = [];
+      groups.set(job.array, tasks);
+      out.push({ array: job.array, tasks });
+    }
+    tasks.push(job);
+  }
+  return out;
+}
+
+function statusCounts(tasks: Job[]): string {
+  const counts = new Map<string, number>();
+  for (const task of tasks) counts.set(task.status, (counts.get(task.status) ?? 0) + 1);
+  return [...counts].map(([status, count]) => `${count} ${status}`).join(", ");
+}
 
 /** The API query for the jobs list, from the page's own URL (so a view can be shared). */
 export function jobsQuery(params: URLSearchParams): string {
@@ -40,6 +67,8 @@ export function JobsPage() {
   const [results, setResults] = useState<{ action: string; results: BatchResult[] } | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const [now, setNow] = useState(Date.now());
+  const [expanded, setExpanded] = useState<Set<string>>(new Set());
+  const arrayId = params.get("array");
   useEffect(() => {
     const timer = window.setInterval(() => setNow(Date.now()), 1000);
     return () => window.clearInterval(timer);
@@ -51,6 +80,17 @@ export function JobsPage() {
     else next.delete(key);
     if (key !== "page") next.delete("page");
     setParams(next);
+  }
+
+  async function actOnArray(action: string) {
+    setActionError(null);
+    try {
+      const answer = await api<{ changed: number }>(`job-arrays/${arrayId}/${action}/`, { method: "POST", body: {} });
+      setResults({ action: `${action} array ${arrayId}`, results: [{ id: arrayId ?? "", ok: true, status: `${answer.changed} jobs changed` }] });
+      jobs.reload();
+    } catch (reason) {
+      setActionError(reason);
+    }
   }
 
   async function act(action: string) {
@@ -73,6 +113,42 @@ export function JobsPage() {
   const pageSize = Number(params.get("page_size") ?? 50);
   const pages = jobs.data ? Math.max(1, Math.ceil(jobs.data.count / pageSize)) : 1;
   const allSelected = rows.length > 0 && rows.every((job) => selected.has(job.id));
+
+  function jobRow(job: Job) {
+    const left = timeLeft(job, now);
+    return (
+      <tr key={job.id}>
+        <td>
+          <input
+            type="checkbox"
+            aria-label={`Select job ${job.id}`}
+            checked={selected.has(job.id)}
+            onChange={() => {
+              const next = new Set(selected);
+              if (next.has(job.id)) next.delete(job.id);
+              else next.add(job.id);
+              setSelected(next);
+            }}
+          />
+        </td>
+        <td>
+          <Link to={`/jobs/${job.id}`}>{job.id}</Link>
+        </td>
+        <td className="name">{job.name}</td>
+        <td>{job.owner}</td>
+        <td>{job.vc}</td>
+        <td>{job.type}</td>
+        <td title={job.status_message}>
+          <StatusBadge status={job.status} />
+        </td>
+        <td>
+          {job.workers} x {job.gpus_per_worker} {job.gpu_type}
+        </td>
+        <td>{when(job.submitted_at)}</td>
+        <td className={left !== null && left < 600 ? "urgent" : ""}>{left === null ? "—" : duration(left)}</td>
+      </tr>
+    );
+  }
 
   return (
     <section>
@@ -130,6 +206,18 @@ export function JobsPage() {
           </select>
         </label>
       </form>
+      {arrayId && (
+        <div className="toolbar" role="toolbar" aria-label="Act on the array">
+          <span>
+            Job array <strong>{arrayId}</strong>: its tasks only. <Link to="/jobs">All jobs</Link>
+          </span>
+          {["kill", "pause", "resume"].map((action) => (
+            <button type="button" key={action} onClick={() => actOnArray(action)}>
+              {action[0].toUpperCase() + action.slice(1)} array
+            </button>
+          ))}
+        </div>
+      )}
       <div className="toolbar" role="toolbar" aria-label="Act on selected jobs">
         <span>{selected.size} selected</span>
         {["kill", "pause", "resume", "approve"].map((action) => (
@@ -193,40 +281,44 @@ export function JobsPage() {
               </tr>
             </thead>
             <tbody>
-              {rows.map((job) => {
-                const left = timeLeft(job, now);
-                return (
-                  <tr key={job.id}>
+              {(arrayId ? rows : groupByArray(rows)).map((entry) => {
+                if (!("tasks" in entry)) return jobRow(entry);
+                const open = expanded.has(entry.array);
+                const first = entry.tasks[0];
+                return [
+                  <tr key={`array-${entry.array}`} className="array-group">
                     <td>
-                      <input
-                        type="checkbox"
-                        aria-label={`Select job ${job.id}`}
-                        checked={selected.has(job.id)}
-                        onChange={() => {
-                          const next = new Set(selected);
-                          if (next.has(job.id)) next.delete(job.id);
-                          else next.add(job.id);
-                          setSelected(next);
+                      <button
+                        type="button"
+                        className="link"
+                        aria-expanded={open}
+                        aria-label={`${open ? "Hide" : "Show"} the tasks of array ${entry.array}`}
+                        onClick={() => {
+                          const next = new Set(expanded);
+                          if (open) next.delete(entry.array);
+                          else next.add(entry.array);
+                          setExpanded(next);
                         }}
-                      />
+                      >
+                        {open ? "▾" : "▸"}
+                      </button>
                     </td>
                     <td>
-                      <Link to={`/jobs/${job.id}`}>{job.id}</Link>
+                      <Link to={`/jobs?array=${entry.array}`}>array {entry.array}</Link>
                     </td>
-                    <td className="name">{job.name}</td>
-                    <td>{job.owner}</td>
-                    <td>{job.vc}</td>
-                    <td>{job.type}</td>
-                    <td title={job.status_message}>
-                      <StatusBadge status={job.status} />
-                    </td>
+                    <td className="name">{first.name}</td>
+                    <td>{first.owner}</td>
+                    <td>{first.vc}</td>
+                    <td>{first.type}</td>
+                    <td>{statusCounts(entry.tasks)}</td>
                     <td>
-                      {job.workers} x {job.gpus_per_worker} {job.gpu_type}
+                      {entry.tasks.length} tasks here x {first.workers} x {first.gpus_per_worker} {first.gpu_type}
                     </td>
-                    <td>{when(job.submitted_at)}</td>
-                    <td className={left !== null && left < 600 ? "urgent" : ""}>{left === null ? "—" : duration(left)}</td>
-                  </tr>
-                );
+                    <td>{when(first.submitted_at)}</td>
+                    <td>—</td>
+                  </tr>,
+                  ...(open ? entry.tasks.map(jobRow) : []),
+                ];
               })}
             </tbody>
           </table>

@@ -98,6 +98,29 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ command: "python train.py", env: { EPOCHS: "3" }, workers: 1 });
   });
 
+  it("submits a job array of N tasks and goes to its jobs", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { array: "arr1", size: 3, jobs: ["a", "b", "c"] }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python sweep.py" } });
+    fireEvent.change(screen.getByLabelText("Tasks"), { target: { value: "3" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit 3 jobs" }));
+    await waitFor(() => expect(currentLocation).toBe("/jobs?array=arr1"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ command: "python sweep.py", array: { count: 3 } });
+  });
+
+  it("shows an array's refusal on the Tasks field", async () => {
+    fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { array: { count: ["Ensure this value is less than or equal to 10000."] } }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python sweep.py" } });
+    fireEvent.change(screen.getByLabelText("Tasks"), { target: { value: "20000" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit 20000 jobs" }));
+    const message = await screen.findByText("Ensure this value is less than or equal to 10000.");
+    expect(message.closest(".field")).toContainElement(screen.getByLabelText("Tasks"));
+  });
+
   it("clones an earlier job into the form", async () => {
     fakeApi({
       ...BASE,

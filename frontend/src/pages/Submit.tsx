@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState, type FormEvent } from "react";
 import { useNavigate, useSearchParams } from "react-router";
-import { ApiError, api, type ClusterRow, type FieldErrors, type GpuType, type Job, type Vc } from "../api";
+import { ApiError, api, type ClusterRow, type FieldErrors, type GpuType, type Job, type SubmittedArray, type Vc } from "../api";
 import { useMe } from "../auth";
 import { ErrorBox, Field, Loading, useApi } from "../components/common";
 import { FragmentationChart } from "../components/FragmentationChart";
@@ -158,11 +158,12 @@ export function SubmitPage() {
     setBusy(true);
     setFailure(null);
     try {
-      const job = await api<Job>("jobs/", { method: "POST", body });
-      navigate(`/jobs/${job.id}`);
+      const answer = await api<Job | SubmittedArray>("jobs/", { method: "POST", body });
+      navigate("jobs" in answer ? `/jobs?array=${answer.array}` : `/jobs/${answer.id}`);
     } catch (reason) {
       const fields = reason instanceof ApiError ? { ...reason.fields } : {};
       if (fields.max_wall_time) fields.wall_minutes = fields.max_wall_time;
+      if (fields.array) fields.tasks = fields.array;
       setErrors(fields);
       setFailure(reason);
     } finally {
@@ -305,6 +306,9 @@ export function SubmitPage() {
             >
               <input id="f-wall_minutes" type="number" min={1} max={maxMinutes} value={form.wall_minutes} onChange={(e) => set("wall_minutes", e.target.value)} />
             </Field>
+            <Field label="Tasks" name="tasks" errors={errors} hint="more than 1: a job array, each task with its TRAINYARD_ARRAY_INDEX">
+              <input id="f-tasks" type="number" min={1} max={10000} value={form.tasks} onChange={(e) => set("tasks", e.target.value)} />
+            </Field>
             <div className="field checkbox">
               <label>
                 <input type="checkbox" checked={form.preemptible} onChange={(e) => set("preemptible", e.target.checked)} /> Preemptible (may borrow
@@ -313,7 +317,7 @@ export function SubmitPage() {
             </div>
           </div>
           <button type="submit" className="primary" disabled={busy}>
-            {busy ? "Submitting…" : "Submit job"}
+            {busy ? "Submitting…" : Number(form.tasks) > 1 ? `Submit ${form.tasks} jobs` : "Submit job"}
           </button>
         </form>
         <aside className="availability" aria-label="Availability">

@@ -19,6 +19,8 @@ export interface SubmitForm {
   max_retries: string;
   wall_minutes: string;
   ports: string;
+  /** How many jobs of this spec to submit as one job array ("1": a single job). */
+  tasks: string;
 }
 
 export function emptyForm(vc: string): SubmitForm {
@@ -40,6 +42,7 @@ export function emptyForm(vc: string): SubmitForm {
     max_retries: "",
     wall_minutes: "",
     ports: "",
+    tasks: "1",
   };
 }
 
@@ -65,6 +68,7 @@ export function formFromJob(job: Job): SubmitForm {
     max_retries: String(job.max_retries),
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
     ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
+    tasks: "1",
   };
 }
 
@@ -139,6 +143,8 @@ export function submission(form: SubmitForm): Record<string, unknown> {
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
   const { ports } = parsePorts(form.ports);
   if (ports.length) body.ports = ports;
+  const tasks = Number(form.tasks.trim() || "1");
+  if (tasks !== 1) body.array = { count: tasks };
   return body;
 }
 

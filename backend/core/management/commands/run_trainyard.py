@@ -126,6 +126,12 @@ class Command(BaseCommand):
             # Run jobs as processes on this host on the registered nodes, their GPUs
             # declared: the inventory follows the nodes registered while it runs.
             child_env["TRAINYARD_LOCAL_NODES"] = REGISTERED
+        local = settings.TRAINYARD_BACKEND == "local"
+        if local and not settings.TRAINYARD_LOCAL_NOTIFY_SOCKET:
+            # Workers report their ends here, and watch_job_ends runs the job manager.
+            child_env["TRAINYARD_LOCAL_NOTIFY_SOCKET"] = str(
+                settings.TRAINYARD_LOCAL_STATE_DIR / "ends.sock"
+            )
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         # The health server (backend/core/health.py) on the next port, unless told where.
@@ -145,6 +151,8 @@ class Command(BaseCommand):
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
             "gateway": [python, "-m", "backend.gateway"],
         }  # fmt: skip
+        if local:
+            commands["ends"] = [python, "manage.py", "watch_job_ends"]
         children = [
             Child(name, command, child_env, settings.BASE_DIR) for name, command in commands.items()
         ]

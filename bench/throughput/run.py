@@ -1,0 +1,432 @@
+"""Throughput against Slurm on the same host: bursts, job arrays, idle submit-to-start.
+
+    .venv/bin/python -m bench.throughput.run [--jobs 1000] [--sequential 100] [--rounds 1]
+        [--database-url mysql://root@127.0.0.1:3306/trainyard_throughput] [--record]
+
+Starts Slurm itself (``bench.throughput.slurm``: Debian ``slurm-wlm`` and ``munge``, one
+slurmd with 32 GPU GRES on dummy devices, ``batch_sched_delay=0``) and the embedded
+Trainyard (``manage.py run_trainyard``: gunicorn, Celery worker and beat, embedded Redis,
+the local backend running real processes as the owner's account) on a declared cluster of
+4 nodes x 8 GPUs = 32 GPU slots, on MariaDB (a database of its own, made afresh), and runs
+the same workloads on both, interleaved (Slurm, then Trainyard, measure by measure):
+
+- burst: ``--jobs`` 1-GPU ``true`` jobs submitted by 4 concurrent clients (``sbatch`` /
+  ``POST /api/v1/jobs/``), the time from the first submission until every job finished:
+  jobs/s, and each submit call's p50/p95;
+- array: the same number as one job array (``sbatch --array`` / ``array: {"count": N}``),
+  from the submission until every task finished;
+- sequential: ``--sequential`` jobs one at a time on the idle cluster, from the submit
+  call to the command's own start timestamp (``date +%s.%N``, read from its output).
+
+Prints each figure side by side with Slurm's as a ratio; ``--record`` puts the table at the
+top of the throughput section of docs/benchmarks.md. Needs root (Slurm, munged, the jobs'
+accounts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+
+from bench.throughput.slurm import SlurmPeer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
+DOCS = REPO_ROOT / "docs" / "benchmarks.md"
+RECORD_MARK = "<!-- throughput results: newest first -->"
+CLIENTS = 4
+TIMESTAMP = re.compile(r"^(\d{9,}\.\d+)$", re.MULTILINE)
+
+SETUP = """
+from decimal import Decimal
+from backend.accounts.actions import create_api_token
+from backend.clusters.models import GpuType, Node
+from backend.vcs.models import Membership, Quota, Role, VirtualCluster
+from django.contrib.auth import get_user_model
+a100 = GpuType.objects.create(name="A100", cpus_per_gpu=Decimal(1), memory_per_gpu=256)
+for index in range(4):
+    Node.objects.create(name=f"bench-{index}", gpu_type=a100, gpus=8, cpus=8, memory=16384)
+vc = VirtualCluster.objects.create(name="bench", max_wall_time=86400)
+Quota.objects.create(vc=vc, gpu_type=a100, gpus=32, cpus=32, memory=4 * 16384)
+user = get_user_model().objects.create_user("bench")
+Membership.objects.create(vc=vc, user=user, role=Role.MEMBER)
+print(create_api_token(user, "bench")[1])
+"""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(every)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def create_database(database_url: str) -> None:
+    import MySQLdb
+
+    url = urlparse(database_url)
+    connection = MySQLdb.connect(
+        host=url.hostname or "127.0.0.1", port=url.port or 3306,
+        user=url.username or "root", password=url.password or "",
+    )  # fmt: skip
+    try:
+        cursor = connection.cursor()
+        name = url.path.lstrip("/")
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+    finally:
+        connection.close()
+
+
+# --- the two systems ----------------------------------------------------------------------
+
+
+class Trainyard:
+    def __init__(self, database_url: str, port: int) -> None:
+        self.var_dir = Path(tempfile.mkdtemp(prefix="trainyard-throughput-"))
+        self.var_dir.chmod(0o711)  # the jobs' accounts pass through to their directories
+        self.env = {
+            key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)
+        } | {
+            "DATABASE_URL": database_url,
+            "TRAINYARD_VAR_DIR": str(self.var_dir),
+            "TRAINYARD_BACKEND": "local",
+            "TRAINYARD_LOG_LEVEL": "WARNING",
+            "TRAINYARD_UNIX_NAME_PREFIX": "ty-test-",
+            "TRAINYARD_UNIX_UID_RANGE": "61000-61999",
+        }
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}/api/v1"
+        self.process: subprocess.Popen | None = None
+
+    def manage(self, *arguments: str) -> str:
+        return subprocess.run(
+            [sys.executable, "manage.py", *arguments], cwd=REPO_ROOT, env=self.env,
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+
+    def start(self) -> None:
+        create_database(self.env["DATABASE_URL"])
+        self.manage("migrate", "--verbosity", "0")
+        self.token = self.manage("shell", "-c", SETUP).strip().splitlines()[-1]
+        self.log = self.var_dir / "trainyard.log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "run_trainyard", "--no-demo", "--port",
+                 str(self.port)],
+                cwd=REPO_ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
+        wait_for(lambda: _answers(f"http://127.0.0.1:{self.port}/healthz"), 120, "Trainyard")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=60)
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {self.token}"
+        return session
+
+    def body(self, command: str) -> dict:
+        return {"vc": "bench", "gpu_type": "A100", "command": command, "gpus_per_worker": 1}
+
+    def submit(self, session: requests.Session, command: str, **extra: object) -> dict:
+        answer = session.post(f"{self.base}/jobs/", json=self.body(command) | extra, timeout=60)
+        if answer.status_code != 201:
+            raise RuntimeError(f"submit answered {answer.status_code}: {answer.text[:300]}")
+        return answer.json()
+
+    def unfinished(self, session: requests.Session) -> int:
+        statuses = "&".join(f"status={s}" for s in ("queued", "scheduling", "running"))
+        answer = session.get(f"{self.base}/jobs/?{statuses}&page_size=1", timeout=60)
+        if answer.status_code >= 500:  # counted as not done; the server's log says why
+            print(f"the job list answered {answer.status_code}; see {self.log}", file=sys.stderr)
+            return -1
+        answer.raise_for_status()
+        return answer.json()["count"]
+
+    def command_start(self, job_id: str) -> float | None:
+        log = self.var_dir / "logs" / job_id / "worker-0.log"
+        try:
+            found = TIMESTAMP.search(log.read_text())
+        except OSError:
+            return None
+        return float(found.group(1)) if found else None
+
+
+class Slurm:
+    def __init__(self, peer: SlurmPeer) -> None:
+        self.peer = peer
+        self.out_dir = peer.root / "out"
+
+    def start(self) -> None:
+        self.peer.start()
+        self.out_dir.mkdir(exist_ok=True)
+
+    def submit(self, *extra: str, wrap: str = "true", output: str = "/dev/null") -> str:
+        out = self.peer.run("sbatch", "--parsable", "--gres=gpu:1", "-o", output, *extra,
+                            "--wrap", wrap)  # fmt: skip
+        return out.strip().split(";")[0]
+
+    def unfinished(self) -> int:
+        return self.peer.active_jobs()
+
+    def command_start(self, job_id: str) -> float | None:
+        try:
+            found = TIMESTAMP.search((self.out_dir / f"{job_id}.out").read_text())
+        except OSError:
+            return None
+        return float(found.group(1)) if found else None
+
+
+# --- the measures ---------------------------------------------------------------------------
+
+
+def burst(submit_one: Callable[[int], None], jobs: int, unfinished: Callable[[], int]) -> dict:
+    """``jobs`` submissions from CLIENTS threads; until every job finished."""
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client(numbers: range) -> None:
+        for number in numbers:
+            began = time.monotonic()
+            try:
+                submit_one(number)
+            except BaseException as error:  # reported after the burst
+                errors.append(error)
+                return
+            with lock:
+                latencies.append(time.monotonic() - began)
+
+    began = time.monotonic()
+    share = -(-jobs // CLIENTS)
+    threads = [
+        threading.Thread(target=client, args=(range(i * share, min(jobs, (i + 1) * share)),))
+        for i in range(CLIENTS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit(f"a submission failed: {errors[0]}")
+    submitted = time.monotonic() - began
+    wait_for(lambda: unfinished() == 0, 1800, "the burst to finish", every=0.2)
+    elapsed = time.monotonic() - began
+    return {
+        "jobs": jobs,
+        "seconds": round(elapsed, 2),
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "submitted_in_s": round(submitted, 2),
+        "submit_p50_s": round(statistics.median(latencies), 3),
+        "submit_p95_s": round(percentile(latencies, 0.95), 3),
+    }
+
+
+def array(submit: Callable[[], None], jobs: int, unfinished: Callable[[], int]) -> dict:
+    began = time.monotonic()
+    submit()
+    accepted = time.monotonic() - began
+    wait_for(lambda: unfinished() == 0, 1800, "the array to finish", every=0.2)
+    elapsed = time.monotonic() - began
+    return {
+        "jobs": jobs,
+        "seconds": round(elapsed, 2),
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "accepted_in_s": round(accepted, 3),
+    }
+
+
+def sequential(submit: Callable[[], str], started: Callable[[str], float | None], count: int):
+    delays = []
+    for _ in range(count):
+        began = time.time()
+        job_id = submit()
+        start = wait_for(lambda job_id=job_id: started(job_id), 60, f"{job_id} to start", 0.01)
+        delays.append(start - began)
+    return {
+        "jobs": count,
+        "p50_s": round(statistics.median(delays), 3),
+        "p95_s": round(percentile(delays, 0.95), 3),
+    }
+
+
+class Figures(dict):
+    """Each figure printed as it is recorded (a run cut short keeps what it measured)."""
+
+    def __setitem__(self, name: str, figure: dict) -> None:
+        print(f"  {name}: {figure}", file=sys.stderr, flush=True)
+        super().__setitem__(name, figure)
+
+
+def measure_round(trainyard: Trainyard, slurm: Slurm, jobs: int, count: int) -> dict:
+    sessions = [trainyard.session() for _ in range(CLIENTS)]
+    watcher = trainyard.session()
+    figures: dict[str, dict] = Figures()
+    print("burst: Slurm ...", file=sys.stderr)
+    figures["slurm burst"] = burst(lambda n: slurm.submit(), jobs, slurm.unfinished)
+    print("burst: Trainyard ...", file=sys.stderr)
+    figures["trainyard burst"] = burst(
+        lambda n: trainyard.submit(sessions[n % CLIENTS], "true"),
+        jobs,
+        lambda: trainyard.unfinished(watcher),
+    )
+    print("array: Slurm ...", file=sys.stderr)
+    figures["slurm array"] = array(
+        lambda: slurm.submit(f"--array=0-{jobs - 1}"), jobs, slurm.unfinished
+    )
+    print("array: Trainyard ...", file=sys.stderr)
+
+    def submit_array() -> None:
+        answer = trainyard.submit(watcher, "true", array={"count": jobs})
+        if len(answer.get("jobs", ())) != jobs:
+            raise RuntimeError("this Trainyard does not take job arrays")
+
+    try:
+        figures["trainyard array"] = array(
+            submit_array,
+            jobs,
+            lambda: trainyard.unfinished(watcher),
+        )
+    except RuntimeError as refused:
+        figures["trainyard array"] = {"error": str(refused)}
+    print("sequential: Slurm ...", file=sys.stderr)
+    figures["slurm sequential"] = sequential(
+        lambda: slurm.submit(wrap="date +%s.%N", output=f"{slurm.out_dir}/%j.out"),
+        slurm.command_start,
+        count,
+    )
+    print("sequential: Trainyard ...", file=sys.stderr)
+    figures["trainyard sequential"] = sequential(
+        lambda: trainyard.submit(watcher, "date +%s.%N")["id"], trainyard.command_start, count
+    )
+    return figures
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs else "-"
+
+
+def table(figures: dict) -> list[str]:
+    t, s = figures, figures
+    if "jobs_per_s" not in t["trainyard array"]:  # arrays refused (an older Trainyard)
+        t = t | {"trainyard array": {"jobs": s["slurm array"]["jobs"], "jobs_per_s": 0,
+                                     "accepted_in_s": "-"}}  # fmt: skip
+    rows = [
+        "| measure | Trainyard | Slurm | Trainyard / Slurm |",
+        "|---|---|---|---|",
+        f"| {t['trainyard burst']['jobs']} `true` jobs from {CLIENTS} clients, jobs/s | "
+        f"{t['trainyard burst']['jobs_per_s']} | {s['slurm burst']['jobs_per_s']} | "
+        f"{ratio(t['trainyard burst']['jobs_per_s'], s['slurm burst']['jobs_per_s'])} |",
+        f"| submit call under that burst, p50 / p95 s | {t['trainyard burst']['submit_p50_s']}"
+        f" / {t['trainyard burst']['submit_p95_s']} | {s['slurm burst']['submit_p50_s']} / "
+        f"{s['slurm burst']['submit_p95_s']} | |",
+        f"| {t['trainyard array']['jobs']}-task array, jobs/s | "
+        f"{t['trainyard array']['jobs_per_s']} | {s['slurm array']['jobs_per_s']} | "
+        f"{ratio(t['trainyard array']['jobs_per_s'], s['slurm array']['jobs_per_s'])} |",
+        f"| array accepted in, s | {t['trainyard array']['accepted_in_s']} | "
+        f"{s['slurm array']['accepted_in_s']} | |",
+        f"| submit to command start, idle, p50 / p95 s | {t['trainyard sequential']['p50_s']} /"
+        f" {t['trainyard sequential']['p95_s']} | {s['slurm sequential']['p50_s']} / "
+        f"{s['slurm sequential']['p95_s']} | "
+        f"{ratio(t['trainyard sequential']['p95_s'], s['slurm sequential']['p95_s'])} (p95) |",
+    ]
+    return rows
+
+
+def goals(figures: dict) -> list[str]:
+    burst_rate = figures["trainyard burst"]["jobs_per_s"]
+    array_rate = figures["trainyard array"].get("jobs_per_s", 0)
+    array_ratio = array_rate / figures["slurm array"]["jobs_per_s"]
+    p95 = figures["trainyard sequential"]["p95_s"]
+    return [
+        f"- burst >= 30 jobs/s: {'met' if burst_rate >= 30 else 'NOT met'} ({burst_rate})",
+        f"- array >= 2x Slurm: {'met' if array_ratio >= 2 else 'NOT met'} ({array_ratio:.2f}x)",
+        f"- idle submit-to-start p95 < 0.5 s: {'met' if p95 < 0.5 else 'NOT met'} ({p95} s)",
+    ]
+
+
+def record(lines: list[str], command: str) -> None:
+    text = DOCS.read_text()
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    block = "\n".join([f"{RECORD_MARK}", "", f"**{stamp}**: `{command}`", "", *lines, ""])
+    if RECORD_MARK not in text:
+        raise SystemExit(f"{DOCS} has no {RECORD_MARK!r} line to record under")
+    DOCS.write_text(text.replace(RECORD_MARK, block, 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--sequential", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--database-url", default="mysql://root@127.0.0.1:3306/trainyard_throughput"
+    )
+    parser.add_argument("--port", type=int, default=21320, help="Trainyard's web port")
+    parser.add_argument("--slurm-ports", default="21310,21311", help="slurmctld,slurmd")
+    parser.add_argument("--slurm-dir", default="/tmp/trainyard-throughput-slurm")
+    parser.add_argument("--record", action="store_true", help="record in docs/benchmarks.md")
+    args = parser.parse_args(argv)
+
+    ctld_port, slurmd_port = (int(port) for port in args.slurm_ports.split(","))
+    slurm = Slurm(SlurmPeer(Path(args.slurm_dir), ctld_port, slurmd_port))
+    trainyard = Trainyard(args.database_url, args.port)
+    rounds = []
+    try:
+        slurm.start()
+        trainyard.start()
+        for number in range(args.rounds):
+            print(f"round {number + 1}/{args.rounds}", file=sys.stderr)
+            rounds.append(measure_round(trainyard, slurm, args.jobs, args.sequential))
+    finally:
+        trainyard.stop()
+        slurm.peer.stop()
+    lines = []
+    for number, figures in enumerate(rounds, start=1):
+        lines += [f"Round {number}:", "", *table(figures), "", *goals(figures), ""]
+    print("\n".join(lines))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"rounds": rounds, "jobs": args.jobs}, indent=2))
+    if args.record:
+        record(lines, "python -m bench.throughput.run " + " ".join(argv or sys.argv[1:]))
+    return 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""What keeps bursts fast: a round's starts deployed together, in threads; a job manager
+run that keeps to its time budget; a round's decisions applied in a bounded number of
+queries."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from backend.core.redis import redis_client
+from backend.jobs import lifecycle, manager
+from backend.jobs.models import Job, JobEvent, JobStatus
+from jobmanager.backends.memory import MemoryBackend
+from tests.backend.jobs_support import submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def backend(tmp_path, settings) -> MemoryBackend:
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    return MemoryBackend(log_dir=settings.TRAINYARD_LOG_DIR)
+
+
+def submit_many(world, count: int) -> list[str]:
+    response = submit(world.client(world.member), gpus_per_worker=1, array={"count": count})
+    assert response.status_code == 201, response.json()
+    return response.json()["jobs"]
+
+
+def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, redis_namespace):
+    job_ids = submit_many(world, 12)
+    batches: list[list[tuple[int, int]]] = []
+
+    summary = manager.run_job_manager(backend, None, batches.append)
+
+    assert len(summary.started) == 12
+    assert [len(batch) for batch in batches] == [12]
+    outcomes = lifecycle.deploy_many(backend, batches[0])
+    assert outcomes == ["running"] * 12
+    assert set(backend.deployed()) == set(job_ids)
+    for job in Job.objects.filter(job_id__in=job_ids):
+        assert job.status == JobStatus.RUNNING and job.started_at is not None
+        path = list(job.events.values_list("to_status", flat=True))
+        assert path == [JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING]
+    assert lifecycle.deploy_many(backend, batches[0]) == ["skipped"] * 12  # idempotent
+
+
+def test_a_failed_deployment_among_many_is_retried_alone(world, backend, redis_namespace):
+    submit_many(world, 3)
+    batches: list[list[tuple[int, int]]] = []
+    manager.run_job_manager(backend, None, batches.append)
+    backend.fail_next_deploys(1)
+
+    outcomes = lifecycle.deploy_many(backend, batches[0])
+
+    assert sorted(outcomes) == ["requeued", "running", "running"]
+    statuses = sorted(Job.objects.values_list("status", flat=True))
+    assert statuses == [JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RUNNING]
+    assert len(backend.deployed()) == 2
+
+
+def test_jobs_ending_together_are_finished_together_none_skipping_running(
+    world, backend, redis_namespace
+):
+    job_ids = submit_many(world, 6)
+    manager.run_job_manager(backend, None, lambda batch: lifecycle.deploy_many(backend, batch))
+    for job_id in job_ids[:5]:
+        backend.finish(job_id)
+    backend.finish(job_ids[5], exit_code=1)
+
+    summary = manager.run_job_manager(backend, None, lambda batch: None)
+
+    assert sorted(summary.finished) == sorted(job_ids[:5])
+    for job in Job.objects.filter(job_id__in=job_ids[:5]):
+        assert (job.status, job.exit_code, job.placement) == (JobStatus.FINISHED, 0, [])
+        path = list(job.events.values_list("to_status", flat=True))
+        assert path == [JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING,
+                        JobStatus.FINISHED]  # fmt: skip
+        attempt = job.attempts.get()
+        assert (attempt.exit_code, attempt.message) == (0, "finished")
+        assert attempt.ended_at is not None
+    assert job_ids[5] not in summary.finished  # a failure goes its own way (retry rules)
+    assert set(backend.deployed()) == set() or job_ids[5] in summary.retried + summary.failed
+
+
+def test_a_round_applies_its_decisions_in_a_bounded_number_of_queries(
+    world, backend, redis_namespace
+):
+    def queries_of_a_round(jobs: int) -> int:
+        submit_many(world, jobs)
+        with CaptureQueriesContext(connection) as queries:
+            summary = manager.run_job_manager(backend, None, lambda batch: None)
+        assert len(summary.started) == jobs
+        Job.objects.filter(status=JobStatus.SCHEDULING).update(status=JobStatus.KILLED)
+        return len(queries)
+
+    queries_of_a_round(1)  # the first run records its fencing token's row
+    assert queries_of_a_round(30) == queries_of_a_round(2)
+    assert JobEvent.objects.filter(to_status=JobStatus.SCHEDULING).count() == 33
+
+
+def test_a_run_past_its_budget_leaves_its_request_for_the_next(
+    world, backend, redis_namespace, settings
+):
+    settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = 0
+    submit_many(world, 2)
+
+    summary = manager.run_job_manager(backend, None, lambda batch: None)
+
+    assert summary.over_budget and summary.rounds == 0
+    assert redis_client().exists(manager._rerun_key())
+    settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = 5
+    assert len(manager.run_job_manager(backend, None, lambda batch: None).started) == 2

@@ -18,7 +18,6 @@ import struct
 import sys
 import termios
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 
 from jobmanager.backends.confine import Confinement
@@ -199,4 +198,4 @@ def _write_all(descriptor: int, payload: bytes) -> None:
 
 
 def session_confinement(confinement: Confinement, extra_env: dict[str, str]) -> Confinement:
-    return replace(confinement, env=confinement.env | extra_env)
+    return confinement.replace(env=confinement.env | extra_env)

@@ -103,6 +103,10 @@ class Confinement:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in CONFINEMENT_FIELDS)
         return f"Confinement({fields})"
 
+    def replace(self, **changes: object) -> Confinement:
+        """A copy with ``changes`` (as ``dataclasses.replace`` makes one)."""
+        return type(self)(**({name: getattr(self, name) for name in CONFINEMENT_FIELDS} | changes))
+
     def to_json(self) -> dict:
         data = {name: getattr(self, name) for name in CONFINEMENT_FIELDS}
         return data | {"groups": list(self.groups), "env": dict(self.env),

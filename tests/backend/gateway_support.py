@@ -75,6 +75,8 @@ def running_gateway(
             "TRAINYARD_SSH_LISTEN": "127.0.0.1",
             "TRAINYARD_SSH_PORT": str(port),
             "TRAINYARD_SSH_JOB_CHECK_SECONDS": "0.2",
+            # Its endpoint proxy on a port of its own, not the default another may hold.
+            "TRAINYARD_ENDPOINTS_PORT": str(free_port()),
         }
         | env
     )

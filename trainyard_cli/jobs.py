@@ -104,7 +104,12 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
     if as_json:
         click.echo(json.dumps(job, indent=2, sort_keys=True))
     else:
-        click.echo(job["id"])
+        click.echo(job["array"] if "jobs" in job else job["id"])
+    if "jobs" in job:  # a job array (array: in the manifest) answers its id and its jobs'
+        err.print(f"array {job['array']}: {job['size']} jobs", highlight=False)
+        if wait:
+            raise click.exceptions.Exit(wait_for_array(client, job["array"], poll))
+        return
     if wait:
         ended = wait_for_end(client, job["id"], poll)
         code = WAIT_EXIT_CODES.get(ended["status"])
@@ -112,6 +117,22 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
             code = ended.get("exit_code") or FAILED
             code = code if 0 < code < 256 else FAILED
         raise click.exceptions.Exit(code)
+
+
+def wait_for_array(client: Api, array_id: str, poll: float) -> int:
+    """Follow an array until every task has ended: 0 when all finished, else FAILED."""
+    last = None
+    with err.status(f"array {array_id}: submitted") as status:
+        while True:
+            counts = client.get(f"job-arrays/{array_id}/")["counts"]
+            said = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+            if said != last:
+                err.print(f"{time.strftime('%H:%M:%S')} array {array_id}: {said}", highlight=False)
+                last = said
+            status.update(f"array {array_id}: {said}")
+            if all(name in TERMINAL for name in counts):
+                return 0 if set(counts) == {"finished"} else FAILED
+            time.sleep(poll)
 
 
 def wait_for_end(client: Api, job_id: str, poll: float) -> dict:

@@ -84,6 +84,23 @@ def test_a_manifest_submitted_with_wait_returns_the_jobs_exit_code(cli, tmp_path
     assert finished.returncode == 0, finished.stderr
 
 
+def test_a_manifest_with_an_array_submits_its_tasks_and_waits_for_them_all(cli, tmp_path):
+    sweep = manifest(
+        tmp_path,
+        "vc: vision\nname: sweep\ngpu_type: A100\ngpus_per_worker: 1\nmax_wall_time: 10m\n"
+        'command: test "$LR" != 0.3\narray:\n  tasks: [{LR: "0.1"}, {LR: "0.2"}, {LR: "0.3"}]\n',
+    )
+
+    done = cli("submit", "-f", sweep, "--wait", "--poll", "0.2", "--retries", "0")
+
+    assert done.returncode == 1, done.stderr  # the third task fails: the array did not pass
+    jobs = Job.objects.filter(array__array_id=done.stdout.strip()).order_by("array_index")
+    assert [(job.env["LR"], job.status) for job in jobs] == [
+        ("0.1", JobStatus.FINISHED), ("0.2", JobStatus.FINISHED), ("0.3", JobStatus.FAILED),
+    ]  # fmt: skip
+    assert "1 failed, 2 finished" in done.stderr.splitlines()[-1]
+
+
 def test_logs_follow_prints_the_job_as_it_runs_to_its_end(cli, tmp_path):
     command = "for i in 1 2 3 4 5; do echo step $i; sleep 0.2; done; echo done training"
     job_id = cli(

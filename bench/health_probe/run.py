@@ -61,6 +61,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=20)
     args = parser.parse_args()
+    subprocess.run([str(REPO_ROOT / "deploy" / "install-system-packages.sh"), "wrk"], check=True)
     from tests.fault_servers import MariaDBServer, own_port
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="record in docs/benchmarks.md")
     args = parser.parse_args(argv)
 
+    # The peer, from Debian's packages, as `make bench` installs wrk: a clean clone has none.
+    installer = REPO_ROOT / "deploy" / "install-system-packages.sh"
+    subprocess.run([str(installer), "slurm-wlm", "munge"], check=True)
     ctld_port, slurmd_port = (int(port) for port in args.slurm_ports.split(","))
     slurm = Slurm(SlurmPeer(Path(args.slurm_dir), ctld_port, slurmd_port))
     trainyard = Trainyard(args.database_url, args.port)

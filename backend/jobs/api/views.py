@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
 
 from django.db import transaction
@@ -18,7 +16,7 @@ from rest_framework.response import Response
 
 from backend.core.exceptions import ActionRefused
 from backend.core.scoping import TenantScopedViewSet
-from backend.core.spreadsheets import spreadsheet_safe
+from backend.core.spreadsheets import csv_response
 from backend.jobs import actions
 from backend.jobs.accounting import gpu_hours
 from backend.jobs.api.filters import JobFilter
@@ -373,19 +371,7 @@ def gpu_hours_view(request: Request) -> Response:
 def gpu_hours_export_view(request: Request) -> HttpResponse:
     """The same rows as a CSV file."""
     _, rows = _gpu_hours_rows(request)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(GPU_HOURS_COLUMNS)
-    for row in rows:
-        writer.writerow(
-            [
-                "" if row.get(name) is None else spreadsheet_safe(row[name])
-                for name in GPU_HOURS_COLUMNS
-            ]
-        )
-    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = 'attachment; filename="gpu-hours.csv"'
-    return response
+    return csv_response(rows, GPU_HOURS_COLUMNS, "gpu-hours.csv")
 
 
 JOB_ARRAY_ACTIONS: dict[str, Callable[[JobArray, object, str], int]] = {

@@ -4,9 +4,6 @@ VC admins their VCs', cluster admins all. Usage exports as CSV."""
 
 from __future__ import annotations
 
-import csv
-import io
-
 import django_filters
 from django.db.models import QuerySet
 from django.http import HttpResponse
@@ -21,7 +18,7 @@ from rest_framework.response import Response
 
 from backend.core.filters import IdFilter
 from backend.core.scoping import TenantScopedViewSet
-from backend.core.spreadsheets import spreadsheet_safe
+from backend.core.spreadsheets import csv_response
 from backend.storage import actions, tasks
 from backend.storage.api.serializers import (
     ExpiringFileSerializer,
@@ -171,18 +168,9 @@ class UsageViewSet(SnapshotRowsViewSet):
     def export(self, request: Request) -> HttpResponse:
         """The same rows (same filters) as a CSV file."""
         rows = self.filter_queryset(self.get_queryset())
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
         header = ["root", "snapshot_at", "kind", "key", "user", "vc", "bytes",
                   "apparent_bytes", "files"]  # fmt: skip
-        writer.writerow(header)
-        for row in UsageSerializer(rows, many=True).data:
-            writer.writerow(
-                ["" if row[column] is None else spreadsheet_safe(row[column]) for column in header]
-            )
-        response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = 'attachment; filename="storage-usage.csv"'
-        return response
+        return csv_response(UsageSerializer(rows, many=True).data, header, "storage-usage.csv")
 
 
 class LargestPathViewSet(SnapshotRowsViewSet):

@@ -281,6 +281,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "backend.jobs.models.JobStatus",
         "RepairStateEnum": "backend.clusters.models.RepairState",
+        "RoleEnum": "backend.vcs.models.Role",
         "StorageRunStatusEnum": "backend.storage.models.RunStatus",
     },
 }
@@ -310,6 +311,10 @@ TRAINYARD_LOCAL_KILL_AFTER_SECONDS = env_int("TRAINYARD_LOCAL_KILL_AFTER_SECONDS
 # Where workers' inits report their ends (``manage.py watch_job_ends`` listens; run_trainyard
 # sets it), so that the job manager runs at once; "" leaves ends to the periodic pass.
 TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
+# Where the resident spawner (jobmanager/backends/local_spawner.py, which run_trainyard
+# starts and sets this for) forks workers' inits; "" or none listening: each init is a
+# fresh interpreter.
+TRAINYARD_LOCAL_SPAWNER_SOCKET = env("TRAINYARD_LOCAL_SPAWNER_SOCKET", "")
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name

@@ -25,8 +25,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import start_http_server
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
@@ -76,7 +77,7 @@ class NvmlGpus:
         gpus: dict[int, dict[str, float]] = {}
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            readers = {
+            readers: dict[str, Callable[[Any], float]] = {
                 "DCGM_FI_DEV_GPU_TEMP": lambda h: nvml.nvmlDeviceGetTemperature(
                     h, nvml.NVML_TEMPERATURE_GPU
                 ),
@@ -100,7 +101,7 @@ class NvmlGpus:
         return gpus
 
 
-def read_faults(path: Path | None) -> dict:
+def read_faults(path: Path | None) -> dict[str, Any]:
     if path is None or not path.exists():
         return {}
     try:
@@ -130,11 +131,13 @@ class GpuHealthCollector(Collector):
                 gpus[int(index)].update(
                     {k: float(v) for k, v in overrides.items() if k in GPU_FIELDS}
                 )
-        pods = faults.get("pods") if isinstance(faults.get("pods"), dict) else {}
+        pods_held = faults.get("pods")
+        pods: dict[str, Any] = pods_held if isinstance(pods_held, dict) else {}
         for name, help_text in GPU_FIELDS.items():
             family = GaugeMetricFamily(name, help_text, labels=["gpu", "Hostname", *POD_LABELS])
             for index, values in sorted(gpus.items()):
-                holder = pods.get(str(index)) if isinstance(pods.get(str(index)), dict) else {}
+                held = pods.get(str(index))
+                holder: dict[str, Any] = held if isinstance(held, dict) else {}
                 if name in values:
                     held_by = [str(holder.get(label, "")) for label in POD_LABELS]
                     family.add_metric([str(index), self.node, *held_by], values[name])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from repairmanager.prometheus import PrometheusUnavailable, Sample
 from repairmanager.rules import Check, Rule
-from repairmanager.states import NodeState, out_of_service_cap
+from repairmanager.states import RepairState, out_of_service_cap
 
 # Prometheus returning no GPU series at all means it sees nothing, not that all is well.
 PRESENCE_QUERY = "count by ({label}) (DCGM_FI_DEV_GPU_TEMP)"
@@ -28,7 +28,7 @@ Query = Callable[[str], list[Sample]]
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     name: str
-    state: NodeState
+    state: RepairState
     gpus: int  # what the inventory says
     last_heartbeat: float | None = None  # epoch seconds, from the cluster backend
     ready: bool = True
@@ -180,23 +180,23 @@ def plan(
             result.cleared.append(key)
     firing: list[Firing] = []
     for key, obs in current.items():
-        fault = watched.get(key)
-        if fault is None:
+        known = watched.get(key)
+        if known is None:
             result.opened.append(obs)
-        since = fault.since if fault else now
+        since = known.since if known else now
         if now - since >= obs.rule.for_seconds:
             firing.append(Firing(obs, since))
-            if fault is None or not fault.fired:
+            if known is None or not known.fired:
                 result.fired.append(Firing(obs, since))
     state = {node.name: node.state for node in nodes}
-    out = sum(1 for node in nodes if node.state != NodeState.IN_SERVICE)
+    out = sum(1 for node in nodes if node.state != RepairState.IN_SERVICE)
     firing.sort(key=lambda f: (f.observation.rule.severity.rank, f.since, f.node))
     taking: set[str] = set()
     for fire in firing:
         action = fire.observation.rule.action
         if not action.takes_node_out:
             continue
-        if state[fire.node] == NodeState.IN_SERVICE and fire.node not in taking:
+        if state[fire.node] == RepairState.IN_SERVICE and fire.node not in taking:
             if observed.blind:
                 result.held_back.append((fire, f"Prometheus is unavailable ({observed.blind})"))
                 continue
@@ -210,6 +210,6 @@ def plan(
             out += 1
             taking.add(fire.node)
             result.take_out.append(fire)
-        if action.urgent and (fire.node in taking or state[fire.node] == NodeState.OUT_OF_POOL):
+        if action.urgent and (fire.node in taking or state[fire.node] == RepairState.OUT_OF_POOL):
             result.migrate_now.setdefault(fire.node, fire)
     return result

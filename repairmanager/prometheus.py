@@ -4,6 +4,7 @@ range (``/api/v1/query_range``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import requests
 
@@ -50,11 +51,12 @@ class PrometheusClient:
             for row in data["result"]
         ]
 
-    def _get(self, endpoint: str, promql: str, params: dict[str, float]) -> dict:
+    def _get(self, endpoint: str, promql: str, params: dict[str, float]) -> dict[str, Any]:
+        query_params: dict[str, str | float] = {"query": promql, **params}
         try:
             response = self.session.get(
                 f"{self.base_url}/api/v1/{endpoint}",
-                params={"query": promql, **params},
+                params=query_params,
                 timeout=self.timeout,
             )
             body = response.json()
@@ -65,4 +67,5 @@ class PrometheusClient:
                 f"Prometheus answered {response.status_code} to {promql!r}: "
                 f"{body.get('error', 'no result')}"
             )
-        return body["data"]
+        data: dict[str, Any] = body["data"]
+        return data

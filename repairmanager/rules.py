@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -84,9 +85,12 @@ def parse_duration(value: object) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
-def _choice(kind: type[StrEnum], value: object, where: str) -> StrEnum:
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def _choice(kind: type[_Choice], value: object, where: str) -> _Choice:
     try:
-        return kind(value)
+        return kind(str(value))
     except ValueError:
         choices = ", ".join(member.value for member in kind)
         raise RuleError(f"{where}: {value!r} is not one of {choices}") from None

@@ -9,7 +9,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class NodeState(StrEnum):
+class RepairState(StrEnum):
+    """Where a node is in the repair cycle (the Django model's choices are made of these)."""
+
     IN_SERVICE = "in_service"
     OUT_OF_POOL = "out_of_pool"
     READY_FOR_REPAIR = "ready_for_repair"
@@ -17,12 +19,12 @@ class NodeState(StrEnum):
     AFTER_REPAIR = "after_repair"
 
 
-NEXT_STATES: dict[NodeState, frozenset[NodeState]] = {
-    NodeState.IN_SERVICE: frozenset({NodeState.OUT_OF_POOL}),
-    NodeState.OUT_OF_POOL: frozenset({NodeState.READY_FOR_REPAIR}),
-    NodeState.READY_FOR_REPAIR: frozenset({NodeState.IN_REPAIR}),
-    NodeState.IN_REPAIR: frozenset({NodeState.AFTER_REPAIR}),
-    NodeState.AFTER_REPAIR: frozenset({NodeState.IN_SERVICE, NodeState.IN_REPAIR}),
+NEXT_STATES: dict[RepairState, frozenset[RepairState]] = {
+    RepairState.IN_SERVICE: frozenset({RepairState.OUT_OF_POOL}),
+    RepairState.OUT_OF_POOL: frozenset({RepairState.READY_FOR_REPAIR}),
+    RepairState.READY_FOR_REPAIR: frozenset({RepairState.IN_REPAIR}),
+    RepairState.IN_REPAIR: frozenset({RepairState.AFTER_REPAIR}),
+    RepairState.AFTER_REPAIR: frozenset({RepairState.IN_SERVICE, RepairState.IN_REPAIR}),
 }
 
 
@@ -30,10 +32,10 @@ class MoveRefused(ValueError):
     """A move the repair cycle does not allow."""
 
 
-def check_move(from_state: str, to_state: str) -> NodeState:
+def check_move(from_state: str, to_state: str) -> RepairState:
     """The target state, if the cycle allows ``from_state -> to_state``; else MoveRefused."""
     try:
-        current, target = NodeState(from_state), NodeState(to_state)
+        current, target = RepairState(from_state), RepairState(to_state)
     except ValueError as error:
         raise MoveRefused(str(error)) from None
     if target not in NEXT_STATES[current]:

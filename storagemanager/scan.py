@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from storagemanager.paths import check_root
 
@@ -186,7 +187,7 @@ def _closing(fd: int) -> Iterator[None]:
         os.close(fd)
 
 
-def _add(table: dict | Usage, key: object, disk: int, size: int, files: int) -> None:
+def _add(table: dict[Any, Usage] | Usage, key: object, disk: int, size: int, files: int) -> None:
     usage = table if isinstance(table, Usage) else table.get(key)
     if usage is None:
         usage = table[key] = Usage()  # type: ignore[index]

@@ -3,7 +3,9 @@ CI does), and directories those accounts can reach.
 
 Test accounts are named ``ty-test-<name>`` and take uids from 61000-61999, above the
 range Debian gives people (1000-60000) and below nobody's; they are created once per
-machine and reused, since creating an account is idempotent.
+machine and reused, since creating an account is idempotent. The processes of a parallel
+run (pytest-xdist) share them: creation is one at a time on the host (host_accounts' lock
+file), and what looks for a job's processes goes by its job id, random in every worker.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ SUBMISSION_FIELDS = (
     "vc", "name", "type", "command", "image", "gpu_type", "workers", "gpus_per_worker",
     "cpus_per_worker", "memory_per_worker", "env", "working_dir", "data_path", "output_path",
     "node_selector", "ports", "preemptible", "priority", "max_retries", "max_wall_time",
-    "array",
+    "array", "deadline",
 )  # fmt: skip
 _DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s?)?\s*$")
 
@@ -69,6 +70,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
         )
     if "max_wall_time" in document:
         document["max_wall_time"] = duration_seconds(document["max_wall_time"])
+    if isinstance(document.get("deadline"), (date, datetime)):  # YAML reads an unquoted time
+        document["deadline"] = document["deadline"].isoformat()
     if isinstance(document.get("command"), list):  # a command written as argv
         document["command"] = shlex.join(str(part) for part in document["command"])
     return document

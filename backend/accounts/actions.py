@@ -11,8 +11,7 @@ from collections import OrderedDict
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -28,7 +27,6 @@ from backend.accounts.models import (
 from backend.accounts.unix import NoUnixAccount, account_errors, host_account_for
 from backend.accounts.validators import parse_allowed_network, parse_ssh_public_key
 
-User = get_user_model()
 TOKEN_PREFIX = "ty_"
 
 
@@ -38,7 +36,7 @@ def token_digest(plaintext: str) -> str:
 
 
 @transaction.atomic
-def create_api_token(user: AbstractUser, name: str) -> tuple[ApiToken, str]:
+def create_api_token(user: User, name: str) -> tuple[ApiToken, str]:
     """Create a token and return it with its plaintext, which is never stored or shown again."""
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
@@ -62,10 +60,10 @@ class TokenCache:
     def __init__(self, size: int = 4096, clock=time.monotonic) -> None:
         self.size = size
         self.clock = clock
-        self._entries: OrderedDict[str, tuple[float, AbstractUser]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, User]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, digest: str) -> AbstractUser | None:
+    def get(self, digest: str) -> User | None:
         with self._lock:
             entry = self._entries.get(digest)
             if entry is None:
@@ -75,7 +73,7 @@ class TokenCache:
                 return None
             return entry[1]
 
-    def put(self, digest: str, user: AbstractUser, ttl: float) -> None:
+    def put(self, digest: str, user: User, ttl: float) -> None:
         with self._lock:
             self._entries[digest] = (self.clock() + ttl, user)
             self._entries.move_to_end(digest)
@@ -94,7 +92,7 @@ class TokenCache:
 token_cache = TokenCache()
 
 
-def user_for_token(plaintext: str) -> AbstractUser | None:
+def user_for_token(plaintext: str) -> User | None:
     """The active user a token belongs to, noting when it was last used."""
     digest = token_digest(plaintext)
     ttl = settings.TRAINYARD_TOKEN_CACHE_SECONDS
@@ -108,7 +106,7 @@ def user_for_token(plaintext: str) -> AbstractUser | None:
     return user
 
 
-def _lookup_token_user(digest: str) -> AbstractUser | None:
+def _lookup_token_user(digest: str) -> User | None:
     try:
         token = ApiToken.objects.select_related("user").get(digest=digest)
     except ApiToken.DoesNotExist:
@@ -121,7 +119,7 @@ def _lookup_token_user(digest: str) -> AbstractUser | None:
     return token.user
 
 
-def add_ssh_key(user: AbstractUser, public_key: str, name: str = "") -> SshKey:
+def add_ssh_key(user: User, public_key: str, name: str = "") -> SshKey:
     """Validate and store a public key; raise ValueError for a bad key, or one already
     added by anyone (one fingerprint, one user: the gateway knows users by their keys)."""
     parsed = parse_ssh_public_key(public_key)
@@ -148,13 +146,19 @@ def add_ssh_key(user: AbstractUser, public_key: str, name: str = "") -> SshKey:
         raise taken from None
 
 
+@transaction.atomic
+def remove_ssh_key(key: SshKey) -> None:
+    """Forget the key: the SSH gateway no longer lets it in."""
+    key.delete()
+
+
 def default_allowed_ip_expiry() -> datetime:
     return timezone.now() + timedelta(days=settings.TRAINYARD_ALLOWED_IP_DAYS)
 
 
 @transaction.atomic
 def add_allowed_ip(
-    user: AbstractUser,
+    user: User,
     address: str,
     description: str = "",
     expires_at: datetime | None = None,
@@ -220,7 +224,7 @@ def expire_allowed_ips(now: datetime | None = None) -> list[AllowedIpEvent]:
 @transaction.atomic
 def create_user(
     username: str, email: str = "", password: str | None = None, is_staff: bool = False
-) -> AbstractUser:
+) -> User:
     """A new user. Their Unix account is found or provisioned on their first submission
     (``unix_account_of``), so that nobody who never runs a job gets one on the hosts."""
     user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
@@ -232,7 +236,7 @@ def create_user(
     return user
 
 
-def unix_account_of(user: AbstractUser) -> UnixAccount:
+def unix_account_of(user: User) -> UnixAccount:
     """The user's Unix account; a user without one gets the one the policy finds or
     provisions (``TRAINYARD_UNIX_ACCOUNTS``), stored. Raises NoUnixAccount saying why
     there is none."""
@@ -264,7 +268,7 @@ def unix_account_of(user: AbstractUser) -> UnixAccount:
 
 
 @transaction.atomic
-def set_unix_account(user: AbstractUser, uid: int, gid: int, unix_name: str) -> UnixAccount:
+def set_unix_account(user: User, uid: int, gid: int, unix_name: str) -> UnixAccount:
     """A cluster admin sets the account the user's jobs run as (checked by the caller)."""
     account, _ = UnixAccount.objects.update_or_create(
         user=user, defaults={"uid": uid, "gid": gid, "unix_name": unix_name, "provisioned": False}
@@ -272,13 +276,13 @@ def set_unix_account(user: AbstractUser, uid: int, gid: int, unix_name: str) -> 
     return account
 
 
-def remove_unix_account(user: AbstractUser) -> None:
+def remove_unix_account(user: User) -> None:
     """Forget the mapping (the host's account stays); the user's next submission finds or
     provisions one again by the policy."""
     UnixAccount.objects.filter(user=user).delete()
 
 
-def deactivate_user(user: AbstractUser) -> None:
+def deactivate_user(user: User) -> None:
     """Lock a user out: no login, and every token stops working. Their jobs stay on record."""
     user.is_active = False
     user.save(update_fields=["is_active"])

@@ -105,7 +105,9 @@ def configured_points() -> list[EnforcementPoint]:
 
 
 @dataclass
-class Reconciled:
+class AllowlistReconciled:
+    """What a reconcile of the allowlist did: grants expired, each point's changes, failures."""
+
     expired: int = 0
     changes: dict[str, Changes] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
@@ -113,10 +115,10 @@ class Reconciled:
 
 def reconcile(
     points: Sequence[EnforcementPoint] | None = None, now: datetime | None = None
-) -> Reconciled:
+) -> AllowlistReconciled:
     """Expire what is due, then bring every point to the grants in force. A point that
     fails is logged and retried at the next run; the others still get the list."""
-    result = Reconciled(expired=len(actions.expire_allowed_ips(now)))
+    result = AllowlistReconciled(expired=len(actions.expire_allowed_ips(now)))
     grants = grants_in_force(now)
     for point in configured_points() if points is None else points:
         try:

@@ -10,7 +10,7 @@ from backend.accounts.actions import user_for_token
 class ApiTokenAuthentication(authentication.TokenAuthentication):
     keyword = "Token"
 
-    def authenticate_credentials(self, key: str):  # type: ignore[override]
+    def authenticate_credentials(self, key: str):
         user = user_for_token(key)
         if user is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")

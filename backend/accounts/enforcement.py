@@ -56,10 +56,16 @@ def collapsed(networks: Iterable[str], version: int) -> list[str]:
     """The networks of one IP version, overlaps and neighbours merged (an interval set
     refuses overlapping elements), as sorted CIDR strings."""
     parsed = [ipaddress.ip_network(network) for network in networks]
-    return sorted(
-        str(network)
-        for network in ipaddress.collapse_addresses(n for n in parsed if n.version == version)
-    )
+    merged: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]
+    if version == 4:
+        merged = ipaddress.collapse_addresses(
+            n for n in parsed if isinstance(n, ipaddress.IPv4Network)
+        )
+    else:
+        merged = ipaddress.collapse_addresses(
+            n for n in parsed if isinstance(n, ipaddress.IPv6Network) and n.version == version
+        )
+    return sorted(str(network) for network in merged)
 
 
 # --- nftables -----------------------------------------------------------------------------
@@ -165,6 +171,13 @@ def ip_block_policy(username: str, networks: Sequence[str], namespace: str, port
     }
 
 
+def _metadata(policy: client.V1NetworkPolicy) -> client.V1ObjectMeta:
+    """The metadata of a policy read from the API server, which always sends it."""
+    if policy.metadata is None:
+        raise ValueError("The API server sent a NetworkPolicy without metadata.")
+    return policy.metadata
+
+
 class KubernetesIpBlocks:
     """One NetworkPolicy per user with allowed networks, as an ``ipBlock`` list in front of
     the SSH port of their job pods; a user without networks has no policy."""
@@ -189,7 +202,7 @@ class KubernetesIpBlocks:
             )
         }
         held = {
-            policy.metadata.name: policy
+            _metadata(policy).name or "": policy
             for policy in self.networking.list_namespaced_network_policy(
                 self.namespace, label_selector=f"{LABEL_PURPOSE}={PURPOSE}"
             ).items
@@ -199,20 +212,22 @@ class KubernetesIpBlocks:
             user = manifest["metadata"]["annotations"][ANNOTATION_USER]
             current = held.get(name)
             if current is None:
-                self.networking.create_namespaced_network_policy(self.namespace, manifest)
+                # The client serialises a manifest dict as it does a model; its hints name
+                # only the model.
+                self.networking.create_namespaced_network_policy(self.namespace, manifest)  # type: ignore[arg-type]
                 changes.added += [f"{user} {network}" for network in by_user[user]]
                 continue
             spec = self.api_client.sanitize_for_serialization(current.spec)
             if spec != manifest["spec"]:
                 before = _networks(spec)
-                manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-                self.networking.replace_namespaced_network_policy(name, self.namespace, manifest)
+                manifest["metadata"]["resourceVersion"] = _metadata(current).resource_version
+                self.networking.replace_namespaced_network_policy(name, self.namespace, manifest)  # type: ignore[arg-type]
                 after = set(by_user[user])
                 changes.added += [f"{user} {network}" for network in sorted(after - before)]
                 changes.removed += [f"{user} {network}" for network in sorted(before - after)]
         for name in sorted(held.keys() - wanted.keys()):
             policy = held[name]
-            user = (policy.metadata.annotations or {}).get(ANNOTATION_USER, name)
+            user = (_metadata(policy).annotations or {}).get(ANNOTATION_USER, name)
             spec = self.api_client.sanitize_for_serialization(policy.spec)
             try:
                 self.networking.delete_namespaced_network_policy(name, self.namespace)

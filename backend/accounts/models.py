@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models
 from django.utils import timezone
 
+if TYPE_CHECKING:
+    from backend.core.scoping import Action
+
 
 class OwnedQuerySet(models.QuerySet):
     """Objects that belong to one user, who alone sees them (cluster admins see all)."""
 
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> OwnedQuerySet:
-        if not user.is_authenticated:
+    def visible_to(
+        self, user: AbstractBaseUser | AnonymousUser, action: Action = "view"
+    ) -> OwnedQuerySet:
+        """The user's own; nobody administers another's credentials."""
+        if not user.is_authenticated or action == "administer":
             return self.none()
         return self.filter(user=user)
 

@@ -130,13 +130,13 @@ def host_account_for(username: str) -> tuple[int, int, str, bool]:
         except AccountError as error:
             raise NoUnixAccount(f"Could not create the Unix account {name}: {error}") from error
         return entry.pw_uid, entry.pw_gid, entry.pw_name, True
-    entry = lookup(username)
-    if entry is None:
+    known = lookup(username)
+    if known is None:
         raise NoUnixAccount(
             f"You have no Unix account on this cluster (none is named {username!r}); jobs "
             "run as their owner's account. Ask a cluster admin to set yours."
         )
-    return entry.pw_uid, entry.pw_gid, entry.pw_name, False
+    return known.pw_uid, known.pw_gid, known.pw_name, False
 
 
 def run_as_of(account) -> RunAs:

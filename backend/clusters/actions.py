@@ -3,21 +3,31 @@ jobs start asks the job manager for a pass once it is committed."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
+
 from django.db import transaction
 
 from backend.clusters.models import GpuType, Node
+from backend.jobs.triggers import run_job_manager_after_commit as _job_manager_after_commit
+from jobmanager.backends.base import BackendNode
 
 
-def _job_manager_after_commit() -> None:
-    from backend.jobs.actions import run_job_manager_after_commit  # jobs import clusters
-
-    run_job_manager_after_commit()
-
-
-def create_gpu_type(name: str, cpus_per_gpu: object, memory_per_gpu: int) -> GpuType:
+@transaction.atomic
+def create_gpu_type(name: str, cpus_per_gpu: Decimal, memory_per_gpu: int) -> GpuType:
     return GpuType.objects.create(
         name=name, cpus_per_gpu=cpus_per_gpu, memory_per_gpu=memory_per_gpu
     )
+
+
+@transaction.atomic
+def update_gpu_type(gpu_type: GpuType, changes: dict[str, object]) -> GpuType:
+    """Change a GPU type's t-shirt size (CPU cores and memory per GPU) or its name; jobs
+    already submitted keep the resources they asked for."""
+    for name, value in changes.items():
+        setattr(gpu_type, name, value)
+    gpu_type.save(update_fields=list(changes))
+    return gpu_type
 
 
 @transaction.atomic
@@ -25,6 +35,31 @@ def register_node(**fields: object) -> Node:
     node = Node.objects.create(**fields)
     _job_manager_after_commit()
     return node
+
+
+@transaction.atomic
+def register_reported_node(reported: BackendNode, ready: bool, seen_at: datetime) -> Node:
+    """Register a node the cluster backend reports and the database lacks, with a GPU type
+    of its name (made from the node's size per GPU when there is none yet). Called by the
+    job manager's pass, which schedules onto it in the same pass."""
+    units = max(reported.gpus, 1)
+    gpu_type, _ = GpuType.objects.get_or_create(
+        name=reported.gpu_type,
+        defaults={
+            "cpus_per_gpu": reported.millicpus / 1000 / units,
+            "memory_per_gpu": reported.memory // units,
+        },
+    )
+    return Node.objects.create(
+        name=reported.name,
+        gpu_type=gpu_type,
+        gpus=reported.gpus,
+        cpus=reported.millicpus / 1000,
+        memory=reported.memory,
+        labels=reported.labels,
+        ready=ready,
+        last_heartbeat=seen_at,
+    )
 
 
 @transaction.atomic

@@ -5,37 +5,48 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from backend.clusters.models import Node
-from backend.jobs.usage import Resources, used_by_node
+from backend.jobs.scheduling import load_cluster_state
+from jobmanager.core import Resources
+from jobmanager.core.placement import FreeNode
 
 
 @dataclass(frozen=True)
 class NodeCapacity:
+    """A node's use and what is free on it, as the scheduler sees them: nothing is free
+    on a node it would not place work on (cordoned, out of service, or not ready)."""
+
     node: Node
+    in_pool: bool
     used: Resources
+    free_gpus: int
+    free_cpus: Decimal
+    free_memory: int
 
-    @property
-    def in_pool(self) -> bool:
-        return self.node.schedulable and self.node.repair_state == "in_service"
-
-    @property
-    def free_gpus(self) -> int:
-        return max(self.node.gpus - self.used.gpus, 0) if self.in_pool else 0
-
-    @property
-    def free_cpus(self) -> Decimal:
-        return max(self.node.cpus - self.used.cpus, Decimal(0)) if self.in_pool else Decimal(0)
-
-    @property
-    def free_memory(self) -> int:
-        return max(self.node.memory - self.used.memory, 0) if self.in_pool else 0
+    @classmethod
+    def of(cls, node: Node, seen: FreeNode | None) -> NodeCapacity:
+        if seen is None:  # registered after the cluster state was read
+            return cls(node, False, Resources(), 0, Decimal(0), 0)
+        free_millicpus = max(seen.free_millicpus, 0)
+        used = Resources(
+            gpus=node.gpus - len(seen.free_gpus),
+            millicpus=max(int(node.cpus * 1000) - free_millicpus, 0),
+            memory=max(node.memory - seen.free_memory, 0),
+        )
+        if not seen.state.schedulable:
+            return cls(node, False, used, 0, Decimal(0), 0)
+        free_cpus = Decimal(free_millicpus) / 1000
+        return cls(node, True, used, len(seen.free_gpus), free_cpus, max(seen.free_memory, 0))
 
 
 def node_capacities(nodes=None) -> list[NodeCapacity]:
-    used = used_by_node()
+    """Each node's capacity, from the scheduler's own state of the cluster (the nodes and
+    running jobs a scheduling pass starts from)."""
+    cluster = load_cluster_state()
     nodes = Node.objects.select_related("gpu_type") if nodes is None else nodes
-    return [NodeCapacity(node, used.get(node.name, Resources())) for node in nodes]
+    return [NodeCapacity.of(node, cluster.nodes.get(node.name)) for node in nodes]
 
 
 def fragmentation(histogram: Counter) -> list[dict[str, int]]:
@@ -56,7 +67,8 @@ def free_gpu_histograms(capacities: list[NodeCapacity]) -> dict[str, Counter]:
 def cluster_summary() -> list[dict[str, object]]:
     """One row per GPU type: nodes, GPUs/CPUs/memory total, used and free, and a
     fragmentation histogram (how many schedulable nodes have k free GPUs)."""
-    rows: dict[str, dict[str, object]] = {}
+    # Each row a JSON object whose sums change type at the end (Decimal CPUs to float).
+    rows: dict[str, dict[str, Any]] = {}
     capacities = node_capacities()
     for capacity in capacities:
         node = capacity.node
@@ -80,7 +92,7 @@ def cluster_summary() -> list[dict[str, object]]:
         row["gpus_total"] += node.gpus
         row["gpus_used"] += capacity.used.gpus
         row["cpus_total"] += node.cpus
-        row["cpus_used"] += capacity.used.cpus
+        row["cpus_used"] += Decimal(capacity.used.millicpus) / 1000
         row["memory_total"] += node.memory
         row["memory_used"] += capacity.used.memory
         if capacity.in_pool:

@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from backend.core.scoping import ClusterWideQuerySet
+from repairmanager import states
 
 CPU_ONLY_GPU_TYPE = "cpu"
 
@@ -39,12 +40,10 @@ class GpuType(models.Model):
         return self.name == CPU_ONLY_GPU_TYPE
 
 
-class RepairState(models.TextChoices):
-    IN_SERVICE = "in_service"
-    OUT_OF_POOL = "out_of_pool"
-    READY_FOR_REPAIR = "ready_for_repair"
-    IN_REPAIR = "in_repair"
-    AFTER_REPAIR = "after_repair"
+# The repair cycle's states, as model choices: defined once, in repairmanager.states.
+RepairState = models.TextChoices(  # type: ignore[call-overload]  # stubs know no member list
+    "RepairState", [(state.name, state.value) for state in states.RepairState]
+)
 
 
 class NodeQuerySet(ClusterWideQuerySet):

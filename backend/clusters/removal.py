@@ -13,30 +13,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.models import Node
 from backend.core.exceptions import ActionRefused
+from backend.jobs.triggers import run_job_manager_after_commit
 
 
 def jobs_on(node_name: str) -> list[str]:
     """The jobs holding resources on the node (running, starting or being stopped)."""
     from backend.jobs.models import ACTIVE_STATUSES, Job
 
-    return [
-        job.job_id
-        for job in Job.objects.filter(status__in=ACTIVE_STATUSES).only("job_id", "placement")
-        if any(worker.get("node") == node_name for worker in job.placement)
-    ]
+    active = Job.objects.filter(status__in=ACTIVE_STATUSES)
+    return list(active.on_node(node_name).values_list("job_id", flat=True))
 
 
 @transaction.atomic
-def request_node_removal(node: Node, actor: AbstractUser | None = None) -> bool:
+def request_node_removal(node: Node, actor: User | None = None) -> bool:
     """Remove the node now if no job runs there (True); else cordon it to drain (False).
     ActionRefused where the cluster backend discovers its nodes itself."""
-    from backend.jobs.actions import run_job_manager_after_commit
     from backend.jobs.backends import inventory_is_registered
 
     if not inventory_is_registered():
@@ -46,13 +43,13 @@ def request_node_removal(node: Node, actor: AbstractUser | None = None) -> bool:
             "kubectl delete node); cordon it here to keep work off it meanwhile."
         )
     node = Node.objects.select_for_update().get(pk=node.pk)
+    run_job_manager_after_commit()  # a node gone, or cordoned, changes what fits
     if not jobs_on(node.name):
         node.delete()
         return True
     node.schedulable = False
     node.removal_requested_at = node.removal_requested_at or timezone.now()
     node.save(update_fields=["schedulable", "removal_requested_at"])
-    run_job_manager_after_commit()
     return False
 
 
@@ -70,7 +67,8 @@ def remove_drained_nodes(now: datetime | None = None) -> list[str]:
                 if Node.objects.filter(pk=node.pk, removal_requested_at__isnull=False).exists():
                     Node.objects.filter(pk=node.pk).delete()
                     removed.append(node.name)
-        elif now - node.removal_requested_at >= deadline:
+                    run_job_manager_after_commit()
+        elif node.removal_requested_at is not None and now - node.removal_requested_at >= deadline:
             why = "removed from the cluster (drain deadline passed)"
             move_jobs_off(node.name, why, now, leaving="a node being removed")
     return removed

@@ -33,7 +33,7 @@ def patch_kombu_redis() -> None:
             raise redis.exceptions.ConnectionError("the broker connection is closed")
         return connparams(self, asynchronous=asynchronous)
 
-    kombu_redis.Channel._connparams = _connparams
+    kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]  # the patch
 
     original = kombu_redis.QoS.restore_unacked
     errors = (AttributeError, *kombu_redis.get_redis_error_classes()[0])
@@ -50,5 +50,6 @@ def patch_kombu_redis() -> None:
             )  # fmt: skip
             self._delivered.clear()
 
-    restore_unacked.trainyard_patched = True
-    kombu_redis.QoS.restore_unacked = restore_unacked
+    # A mark on the patched method, so that a second call patches nothing.
+    restore_unacked.trainyard_patched = True  # type: ignore[attr-defined]
+    kombu_redis.QoS.restore_unacked = restore_unacked  # type: ignore[method-assign]  # the patch

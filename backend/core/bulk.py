@@ -1,16 +1,21 @@
-"""Inserting many rows of one model that differ in a few columns, fast.
+"""Inserting and updating many rows of one model that differ in a few columns, fast.
 
 ``QuerySet.bulk_create`` compiles every value of every row through the ORM (a 10,000-job
 array spent seconds there); here the columns the rows share are prepared once, from a
 template instance, and only the differing ones per row, then sent as one
 multi-row INSERT per batch on MySQL, with the shared values written into it as literals
-rather than escaped again for each row (``executemany`` elsewhere).
+rather than escaped again for each row (``executemany`` elsewhere). ``update_rows`` is
+``QuerySet.bulk_update`` made to follow what differs: the fields every object has the same
+value in are set by one plain UPDATE, and the others by one ``CASE pk WHEN ... THEN ...``
+per field, its values prepared by their fields (``bulk_update`` builds and compiles a
+``When`` expression per row and field: a third of a job manager round of 32 starts).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from django.db import connection, models
 
@@ -41,7 +46,10 @@ def insert_rows(
     varying = [field for field in fields if field.attname in first]
     shared = [field for field in fields if field.attname not in first]
     table = connection.ops.quote_name(template._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in [*varying, *shared])
+    # A concrete field always has its column; the hints allow None for the others.
+    columns = ", ".join(
+        connection.ops.quote_name(f.column or f.attname) for f in [*varying, *shared]
+    )
     shared_values = tuple(
         field.get_db_prep_save(getattr(template, field.attname), connection) for field in shared
     )
@@ -74,3 +82,53 @@ def insert_rows(
             flush(cursor, batch)
             inserted += len(batch)
     return inserted
+
+
+def update_rows(
+    objects: Sequence[models.Model], fields: Sequence[str], batch_size: int = 500
+) -> None:
+    """Save ``fields`` (attribute names) of every object, as ``bulk_update`` does. The
+    fields all objects share a value in go into one ``UPDATE ... WHERE pk IN`` per batch;
+    only the others become ``bulk_update``'s CASE per row and field, which is where its
+    time goes (a round's 32 starts differ in their placements, and little else)."""
+    if not objects:
+        return
+    first = objects[0]
+    shared = [
+        name for name in fields if all(getattr(o, name) == getattr(first, name) for o in objects)
+    ]
+    varying = [name for name in fields if name not in shared]
+    manager = type(first)._default_manager
+    if shared:
+        values = {name: getattr(first, name) for name in shared}
+        for start in range(0, len(objects), batch_size):
+            pks = [o.pk for o in objects[start : start + batch_size]]
+            manager.filter(pk__in=pks).update(**values)
+    if varying:
+        for start in range(0, len(objects), batch_size):
+            _update_by_case(objects[start : start + batch_size], varying)
+
+
+def _update_by_case(objects: Sequence[models.Model], names: Sequence[str]) -> None:
+    """One UPDATE setting each named field of each object to its own value."""
+    meta = type(objects[0])._meta
+    quote = connection.ops.quote_name
+    # A concrete field always has its column; the hints allow None for the others.
+    pk_column = quote(meta.pk.column or meta.pk.attname)
+    pks = [obj.pk for obj in objects]
+    assignments: list[str] = []
+    params: list[Any] = []
+    for name in names:
+        field = meta.get_field(name)
+        assert isinstance(field, models.Field) and field.concrete  # a column to write
+        whens = " ".join(["WHEN %s THEN %s"] * len(objects))
+        assignments.append(f"{quote(field.column or field.attname)} = CASE {pk_column} {whens} END")
+        for obj in objects:
+            params += [obj.pk, field.get_db_prep_save(getattr(obj, field.attname), connection)]
+    marks = ", ".join(["%s"] * len(pks))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
+            f"WHERE {pk_column} IN ({marks})",
+            [*params, *pks],
+        )

@@ -36,3 +36,17 @@ class MemoryField(serializers.Field):
 
     def to_representation(self, value: int) -> int:
         return value
+
+
+# JSON columns answered as they are stored; these say in the schema what the JSON holds.
+# Subclasses of JSONField that change nothing but their schema (see representation.py).
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class StringMapJSONField(serializers.JSONField):
+    """JSON holding an object of strings, e.g. an environment or node labels."""
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListJSONField(serializers.JSONField):
+    """JSON holding a list of strings, e.g. node names."""

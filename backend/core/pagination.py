@@ -9,6 +9,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
 
 class RowsPaginator(Paginator):
@@ -20,15 +21,17 @@ class RowsPaginator(Paginator):
 
     def __init__(self, object_list: QuerySet, per_page: int, *, lookups: Sequence[str]) -> None:
         super().__init__(object_list, per_page)
+        self.queryset = object_list
         self.lookups = lookups
 
     def page(self, number: int | str) -> Page:
         if str(number) == "1":
-            rows = list(self.object_list.values(*self.lookups)[: self.per_page + 1])
+            rows = list(self.queryset.values(*self.lookups)[: self.per_page + 1])
             if len(rows) <= self.per_page:
                 self.__dict__["count"] = len(rows)  # the cached_property, known without a query
-            return self._get_page(rows[: self.per_page], 1, self)
+            return Page(rows[: self.per_page], 1, self)
         page = super().page(number)
+        assert isinstance(page.object_list, QuerySet)  # a slice of ``queryset``
         page.object_list = page.object_list.values(*self.lookups)
         return page
 
@@ -39,8 +42,15 @@ class StandardPagination(PageNumberPagination):
     max_page_size = 500
 
     def paginate_rows(
-        self, queryset: QuerySet, lookups: Sequence[str], request: Request, view: object = None
+        self,
+        queryset: QuerySet,
+        lookups: Sequence[str],
+        request: Request,
+        view: APIView | None = None,
     ) -> list[dict]:
         """As ``paginate_queryset``, with the page read as rows of ``lookups``."""
-        self.django_paginator_class = partial(RowsPaginator, lookups=lookups)
-        return self.paginate_queryset(queryset, request, view)
+        # DRF only calls the class, and the partial makes a paginator as the class would.
+        self.django_paginator_class = partial(RowsPaginator, lookups=lookups)  # type: ignore[assignment]
+        page = self.paginate_queryset(queryset, request, view)
+        assert page is not None  # page_size is set, so every list is paginated
+        return page

@@ -8,6 +8,7 @@ RecursionError, a few KB of brackets being enough) is refused as malformed.
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterable
 
 from django.conf import settings
 from rest_framework import status
@@ -27,6 +28,7 @@ def deeper_than(value: object, limit: int) -> bool:
     pending = [(value, 1)]
     while pending:
         item, depth = pending.pop()
+        children: Iterable[object]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):

@@ -22,8 +22,10 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 Converter = Callable[[Any], Any]
-# field name, attribute path, converter; None when the serializer must use the generic path.
-Plan = tuple[tuple[str, tuple[str, ...], Converter], ...] | None
+# field name, attribute path, converter (an IsoDatetime until bound to a time zone).
+Step = tuple[str, tuple[str, ...], "Converter | IsoDatetime"]
+# None when the serializer must use the generic path.
+Plan = tuple[Step, ...] | None
 
 
 def _identity(value: Any) -> Any:
@@ -51,24 +53,35 @@ class IsoDatetime:
         return convert
 
 
-def _bound(plan: tuple, zone: tzinfo) -> list[tuple[str, tuple[str, ...], Converter]]:
+def _bound(plan: tuple[Step, ...], zone: tzinfo) -> list[tuple[str, tuple[str, ...], Converter]]:
     return [
         (name, attrs, convert.bind(zone) if isinstance(convert, IsoDatetime) else convert)
         for name, attrs, convert in plan
     ]
 
 
-def _converter(field: serializers.Field) -> Converter:
+def _null_answers_none(field: serializers.Field) -> bool:
+    """Whether DRF answers None for the field when a relation on its path is null."""
+    if field.default is not serializers.empty:
+        return field.default is None
+    return field.allow_null
+
+
+def _converter(field: serializers.Field) -> Converter | IsoDatetime:
     """The cheapest callable that answers what ``field.to_representation`` answers."""
     kind = type(field)
     if kind is serializers.CharField:
         return str
     if kind is serializers.IntegerField:
         return int
-    if kind is serializers.JSONField and not field.binary:
-        return _identity
     if (
-        kind is serializers.DateTimeField
+        isinstance(field, serializers.JSONField)
+        and kind.to_representation is serializers.JSONField.to_representation
+        and not field.binary
+    ):
+        return _identity  # also the JSON fields that only say more in the schema
+    if (
+        type(field) is serializers.DateTimeField
         and settings.USE_TZ
         and not hasattr(field, "format")
         and not hasattr(field, "timezone")
@@ -88,7 +101,10 @@ def _is_model_field_path(model: type[models.Model], attrs: list[str]) -> bool:
         if not model_field.concrete or model_field.many_to_many:
             return False
         if model_field.is_relation:
-            model = model_field.related_model
+            related = model_field.related_model
+            if related is None:  # a concrete relation always has its model
+                return False
+            model = related
         elif position != len(attrs) - 1:
             return False
     return True
@@ -97,12 +113,14 @@ def _is_model_field_path(model: type[models.Model], attrs: list[str]) -> bool:
 def compile_plan(serializer: serializers.ModelSerializer) -> Plan:
     """Field by field, how to read and convert; None if any field needs the generic path."""
     model = serializer.Meta.model
-    plan = []
+    plan: list[Step] = []
     for field in serializer._readable_fields:
         attrs = list(field.source_attrs)
         if field.source == "*" or not attrs or not _is_model_field_path(model, attrs):
             return None
         if type(field).get_attribute is not serializers.Field.get_attribute:
+            return None
+        if field.field_name is None:  # a readable field is bound, so it has its name
             return None
         plan.append((field.field_name, tuple(attrs), _converter(field)))
     return tuple(plan)
@@ -116,13 +134,23 @@ class CompiledRepresentationMixin:
     """
 
     _compiled_plans: dict[type, Plan] = {}
+    _nullable_paths: dict[type, frozenset[str]] = {}
 
     @classmethod
     def _plan(cls, serializer: Any = None) -> Plan:
         try:
             return CompiledRepresentationMixin._compiled_plans[cls]
         except KeyError:
-            plan = compile_plan(serializer if serializer is not None else cls())
+            if serializer is None:
+                serializer = cls()
+            if not isinstance(serializer, serializers.ModelSerializer):
+                raise TypeError(f"{cls.__name__} must mix into a ModelSerializer") from None
+            plan = compile_plan(serializer)
+            CompiledRepresentationMixin._nullable_paths[cls] = frozenset(
+                field.field_name
+                for field in serializer._readable_fields
+                if field.field_name and len(field.source_attrs) > 1 and _null_answers_none(field)
+            )
             CompiledRepresentationMixin._compiled_plans[cls] = plan
             return plan
 
@@ -138,9 +166,10 @@ class CompiledRepresentationMixin:
     def represent_rows(cls, rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Answer ``values()`` rows exactly as ``to_representation`` answers their objects."""
         zone = timezone.get_current_timezone()
-        fields = [
-            (name, "__".join(attrs), convert) for name, attrs, convert in _bound(cls._plan(), zone)
-        ]
+        plan = cls._plan()
+        if plan is None:
+            raise TypeError(f"{cls.__name__} cannot be compiled to answer rows")
+        fields = [(name, "__".join(attrs), convert) for name, attrs, convert in _bound(plan, zone)]
         return [
             {
                 name: None if (value := row[lookup]) is None else convert(value)
@@ -153,11 +182,14 @@ class CompiledRepresentationMixin:
         plan = type(self)._plan(self)
         if plan is None or isinstance(instance, Mapping):
             return super().to_representation(instance)  # type: ignore[misc]
+        nullable = CompiledRepresentationMixin._nullable_paths[type(self)]
         representation: dict[str, Any] = {}
         try:
             for name, attrs, convert in _bound(plan, timezone.get_current_timezone()):
                 value = instance
                 for attr in attrs:
+                    if value is None and name in nullable:
+                        break  # a null relation (a job of no array): None, as DRF answers
                     value = getattr(value, attr)
                 representation[name] = None if value is None else convert(value)
         except (AttributeError, KeyError, ObjectDoesNotExist):

@@ -1,42 +1,90 @@
-"""Tenant scoping in one place: every scoped view reads through ``Model.objects.visible_to(user)``.
+"""Tenant scoping in one place: every scoped view reads through ``visible_to(user, action)``.
 
-As NetBox's ``restrict()``: the model's queryset knows what a user may see, and the base view
-calls it for every request. Concrete views may narrow the result with ``refine_queryset`` but
-cannot replace ``get_queryset``, so an object outside the user's tenants answers 404.
+As NetBox's ``restrict()``: the model's queryset knows what a user may see (``"view"``)
+and what they administer (``"administer"``: as a VC's or the cluster's admin), and the
+base view calls it for every request. Concrete views may narrow the result with
+``refine_queryset`` but cannot replace ``get_queryset`` or ``get_object``, not even
+through a mixin, so an object outside the user's tenants answers 404.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, cast
 
 from django.db.models import QuerySet
+from rest_framework.permissions import BasePermission
 from rest_framework.viewsets import GenericViewSet
+
+if TYPE_CHECKING:
+    from rest_framework.permissions import _SupportsHasPermission
+
+Action = Literal["view", "administer"]
+
+
+class ScopedQuerySet(Protocol):
+    """What every scoped model's queryset offers (test_scoping checks each viewset's)."""
+
+    def visible_to(self, user: object, action: Action = "view") -> QuerySet: ...
+
+
+# What a scoped view may not define, in itself or in any class it inherits before the base.
+GUARDED = ("get_queryset", "get_object")
 
 
 class TenantScopedViewSet(GenericViewSet):
-    """A viewset whose queryset is always ``queryset.visible_to(request.user)``."""
+    """A viewset whose queryset is always ``queryset.visible_to(request.user, "view")``.
+
+    ``action_permissions`` adds permission classes for single actions (``"partial_update":
+    (IsVcAdmin.saying(...),)``) to the viewset's own ``permission_classes``.
+    """
+
+    action_permissions: ClassVar[dict[str, tuple[type[BasePermission], ...]]] = {}
+    queryset: QuerySet | None = None  # a queryset, never a manager
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "get_queryset" in cls.__dict__:
-            raise TypeError(
-                f"{cls.__name__} must not override get_queryset; use refine_queryset instead."
-            )
+        # Every class that comes before the base in the MRO, mixins included: a method
+        # defined there would be called instead of the base's.
+        for klass in cls.__mro__[: cls.__mro__.index(TenantScopedViewSet)]:
+            for name in GUARDED:
+                if name in klass.__dict__:
+                    raise TypeError(
+                        f"{cls.__name__} must not override {name} (its {klass.__name__} "
+                        "does); use refine_queryset instead."
+                    )
 
     def get_queryset(self) -> QuerySet:
         base = self.queryset
         assert base is not None, f"{type(self).__name__} needs a queryset"
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return base.none()
-        return self.refine_queryset(base.all().visible_to(self.request.user))
+        scoped = cast(ScopedQuerySet, base.all())
+        return self.refine_queryset(scoped.visible_to(self.request.user, "view"))
 
     def refine_queryset(self, queryset: QuerySet) -> QuerySet:
         """Narrow or annotate the visible queryset (select_related, filters by action)."""
         return queryset
 
+    def get_permissions(self) -> list[_SupportsHasPermission]:
+        extra = self.action_permissions.get(self.action or "", ())
+        return [*super().get_permissions(), *(permission() for permission in extra)]
+
 
 class ClusterWideQuerySet(QuerySet):
-    """Objects every signed-in user may see, such as the cluster's GPU types."""
+    """Objects every signed-in user may see, such as the cluster's GPU types; cluster
+    admins administer them."""
 
-    def visible_to(self, user: object) -> ClusterWideQuerySet:
-        return self if getattr(user, "is_authenticated", False) else self.none()
+    def visible_to(self, user: object, action: Action = "view") -> ClusterWideQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if action == "administer" and not getattr(user, "is_staff", False):
+            return self.none()
+        return self
+
+
+class ClusterAdminOnlyQuerySet(QuerySet):
+    """Objects only cluster admins see and administer, such as the users."""
+
+    def visible_to(self, user: object, action: Action = "view") -> ClusterAdminOnlyQuerySet:
+        admin = getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False)
+        return self if admin else self.none()

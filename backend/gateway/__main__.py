@@ -18,7 +18,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from backend.gateway.host_key import load_host_key
     from backend.gateway.server import start_server
-    from backend.gateway.targets import configured_target
 
     parser = argparse.ArgumentParser(prog="python -m backend.gateway", description=__doc__)
     parser.add_argument("--listen", default=settings.TRAINYARD_SSH_LISTEN)
@@ -56,6 +55,25 @@ def main(argv: list[str] | None = None) -> None:
             await endpoints.cleanup()
 
     asyncio.run(serve())
+
+
+def configured_target():
+    """The target for TRAINYARD_BACKEND (chosen here, at the top: the targets sit below)."""
+    from django.conf import settings
+
+    from backend.gateway.targets import LocalTarget, NoTarget
+    from backend.jobs.backends import get_backend
+    from jobmanager.backends.local import LocalBackend
+
+    if settings.TRAINYARD_BACKEND == "kubernetes":
+        from backend.gateway.kubernetes import KubernetesTarget
+        from jobmanager.backends.kubernetes import api_client_from_config
+
+        return KubernetesTarget(api_client_from_config(), settings.TRAINYARD_K8S_NAMESPACE)
+    backend = get_backend()
+    if isinstance(backend, LocalBackend):
+        return LocalTarget(backend)
+    return NoTarget(backend.name)
 
 
 if __name__ == "__main__":

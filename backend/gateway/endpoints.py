@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -45,12 +44,15 @@ def _owner_port(session_key: str, job_id: str, name: str) -> int | None:
 
     from django.contrib.auth import get_user
     from django.db import close_old_connections
+    from django.http import HttpRequest
 
     from backend.jobs.models import Job, JobStatus
 
     close_old_connections()
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    user = get_user(SimpleNamespace(session=store))
+    bare = HttpRequest()  # get_user reads nothing of a request but its session
+    bare.session = store
+    user = get_user(bare)
     if not user.is_authenticated:
         return None
     job = Job.objects.filter(job_id=job_id, owner=user, status=JobStatus.RUNNING).first()
@@ -107,11 +109,12 @@ class EndpointProxy:
             self.session = aiohttp.ClientSession(
                 auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
             )
+        session = self.session
         url = f"http://{upstream}{request.rel_url}"
         headers = self._headers(request, job_id)
         if request.headers.get("Upgrade", "").lower() == "websocket":
-            return await self._websocket(request, url, headers)
-        async with self.session.request(
+            return await self._websocket(request, session, url, headers)
+        async with session.request(
             request.method,
             url,
             headers=headers,
@@ -128,7 +131,9 @@ class EndpointProxy:
             await response.write_eof()
             return response
 
-    async def _websocket(self, request: web.Request, url: str, headers: dict) -> web.StreamResponse:
+    async def _websocket(
+        self, request: web.Request, session: aiohttp.ClientSession, url: str, headers: dict
+    ) -> web.StreamResponse:
         origin = request.headers.get("Origin")
         if origin and urlsplit(origin).netloc != request.host:
             raise web.HTTPForbidden(text="A WebSocket from another site.")
@@ -138,7 +143,7 @@ class EndpointProxy:
         protocols = [p for p in protocols if p]
         headers.pop("Sec-WebSocket-Protocol", None)
         try:
-            upstream = await self.session.ws_connect(
+            upstream = await session.ws_connect(
                 url, headers=headers, protocols=protocols, max_msg_size=0, autoping=True
             )
         except aiohttp.ClientError as error:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import threading
+from typing import Any
 
 import asyncssh
 from kubernetes import client
@@ -137,6 +138,7 @@ class PodProcess:
 
     def _exit_code(self) -> int:
         error = self.response.read_channel(ERROR_CHANNEL)
+        status: dict[str, Any]
         try:
             status = json.loads(error) if error else {"status": "Success"}
         except ValueError:
@@ -188,23 +190,23 @@ class PodConnection(asyncssh.SSHTCPSession):
     def connection_made(self, chan: asyncssh.SSHTCPChannel) -> None:
         self.chan = chan
         loop = asyncio.get_running_loop()
-        threading.Thread(target=self._relay, args=(loop,), daemon=True).start()
+        threading.Thread(target=self._relay, args=(loop, chan), daemon=True).start()
 
-    def _relay(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _relay(self, loop: asyncio.AbstractEventLoop, chan: asyncssh.SSHTCPChannel) -> None:
         while True:
             try:
                 data = self.socket.recv(READ_SIZE)
             except OSError:
                 data = b""
             if not data:
-                loop.call_soon_threadsafe(self._eof)
+                loop.call_soon_threadsafe(self._eof, chan)
                 return
-            loop.call_soon_threadsafe(self.chan.write, data)
+            loop.call_soon_threadsafe(chan.write, data)
 
-    def _eof(self) -> None:
+    def _eof(self, chan: asyncssh.SSHTCPChannel) -> None:
         with contextlib.suppress(OSError, asyncssh.Error):
-            self.chan.write_eof()
-            self.chan.close()
+            chan.write_eof()
+            chan.close()
 
     def data_received(self, data: bytes, datatype) -> None:
         with contextlib.suppress(OSError):

@@ -17,8 +17,9 @@ import signal
 import struct
 import sys
 import termios
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from jobmanager.backends.confine import Confinement
 
@@ -27,7 +28,8 @@ SESSION_ENTER = Path(__file__).resolve().parents[2] / "jobmanager/backends/sessi
 HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 READ_SIZE = 256 * 1024
 
-Output = Callable[[bytes], Awaitable[None]]
+# A coroutine function taking output as it comes (run from threads too, so a coroutine).
+Output = Callable[[bytes], Coroutine[Any, Any, None]]
 
 
 def set_window_size(fd: int, columns: int, rows: int) -> None:
@@ -60,25 +62,27 @@ class JobProcess:
         helper = [sys.executable, "-I", "-S", str(SESSION_ENTER), "--fd", str(reader)]
         try:
             if tty is not None:
-                self.master, slave = os.openpty()
-                set_window_size(self.master, *tty)
+                master, slave = os.openpty()
+                self.master = master
+                set_window_size(master, *tty)
                 self.process = await asyncio.create_subprocess_exec(
                     *helper, "--tty", "--", *argv,
                     stdin=slave, stdout=slave, stderr=slave,
                     env=HELPER_ENV, pass_fds=(reader,), close_fds=True,
                 )  # fmt: skip
                 os.close(slave)
-                os.set_blocking(self.master, False)
-                self._tasks.append(asyncio.ensure_future(self._pump_terminal(stdout)))
+                os.set_blocking(master, False)
+                self._tasks.append(asyncio.ensure_future(self._pump_terminal(master, stdout)))
             else:
-                self.process = await asyncio.create_subprocess_exec(
+                self.process = process = await asyncio.create_subprocess_exec(
                     *helper, "--", *argv,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE, env=HELPER_ENV, pass_fds=(reader,),
                     start_new_session=True,
                 )  # fmt: skip
-                self._tasks.append(asyncio.ensure_future(self._pump(self.process.stdout, stdout)))
-                self._tasks.append(asyncio.ensure_future(self._pump(self.process.stderr, stderr)))
+                assert process.stdout is not None and process.stderr is not None  # PIPE
+                self._tasks.append(asyncio.ensure_future(self._pump(process.stdout, stdout)))
+                self._tasks.append(asyncio.ensure_future(self._pump(process.stderr, stderr)))
         finally:
             os.close(reader)
         payload = json.dumps(confinement.to_json()).encode()
@@ -88,9 +92,8 @@ class JobProcess:
         while chunk := await stream.read(READ_SIZE):
             await output(chunk)
 
-    async def _pump_terminal(self, output: Output) -> None:
+    async def _pump_terminal(self, master: int, output: Output) -> None:
         loop = asyncio.get_running_loop()
-        master = self.master
         readable = asyncio.Event()
         loop.add_reader(master, readable.set)
         try:
@@ -115,15 +118,14 @@ class JobProcess:
     async def write(self, data: bytes) -> None:
         if self.master is not None:
             self._pending_input += data
-            await self._flush_terminal()
+            await self._flush_terminal(self.master)
         elif self.process and self.process.stdin and not self.process.stdin.is_closing():
             self.process.stdin.write(data)
             with contextlib.suppress(ConnectionError):
                 await self.process.stdin.drain()
 
-    async def _flush_terminal(self) -> None:
+    async def _flush_terminal(self, master: int) -> None:
         loop = asyncio.get_running_loop()
-        master = self.master
         while self._pending_input and self.master == master:
             try:
                 written = os.write(master, self._pending_input)
@@ -158,6 +160,8 @@ class JobProcess:
 
     async def wait(self) -> int:
         """The exit status once the process has exited and its output is drained."""
+        if self.process is None:
+            raise RuntimeError("wait() before start()")
         code = await self.process.wait()
         if self.master is not None:
             # Whatever it printed last is still in the terminal; background processes

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 import asyncssh
@@ -54,6 +55,13 @@ class GatewayConnection(asyncssh.SSHServer):
         self.admission: asyncio.Future[Admission] | None = None
         self.sessions: set[JobSession] = set()
         self.watch: asyncio.Task | None = None
+
+    @property
+    def ssh(self) -> asyncssh.SSHServerConnection:
+        """The client's connection, there from ``connection_made`` on."""
+        if self.conn is None:
+            raise RuntimeError("no connection yet")
+        return self.conn
 
     # --- authentication --------------------------------------------------------------------
 
@@ -111,7 +119,7 @@ class GatewayConnection(asyncssh.SSHServer):
             admission = await in_thread(access.admit)(self.login, self.user_id, self.address)
             if not await asyncio.to_thread(self.target.available, admission):
                 message = self.target.unreachable or (
-                    f"worker {self.login.rank} of job {self.login.job_id} is not running"
+                    f"worker {admission.login.rank} of job {admission.login.job_id} is not running"
                 )
                 await in_thread(access.record)(
                     self.login, self.address, SshSessionOutcome.REFUSED, message, self.user_id
@@ -131,12 +139,14 @@ class GatewayConnection(asyncssh.SSHServer):
 
     async def admitted(self) -> Admission | None:
         """The admission; None (the reason already on its way) when refused."""
+        assert self.admission is not None  # sessions and forwards come after authentication
         try:
             return await self.admission
         except Refused:
             return None
 
     async def refusal(self) -> str:
+        assert self.admission is not None  # sessions and forwards come after authentication
         try:
             await self.admission
         except Refused as refusal:
@@ -177,7 +187,7 @@ class GatewayConnection(asyncssh.SSHServer):
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                 f"only ports of job {admission.login.job_id} on localhost can be forwarded",
             )
-        return await self.target.forward(admission, self.conn, dest_host, dest_port)
+        return await self.target.forward(admission, self.ssh, dest_host, dest_port)
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         return False  # ssh -R would open a port on the gateway's host: never
@@ -205,7 +215,16 @@ class JobSession(asyncssh.SSHServerSession):
         self.chan = chan
         self.connection.sessions.add(self)
 
-    def pty_requested(self, term_type: str, term_size: tuple, term_modes: dict) -> bool:
+    @property
+    def channel(self) -> asyncssh.SSHServerChannel:
+        """The session's channel, there from ``connection_made`` on."""
+        if self.chan is None:
+            raise RuntimeError("no channel yet")
+        return self.chan
+
+    def pty_requested(
+        self, term_type: str, term_size: tuple, term_modes: Mapping[int, int]
+    ) -> bool:
         columns, rows = term_size[0] or 80, term_size[1] or 24
         self.terminal = (term_type or "xterm", columns, rows)
         return True
@@ -232,34 +251,36 @@ class JobSession(asyncssh.SSHServerSession):
     async def _run(self) -> None:
         admission = await self.connection.admitted()
         if admission is None:
-            self.chan.write_stderr(f"trainyard: {await self.connection.refusal()}\r\n".encode())
+            self.channel.write_stderr(f"trainyard: {await self.connection.refusal()}\r\n".encode())
             self._exit(REFUSED_EXIT)
             return
+        # asyncssh starts a session once its shell, command or subsystem was accepted.
+        assert self.argv is not None
         env = self._session_env()
         tty = (self.terminal[1], self.terminal[2]) if self.terminal else None
         try:
-            self.process = await self.connection.target.start(
+            self.process = process = await self.connection.target.start(
                 admission,
                 self.argv,
                 env,
-                self._output(self.chan.write),
-                self._output(self.chan.write_stderr),
+                self._output(self.channel.write),
+                self._output(self.channel.write_stderr),
                 tty,
             )
         except Unavailable:
             self.end_with(f"job {admission.login.job_id} has ended")
             return
         except OSError as error:
-            self.chan.write_stderr(f"trainyard: cannot start the session: {error}\r\n".encode())
+            self.channel.write_stderr(f"trainyard: cannot start the session: {error}\r\n".encode())
             self._exit(GONE_EXIT)
             return
         for data in self.input_buffer:
-            await self.process.write(data)
+            await process.write(data)
         self.input_buffer.clear()
         if self.input_closed:
-            self.process.close_input()
-        code = await self.process.wait()
-        self.process.close()
+            process.close_input()
+        code = await process.wait()
+        process.close()
         if not await in_thread(access.still_running)(admission):
             # Killed with the job, maybe before the watch saw the job stop: say why.
             self.end_with(f"job {admission.login.job_id} has ended")
@@ -267,7 +288,7 @@ class JobSession(asyncssh.SSHServerSession):
         self._exit(code)
 
     def _session_env(self) -> dict[str, str]:
-        conn = self.connection.conn
+        conn = self.connection.ssh
         client = conn.get_extra_info("peername") or ("", 0)
         server = conn.get_extra_info("sockname") or ("", 0)
         env = {
@@ -277,7 +298,7 @@ class JobSession(asyncssh.SSHServerSession):
         }
         if self.terminal:
             env["TERM"] = self.terminal[0]
-        for name, value in (self.chan.get_environment() or {}).items():
+        for name, value in (self.channel.get_environment() or {}).items():
             if name == "LANG" or name.startswith("LC_"):  # as OpenSSH's AcceptEnv default
                 env[name] = value
         return env
@@ -300,15 +321,15 @@ class JobSession(asyncssh.SSHServerSession):
         if self.process is None:
             self.input_buffer.append(data)
             return
-        self.chan.pause_reading()  # until the process has taken it: flow control
-        self.writing = asyncio.ensure_future(self._write(data))
+        self.channel.pause_reading()  # until the process has taken it: flow control
+        self.writing = asyncio.ensure_future(self._write(self.process, data))
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, process: SessionProcess, data: bytes) -> None:
         try:
-            await self.process.write(data)
+            await process.write(data)
         finally:
             if not self.ended:
-                self.chan.resume_reading()
+                self.channel.resume_reading()
 
     def eof_received(self) -> bool:
         if self.process is None:
@@ -357,7 +378,7 @@ class JobSession(asyncssh.SSHServerSession):
         self.ended = True
         self.connection.sessions.discard(self)
         with contextlib.suppress(OSError, asyncssh.Error):
-            self.chan.exit(code)
+            self.channel.exit(code)
 
 
 async def start_server(

@@ -9,16 +9,14 @@ port-forward APIs (``backend.gateway.kubernetes``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import asyncssh
 
 from backend.gateway.access import Admission
 from backend.gateway.ports import listened_by
-from backend.gateway.processes import JobProcess, session_confinement
+from backend.gateway.processes import JobProcess, Output, session_confinement
 
-Output = Callable[[bytes], Awaitable[None]]
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
 
 
@@ -121,21 +119,3 @@ class NoTarget:
 
     async def forward(self, admission, conn, host, port):
         raise refused(self.unreachable)
-
-
-def configured_target() -> JobTarget:
-    """The target for TRAINYARD_BACKEND."""
-    from django.conf import settings
-
-    from backend.jobs.backends import get_backend
-    from jobmanager.backends.local import LocalBackend
-
-    if settings.TRAINYARD_BACKEND == "kubernetes":
-        from backend.gateway.kubernetes import KubernetesTarget
-        from jobmanager.backends.kubernetes import api_client_from_config
-
-        return KubernetesTarget(api_client_from_config(), settings.TRAINYARD_K8S_NAMESPACE)
-    backend = get_backend()
-    if isinstance(backend, LocalBackend):
-        return LocalTarget(backend)
-    return NoTarget(backend.name)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from backend.clusters.models import GpuType
@@ -24,11 +24,16 @@ from backend.jobs.models import (
     new_job_id,
 )
 from backend.jobs.submission import Request, approval_message, needs_approval
+from backend.jobs.transitions import (
+    bulk_transition,
+    record_event,
+    record_submission,
+    transition,
+)
+from backend.jobs.triggers import run_job_manager_after_commit
 from backend.jobs.usage import user_guaranteed_gpus
-from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.vcs.models import Membership, Role, VirtualCluster
 
-SYSTEM_ACTOR = "trainyard"
 MAX_EXPOSED_PORTS = 8
 PENDING_OR_PAUSED = (JobStatus.QUEUED, JobStatus.UNAPPROVED, JobStatus.PAUSED)
 
@@ -57,89 +62,17 @@ class JobSpec:
     ports: list[dict] = field(default_factory=list)
     preemptible: bool = False
     priority: int = 0
+    deadline: datetime | None = None
 
     def as_request(self) -> Request:
         return Request.of(self)
 
 
-def record_event(
-    job: Job, from_status: str, actor: AbstractUser | None, reason: str, actor_name: str = ""
-) -> JobEvent:
-    if from_status and from_status != job.status:
-        _observe_state_change(job, from_status)
-    if job.status in TERMINAL_STATUSES and from_status not in TERMINAL_STATUSES:
-        JOBS_ENDED.labels(job.status, job.vc.name).inc()
-    return JobEvent.objects.create(
-        job=job,
-        from_status=from_status,
-        to_status=job.status,
-        actor=actor,
-        actor_name=actor_name or (actor.get_username() if actor else SYSTEM_ACTOR),
-        reason=reason,
-    )
-
-
-def observe_transitions(changes: list[tuple[Job, str]], to_status: str = "") -> None:
-    """``record_event``'s metrics for status changes written in bulk, called before their
-    events are inserted: how long each job was in its old status, and the jobs that ended;
-    two queries for them all. ``to_status``: the new status, where not yet on the jobs."""
-    moves = [(job, old, to_status or job.status) for job, old in changes]
-    moves = [(job, old, new) for job, old, new in moves if old and old != new]
-    if not moves:
-        return
-    entered = dict(
-        JobEvent.objects.filter(job_id__in=[job.pk for job, _, _ in moves])
-        .order_by()
-        .values("job_id")
-        .annotate(latest=Max("created_at"))
-        .values_list("job_id", "latest")
-    )
-    ended = [
-        (job, new)
-        for job, old, new in moves
-        if new in TERMINAL_STATUSES and old not in TERMINAL_STATUSES
-    ]
-    vc_names = dict(
-        VirtualCluster.objects.filter(pk__in={job.vc_id for job, _ in ended}).values_list(
-            "pk", "name"
-        )
-    )
-    now = timezone.now()
-    for job, old, new in moves:
-        if job.pk in entered:
-            seconds = max(0.0, (now - entered[job.pk]).total_seconds())
-            JOB_STATE_CHANGE_LATENCY_SECONDS.labels(old, new).observe(seconds)
-    for job, new in ended:
-        JOBS_ENDED.labels(new, vc_names.get(job.vc_id, "")).inc()
-
-
-def _observe_state_change(job: Job, from_status: str) -> None:
-    """How long the job was in ``from_status``: since its latest event."""
-    entered = (
-        JobEvent.objects.filter(job=job)
-        .order_by("-created_at", "-id")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    if entered is not None:
-        seconds = max(0.0, (timezone.now() - entered).total_seconds())
-        JOB_STATE_CHANGE_LATENCY_SECONDS.labels(from_status, job.status).observe(seconds)
-
-
-def run_job_manager_after_commit() -> None:
-    """Once this transaction commits, ask the job manager to look at the queue."""
-    from backend.jobs.tasks import request_job_manager_run  # tasks import this module
-
-    transaction.on_commit(request_job_manager_run)
-
-
-def find_idempotent_submission(owner: AbstractUser, key: str) -> Job | None:
+def find_idempotent_submission(owner: User, key: str) -> Job | None:
     return Job.objects.filter(owner=owner, idempotency_key=key).first()
 
 
-def submit_job(
-    owner: AbstractUser, spec: JobSpec, idempotency_key: str | None = None
-) -> tuple[Job, bool]:
+def submit_job(owner: User, spec: JobSpec, idempotency_key: str | None = None) -> tuple[Job, bool]:
     """Store a job, queued or waiting for approval; return it and whether it is new.
 
     With an idempotency key, a repeated submission returns the job the first one created.
@@ -163,16 +96,16 @@ def submit_job(
     return job, True
 
 
-def _create_job(owner: AbstractUser, spec: JobSpec, idempotency_key: str | None) -> Job:
+def _create_job(owner: User, spec: JobSpec, idempotency_key: str | None) -> Job:
     approval_reason = _approval_reason(owner, spec.as_request())
     job = _new_job(owner, spec, approval_reason)
     job.idempotency_key = idempotency_key or None
     job.save(force_insert=True)
-    record_event(job, "", owner, approval_reason or "submitted")
+    record_submission(job, owner, approval_reason or "submitted")
     return job
 
 
-def _new_job(owner: AbstractUser, spec: JobSpec, approval_reason: str, **fields: object) -> Job:
+def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object) -> Job:
     """An unsaved job of the spec, queued or waiting for approval."""
     now = timezone.now()
     return Job(
@@ -198,6 +131,7 @@ def _new_job(owner: AbstractUser, spec: JobSpec, approval_reason: str, **fields:
         output_path=spec.output_path,
         node_selector=spec.node_selector,
         ports=spec.ports,
+        deadline=spec.deadline,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
         submitted_at=now,
@@ -206,7 +140,7 @@ def _new_job(owner: AbstractUser, spec: JobSpec, approval_reason: str, **fields:
     )
 
 
-def _approval_reason(owner: AbstractUser, request: Request) -> str:
+def _approval_reason(owner: User, request: Request) -> str:
     """Why a job must wait for a VC admin (the per-user GPU limit), or '' when it need not."""
     if request.vc.user_gpu_limit is None or request.preemptible:
         return ""
@@ -221,20 +155,8 @@ def _locked(job: Job) -> Job:
     return Job.objects.select_for_update().get(pk=job.pk)
 
 
-def _transition(
-    job: Job, to_status: str, actor: AbstractUser | None, reason: str, **fields: object
-) -> Job:
-    from_status = job.status
-    job.status = to_status
-    for name, value in fields.items():
-        setattr(job, name, value)
-    job.save()
-    record_event(job, from_status, actor, reason)
-    return job
-
-
 @transaction.atomic
-def expose_port(job: Job, name: str, port: int, actor: AbstractUser) -> Job:
+def expose_port(job: Job, name: str, port: int, actor: User) -> Job:
     """Expose one more port of the job in the browser (/endpoints/<job>/<name>/); the
     owner's alone. Raises ActionRefused for a finished job or a name or port taken."""
     job = _locked(job)
@@ -254,7 +176,7 @@ def expose_port(job: Job, name: str, port: int, actor: AbstractUser) -> Job:
 
 
 @transaction.atomic
-def kill_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+def kill_job(job: Job, actor: User | None, reason: str = "") -> Job:
     """Kill a job: at once if it holds nothing, else via `killing` while the backend stops it."""
     job = _locked(job)
     reason = reason or "killed by user"
@@ -264,21 +186,26 @@ def kill_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
         return job
     if job.status in ACTIVE_STATUSES:
         run_job_manager_after_commit()
-        return _transition(
+        return transition(
             job,
             JobStatus.KILLING,
-            actor,
-            reason,
+            actor=actor,
+            reason=reason,
             status_message=reason,
             stop_outcome=StopOutcome.KILLED,
         )
-    return _transition(
-        job, JobStatus.KILLED, actor, reason, status_message=reason, finished_at=timezone.now()
+    return transition(
+        job,
+        JobStatus.KILLED,
+        actor=actor,
+        reason=reason,
+        status_message=reason,
+        finished_at=timezone.now(),
     )
 
 
 @transaction.atomic
-def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+def pause_job(job: Job, actor: User | None, reason: str = "") -> Job:
     """Pause a job: it gives back its resources but stays, to be resumed later."""
     job = _locked(job)
     reason = reason or "paused by user"
@@ -294,21 +221,21 @@ def pause_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
         return job
     if job.status in (JobStatus.SCHEDULING, JobStatus.RUNNING):
         run_job_manager_after_commit()
-        return _transition(
+        return transition(
             job,
             JobStatus.PAUSING,
-            actor,
-            reason,
+            actor=actor,
+            reason=reason,
             status_message=reason,
             stop_outcome=StopOutcome.PAUSED,
         )
     if job.status in (JobStatus.QUEUED, JobStatus.UNAPPROVED):
-        return _transition(job, JobStatus.PAUSED, actor, reason, status_message=reason)
+        return transition(job, JobStatus.PAUSED, actor=actor, reason=reason, status_message=reason)
     raise ActionRefused(f"Job {job.job_id} is {job.status} and cannot be paused.")
 
 
 @transaction.atomic
-def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+def resume_job(job: Job, actor: User | None, reason: str = "") -> Job:
     """Put a paused job back in its queue, at its original place.
 
     Unless a VC admin approved it before, it waits for approval again when it would take its
@@ -327,25 +254,31 @@ def resume_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
     ).exists()
     approval_reason = "" if approved else _approval_reason(job.owner, Request.of(job))
     if approval_reason:
-        return _transition(job, JobStatus.UNAPPROVED, actor, reason, status_message=approval_reason)
+        return transition(
+            job, JobStatus.UNAPPROVED, actor=actor, reason=reason, status_message=approval_reason
+        )
     run_job_manager_after_commit()
-    return _transition(job, JobStatus.QUEUED, actor, reason, status_message="")
+    return transition(job, JobStatus.QUEUED, actor=actor, reason=reason, status_message="")
 
 
 @transaction.atomic
-def approve_job(job: Job, actor: AbstractUser | None, reason: str = "") -> Job:
+def approve_job(job: Job, actor: User | None, reason: str = "") -> Job:
     """A VC admin lets a job past the per-user GPU limit."""
     job = _locked(job)
     if job.status != JobStatus.UNAPPROVED:
         raise ActionRefused(f"Job {job.job_id} is {job.status}; it needs no approval.")
     run_job_manager_after_commit()
-    return _transition(
-        job, JobStatus.QUEUED, actor, reason or "approved by VC admin", status_message=""
+    return transition(
+        job,
+        JobStatus.QUEUED,
+        actor=actor,
+        reason=reason or "approved by VC admin",
+        status_message="",
     )
 
 
 @transaction.atomic
-def set_job_priority(job: Job, priority: int, actor: AbstractUser) -> Job:
+def set_job_priority(job: Job, priority: int, actor: User) -> Job:
     job = _locked(job)
     job.priority = priority
     job.save(update_fields=["priority", "updated_at"])
@@ -359,7 +292,7 @@ BULK_BATCH = 1000
 
 
 def submit_job_array(
-    owner: AbstractUser, spec: JobSpec, task_envs: list[dict[str, str]]
+    owner: User, spec: JobSpec, task_envs: list[dict[str, str]]
 ) -> tuple[JobArray, list[str]]:
     """Store one job per task (the spec, with the task's environment over the spec's), all
     in one transaction; return the array and its job ids in index order.
@@ -403,7 +336,7 @@ def submit_job_array(
     return array, [job_id for job_id, *_ in tasks]
 
 
-def _held_for_limit(owner: AbstractUser, request: Request) -> int | None:
+def _held_for_limit(owner: User, request: Request) -> int | None:
     """The guaranteed GPUs the owner holds in the VC, where the per-user limit applies to
     them (None where it does not: no limit, preemptible, or a VC admin)."""
     if request.vc.user_gpu_limit is None or request.preemptible:
@@ -420,34 +353,8 @@ def _array_jobs_locked(array: JobArray, statuses: tuple[str, ...]) -> list[Job]:
     )
 
 
-def _bulk_transition(
-    changes: list[tuple[Job, str]], actor: AbstractUser | None, reason: str, fields: list[str]
-) -> None:
-    """Write the jobs' new statuses (and ``fields``) and one event each, in bulk."""
-    if not changes:
-        return
-    now = timezone.now()
-    for job, _ in changes:
-        job.updated_at = now
-    Job.objects.bulk_update(
-        [job for job, _ in changes], ["status", "updated_at", *fields], batch_size=BULK_BATCH
-    )
-    actor_name = actor.get_username() if actor else SYSTEM_ACTOR
-    observe_transitions(changes)
-    JobEvent.objects.bulk_create(
-        [
-            JobEvent(
-                job=job, from_status=from_status, to_status=job.status, actor=actor,
-                actor_name=actor_name, reason=reason, created_at=now,
-            )
-            for job, from_status in changes
-        ],
-        batch_size=BULK_BATCH,
-    )  # fmt: skip
-
-
 @transaction.atomic
-def kill_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+def kill_job_array(array: JobArray, actor: User | None, reason: str = "") -> int:
     """Kill every task of the array that has not ended, as ``kill_job`` kills one; returns
     how many were asked to stop."""
     reason = reason or "array killed by user"
@@ -456,43 +363,54 @@ def kill_job_array(array: JobArray, actor: AbstractUser | None, reason: str = ""
     for job in _array_jobs_locked(array, (*ACTIVE_STATUSES, *PENDING_OR_PAUSED)):
         if job.status == JobStatus.KILLING:
             continue
-        from_status = job.status
         job.status_message = reason
         if job.status in ACTIVE_STATUSES:
-            job.status = JobStatus.KILLING
             job.stop_outcome = StopOutcome.KILLED
+            changes.append((job, JobStatus.KILLING))
         else:
-            job.status = JobStatus.KILLED
             job.finished_at = now
-        changes.append((job, from_status))
-    _bulk_transition(changes, actor, reason, ["status_message", "stop_outcome", "finished_at"])
-    if any(job.status == JobStatus.KILLING for job, _ in changes):
+            changes.append((job, JobStatus.KILLED))
+    bulk_transition(
+        changes,
+        actor=actor,
+        reason=reason,
+        fields=["status_message", "stop_outcome", "finished_at"],
+        now=now,
+        batch_size=BULK_BATCH,
+        event_batch_size=BULK_BATCH,
+    )
+    if any(to_status == JobStatus.KILLING for _, to_status in changes):
         run_job_manager_after_commit()
     return len(changes)
 
 
 @transaction.atomic
-def pause_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+def pause_job_array(array: JobArray, actor: User | None, reason: str = "") -> int:
     """Pause every task that runs or waits, as ``pause_job`` pauses one; returns how many."""
     reason = reason or "array paused by user"
     changes = []
     statuses = (JobStatus.SCHEDULING, JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.UNAPPROVED)
     for job in _array_jobs_locked(array, statuses):
-        from_status = job.status
         job.status_message = reason
         if job.status in ACTIVE_STATUSES:
-            job.status = JobStatus.PAUSING
             job.stop_outcome = StopOutcome.PAUSED
+            changes.append((job, JobStatus.PAUSING))
         else:
-            job.status = JobStatus.PAUSED
-        changes.append((job, from_status))
-    _bulk_transition(changes, actor, reason, ["status_message", "stop_outcome"])
-    if any(job.status == JobStatus.PAUSING for job, _ in changes):
+            changes.append((job, JobStatus.PAUSED))
+    bulk_transition(
+        changes,
+        actor=actor,
+        reason=reason,
+        fields=["status_message", "stop_outcome"],
+        batch_size=BULK_BATCH,
+        event_batch_size=BULK_BATCH,
+    )
+    if any(to_status == JobStatus.PAUSING for _, to_status in changes):
         run_job_manager_after_commit()
     return len(changes)
 
 
-def resume_job_array(array: JobArray, actor: AbstractUser | None, reason: str = "") -> int:
+def resume_job_array(array: JobArray, actor: User | None, reason: str = "") -> int:
     """Resume every paused task, each as ``resume_job`` resumes one (the per-user limit
     is checked task by task); returns how many."""
     resumed = 0

@@ -7,17 +7,6 @@ class JobsConfig(AppConfig):
     label = "jobs"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
-        from backend.clusters.models import Node
-        from backend.jobs.actions import run_job_manager_after_commit
-
-        def node_changed(sender, **kwargs) -> None:
-            # A node added, removed, cordoned or back from repair changes what fits.
-            run_job_manager_after_commit()
-
-        post_save.connect(node_changed, sender=Node, weak=False)
-        post_delete.connect(node_changed, sender=Node, weak=False)
         checks.register(check_retry_rules)
 
 

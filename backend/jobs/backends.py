@@ -13,33 +13,44 @@ BACKENDS = ("local", "kubernetes", "memory")
 
 
 @functools.cache
-def _backend(name: str, *configuration: object) -> ClusterBackend:
-    if name == "local":
-        from backend.clusters.inventory import REGISTERED, registered_nodes
-        from jobmanager.backends.local import LocalBackend
+def _local_backend(
+    state_dir: str,
+    log_dir: str,
+    nodes: str,
+    cgroup_root: str,
+    kill_after: float,
+    notify_socket: str,
+    spawner: str,
+) -> ClusterBackend:
+    from backend.clusters.inventory import REGISTERED, registered_nodes
+    from jobmanager.backends.local import LocalBackend
 
-        state_dir, log_dir, nodes, cgroup_root, kill_after, notify_socket = configuration
-        try:
-            return LocalBackend(
-                state_dir,
-                log_dir,
-                nodes=registered_nodes if nodes == REGISTERED else (nodes or None),
-                cgroup_root=cgroup_root or None,
-                kill_after_seconds=kill_after,
-                notify_socket=notify_socket or None,
-            )
-        except ValueError as error:
-            raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES: {error}") from error
-    if name == "memory":
-        from jobmanager.backends.memory import MemoryBackend
+    try:
+        return LocalBackend(
+            state_dir,
+            log_dir,
+            nodes=registered_nodes if nodes == REGISTERED else (nodes or None),
+            cgroup_root=cgroup_root or None,
+            kill_after_seconds=kill_after,
+            notify_socket=notify_socket or None,
+            spawner_socket=spawner or None,
+        )
+    except ValueError as error:
+        raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES: {error}") from error
 
-        state_path, log_dir = configuration
-        return MemoryBackend(state_path=state_path, log_dir=log_dir)
-    if name == "kubernetes":
-        from backend.jobs.kubernetes import kubernetes_backend
 
-        return kubernetes_backend()
-    raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")
+@functools.cache
+def _memory_backend(state_path: str, log_dir: str) -> ClusterBackend:
+    from jobmanager.backends.memory import MemoryBackend
+
+    return MemoryBackend(state_path=state_path, log_dir=log_dir)
+
+
+@functools.cache
+def _kubernetes_backend() -> ClusterBackend:
+    from backend.jobs.kubernetes import kubernetes_backend
+
+    return kubernetes_backend()
 
 
 def inventory_is_registered() -> bool:
@@ -57,15 +68,17 @@ def get_backend() -> ClusterBackend:
     name = settings.TRAINYARD_BACKEND
     log_dir = str(settings.TRAINYARD_LOG_DIR)
     if name == "local":
-        return _backend(
-            name,
+        return _local_backend(
             str(settings.TRAINYARD_LOCAL_STATE_DIR),
             log_dir,
             settings.TRAINYARD_LOCAL_NODES,
             settings.TRAINYARD_LOCAL_CGROUP_ROOT,
             float(settings.TRAINYARD_LOCAL_KILL_AFTER_SECONDS),
             settings.TRAINYARD_LOCAL_NOTIFY_SOCKET,
+            settings.TRAINYARD_LOCAL_SPAWNER_SOCKET,
         )
     if name == "memory":
-        return _backend(name, str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)
-    return _backend(name)
+        return _memory_backend(str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)
+    if name == "kubernetes":
+        return _kubernetes_backend()
+    raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")

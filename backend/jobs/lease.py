@@ -28,6 +28,12 @@ from django.utils import timezone
 from backend.core.redis import redis_client, redis_key
 from backend.jobs.models import SchedulerFence
 
+
+def lease_key(name: str) -> str:
+    """The Redis key that holds the lease called ``name`` while someone has it."""
+    return redis_key(name, "lease")
+
+
 logger = logging.getLogger(__name__)
 
 # Raise the counter to at least ARGV[1] (the database's last token), then take the next.
@@ -60,10 +66,10 @@ class Lease:
 
     def renew(self) -> bool:
         client = redis_client()
-        return bool(client.eval(_RENEW, 1, redis_key(self.name, "lease"), self.token, self.ttl_ms))
+        return bool(client.eval(_RENEW, 1, lease_key(self.name), self.token, self.ttl_ms))
 
     def release(self) -> None:
-        redis_client().eval(_RELEASE, 1, redis_key(self.name, "lease"), self.token)
+        redis_client().eval(_RELEASE, 1, lease_key(self.name), self.token)
 
     @contextmanager
     def kept(self) -> Iterator[Lease]:
@@ -122,6 +128,6 @@ def acquire_lease(name: str, ttl_ms: int) -> Lease | None:
     """Take the lease if nobody holds it; never waits."""
     client = redis_client()
     token = next_token(name)
-    if client.set(redis_key(name, "lease"), token, nx=True, px=ttl_ms):
+    if client.set(lease_key(name), token, nx=True, px=ttl_ms):
         return Lease(name, token, ttl_ms)
     return None

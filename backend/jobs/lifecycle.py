@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TypedDict, TypeVar
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -19,19 +21,20 @@ from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.jobs.actions import SYSTEM_ACTOR, observe_transitions, record_event
+from backend.clusters.actions import register_reported_node
+from backend.clusters.models import Node
+from backend.core.bulk import insert_rows
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
     ACTIVE_STATUSES,
-    FailureClass,
     Job,
     JobAttempt,
-    JobEvent,
     JobStatus,
     StopOutcome,
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
-from backend.jobs.scheduling import placement_from_json
+from backend.jobs.transitions import bulk_transition, transition, transition_all
+from backend.jobs.triggers import run_job_manager_after_commit
 from backend.monitoring.instruments import DEPLOY_FAILURES, JOB_WAIT_SECONDS
 from jobmanager.backends import (
     ClusterBackend,
@@ -48,6 +51,7 @@ from jobmanager.backends.base import NODE_UNHEALTHY
 from jobmanager.faults import crash_point
 from jobmanager.retries import (
     Classification,
+    FailureClass,
     classify,
     read_log_tail,
     retry_decision,
@@ -55,6 +59,10 @@ from jobmanager.retries import (
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+# A job in these whose every worker exited 0 has finished (a `scheduling` one ran and ended
+# before its deploy task recorded that it runs).
+RAN_STATUSES = (JobStatus.RUNNING, JobStatus.SCHEDULING)
 
 # How an attempt the system ended to requeue its job is classified (no retry is spent).
 MOVES = {
@@ -71,12 +79,18 @@ STOPPED_STATUS = {
 }
 
 
+class Ended(TypedDict, total=False):
+    """What a stop writes besides its status: when the job ended (not for a pause)."""
+
+    finished_at: datetime
+
+
 def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
     from backend.gateway.tokens import endpoint_env
 
     workers = tuple(
         WorkerSpec(rank, worker.node, worker.gpus, worker.millicpus, worker.memory)
-        for rank, worker in enumerate(placement_from_json(job.placement))
+        for rank, worker in enumerate(job.placed_workers)
     )
     return JobLaunch(
         job_id=job.job_id,
@@ -101,8 +115,10 @@ def launch_env(job: Job) -> dict[str, str]:
     """The job's environment, and for an array's task its index (and the array's id)."""
     env = dict(job.env)
     if job.array_index is not None:
+        array = job.array
+        assert array is not None, "an array's task belongs to its array"
         env["TRAINYARD_ARRAY_INDEX"] = str(job.array_index)
-        env["TRAINYARD_ARRAY_ID"] = job.array.array_id
+        env["TRAINYARD_ARRAY_ID"] = array.array_id
     return env
 
 
@@ -198,14 +214,14 @@ def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> 
         crash_point("deploy-before-backend")
     errors = _deploy_in_threads(backend, [launch for _, launch in launches])
     deployed = []
-    for (key, launch), error in zip(launches, errors, strict=True):
-        if error is None:
+    for (key, launch), deploy_error in zip(launches, errors, strict=True):
+        if deploy_error is None:
             deployed.append((key, launch))
         else:
-            failed.append((key, launch.job_id, error))
-    for key, job_id, error in failed:
+            failed.append((key, launch.job_id, deploy_error))
+    for key, job_id, failure in failed:
         backend.remove(job_id)
-        outcomes[key] = _record_failed_deploy(*key, error)
+        outcomes[key] = _record_failed_deploy(*key, failure)
     if deployed:
         crash_point("deploy-before-running")
     outcomes |= _mark_all_running(backend, deployed)
@@ -213,14 +229,28 @@ def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> 
 
 
 def _deploy_in_threads(backend: ClusterBackend, launches: list[JobLaunch]) -> list:
-    """``backend.deploy`` each launch, ``TRAINYARD_DEPLOY_THREADS`` threads taking them in
-    turn; each launch's DeployError, or None. Each thread closes its own database
-    connections (the inventory's) once, when it is done."""
-    errors: list[DeployError | None] = [None] * len(launches)
-    pending = iter(range(len(launches)))
+    """``backend.deploy`` each launch in threads; each launch's DeployError, or None. The
+    backend's inventory is read once for all of them."""
+    with backend.nodes_pinned():  # not once in every deployment
+        return _in_threads(backend.deploy, launches, [launch.job_id for launch in launches])
+
+
+def _remove_in_threads(backend: ClusterBackend, job_ids: list[str]) -> None:
+    """``backend.remove`` each ended job in threads (a burst of short jobs ends dozens at a
+    time, each removal a few file system calls); one that fails is logged, and removed
+    again by a later reconcile, which finds it still held."""
+    _in_threads(backend.remove, job_ids, job_ids)
+
+
+def _in_threads(work: Callable[[T], None], items: list[T], job_ids: list[str]) -> list:
+    """``work`` on each item, ``TRAINYARD_DEPLOY_THREADS`` threads taking them in turn;
+    each item's DeployError (any other exception logged and made one), or None. Each thread
+    closes whatever database connections it opened, when it is done."""
+    errors: list[DeployError | None] = [None] * len(items)
+    pending = iter(range(len(items)))
     lock = threading.Lock()
 
-    def work() -> None:
+    def take_turns() -> None:
         try:
             while True:
                 with lock:
@@ -228,18 +258,18 @@ def _deploy_in_threads(backend: ClusterBackend, launches: list[JobLaunch]) -> li
                 if index is None:
                     return
                 try:
-                    backend.deploy(launches[index])
+                    work(items[index])
                 except DeployError as error:
                     errors[index] = error
-                except Exception as error:  # not to be taken for deployed
-                    logger.exception("Deploying job %s failed", launches[index].job_id)
+                except Exception as error:  # not to be taken for done
+                    logger.exception("%s of job %s failed", work.__name__, job_ids[index])
                     errors[index] = DeployError(f"{type(error).__name__}: {error}")
         finally:
             connections.close_all()
 
     threads = [
-        threading.Thread(target=work, name=f"deploy-{number}")
-        for number in range(max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(launches))))
+        threading.Thread(target=take_turns, name=f"{work.__name__}-{number}")
+        for number in range(max(1, min(settings.TRAINYARD_DEPLOY_THREADS, len(items))))
     ]
     for thread in threads:
         thread.start()
@@ -265,47 +295,49 @@ def _mark_all_running(
             if job.status == JobStatus.SCHEDULING and (job.pk, job.attempt) in launches
         ]
         existing = set(JobAttempt.objects.filter(job__in=locked).values_list("job_id", "number"))
-        attempts, events = [], []
-        observe_transitions([(job, JobStatus.SCHEDULING) for job in locked], JobStatus.RUNNING)
+        attempts = []
         for job in locked:
             isolation = backend.isolation(launches[(job.pk, job.attempt)])
             if job.started_at is None:  # its first start (a requeued job keeps its start)
                 JOB_WAIT_SECONDS.observe(max(0.0, (now - job.submitted_at).total_seconds()))
-            job.status = JobStatus.RUNNING
             job.started_at = now
             job.status_message = ""
             job.deploy_failures = 0
             job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
-            job.updated_at = now
-            nodes = sorted({worker["node"] for worker in job.placement})
-            gpus = [{"node": w["node"], "gpus": w.get("gpus", [])} for w in job.placement]
+            nodes = job.placed_nodes
+            gpus = [{"node": w.node, "gpus": list(w.gpus)} for w in job.placed_workers]
             if (job.pk, job.attempt) in existing:
                 JobAttempt.objects.filter(job=job, number=job.attempt).update(
                     started_at=now, nodes=nodes, gpus=gpus, borrowing=job.borrowing
                 )
             else:
                 attempts.append(
-                    JobAttempt(
-                        job=job, number=job.attempt, started_at=now, nodes=nodes, gpus=gpus,
-                        borrowing=job.borrowing,
-                    )
+                    {"job_id": job.pk, "number": job.attempt, "nodes": nodes, "gpus": gpus,
+                     "borrowing": job.borrowing}
                 )  # fmt: skip
-            events.append(
-                JobEvent(
-                    job=job, from_status=JobStatus.SCHEDULING, to_status=JobStatus.RUNNING,
-                    actor_name=SYSTEM_ACTOR, reason=f"running on {', '.join(nodes)}",
-                    created_at=now,
-                )
-            )  # fmt: skip
             outcomes[(job.pk, job.attempt)] = "running"
-        Job.objects.bulk_update(
-            locked,
-            ["status", "started_at", "status_message", "deploy_failures", "run_as", "limits",
-             "updated_at"],
-        )  # fmt: skip
-        JobAttempt.objects.bulk_create(attempts)
-        JobEvent.objects.bulk_create(events)
+        bulk_transition(
+            [(job, JobStatus.RUNNING) for job in locked],
+            actor=None,
+            reason=lambda job: f"running on {', '.join(job.placed_nodes)}",
+            fields=["started_at", "status_message", "deploy_failures", "run_as", "limits"],
+            now=now,
+        )
+        insert_rows(JobAttempt(started_at=now), attempts)
     return outcomes
+
+
+def _launches_of(jobs: list[Job]) -> list[tuple[tuple[int, int], JobLaunch]]:
+    """Each job's launch (as ``isolation_of`` makes it), each owner's account read once."""
+    accounts: dict[int, RunAs | None] = {}
+    launches = []
+    for job in jobs:
+        if job.owner_id not in accounts:
+            account = UnixAccount.objects.filter(user_id=job.owner_id).first()
+            required = account is not None and accounts_required()
+            accounts[job.owner_id] = run_as_of(account) if required else None
+        launches.append(((job.pk, job.attempt), launch_for(job, accounts[job.owner_id])))
+    return launches
 
 
 def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:
@@ -319,20 +351,24 @@ def _mark_running(job: Job, isolation: Isolation) -> None:
     now = timezone.now()
     if job.started_at is None:  # its first start (a requeued job keeps its start)
         JOB_WAIT_SECONDS.observe(max(0.0, (now - job.submitted_at).total_seconds()))
-    job.status = JobStatus.RUNNING
-    job.started_at = now
-    job.status_message = ""
-    job.deploy_failures = 0
-    job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
-    job.save()
-    nodes = sorted({worker["node"] for worker in job.placement})
-    gpus = [{"node": worker["node"], "gpus": worker.get("gpus", [])} for worker in job.placement]
+    nodes = job.placed_nodes
+    transition(
+        job,
+        JobStatus.RUNNING,
+        actor=None,
+        reason=f"running on {', '.join(nodes)}",
+        started_at=now,
+        status_message="",
+        deploy_failures=0,
+        run_as=isolation.run_as[:200],
+        limits=isolation.limits[:300],
+    )
+    gpus = [{"node": worker.node, "gpus": list(worker.gpus)} for worker in job.placed_workers]
     JobAttempt.objects.update_or_create(
         job=job,
         number=job.attempt,
         defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing},
     )
-    record_event(job, JobStatus.SCHEDULING, None, f"running on {', '.join(nodes)}")
 
 
 def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
@@ -357,7 +393,7 @@ def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
             number=attempt,
             defaults={
                 "ended_at": timezone.now(),
-                "nodes": sorted({worker["node"] for worker in job.placement}),
+                "nodes": job.placed_nodes,
                 "failure_class": failure.failure_class,
                 "failure_rule": failure.rule,
                 "message": message,
@@ -367,31 +403,38 @@ def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
         job.insight_message = message
         if failures >= limit:
             reason = f"failed: {failures} deployments in a row failed; the last: {error}"
-            job.status = JobStatus.FAILED
-            job.finished_at = timezone.now()
-            job.status_message = reason
-            job.placement = []
-            job.borrowing = False
-            job.save()
+            transition(
+                job,
+                JobStatus.FAILED,
+                actor=None,
+                reason=reason,
+                finished_at=timezone.now(),
+                status_message=reason,
+                placement=[],
+                borrowing=False,
+            )
             outcome = "failed"
         else:
             backoff = settings.TRAINYARD_DEPLOY_BACKOFF_SECONDS * 2 ** (failures - 1)
             reason = f"{message}; back in the queue, retried in {backoff} s"
             _back_to_queue(job, reason, not_before=timezone.now() + timedelta(seconds=backoff))
             outcome = "requeued"
-        record_event(job, JobStatus.SCHEDULING, None, reason)
     return outcome
 
 
 def _back_to_queue(job: Job, reason: str, not_before=None) -> None:
     """Requeue keeping ``queued_at``: the job returns to its place at the head."""
-    job.status = JobStatus.QUEUED
-    job.placement = []
-    job.borrowing = False
-    job.stop_outcome = ""
-    job.status_message = reason
-    job.not_before = not_before
-    job.save()
+    transition(
+        job,
+        JobStatus.QUEUED,
+        actor=None,
+        reason=reason,
+        placement=[],
+        borrowing=False,
+        stop_outcome="",
+        status_message=reason,
+        not_before=not_before,
+    )
 
 
 # --- nodes --------------------------------------------------------------------------------
@@ -403,8 +446,6 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
     """Take node readiness and health from the backend; register nodes it has that the
     database lacks. A backend that reports no nodes (the memory backend) changes nothing.
     Returns the nodes whose readiness changed."""
-    from backend.clusters.models import GpuType, Node
-
     reported = {node.name: node for node in backend.nodes()}
     if not reported:
         return []
@@ -430,25 +471,10 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
             if ready != node.ready:
                 changed.append(node.name)
     for new in reported.values():
-        units = max(new.gpus, 1)
-        gpu_type, _ = GpuType.objects.get_or_create(
-            name=new.gpu_type,
-            defaults={
-                "cpus_per_gpu": new.millicpus / 1000 / units,
-                "memory_per_gpu": new.memory // units,
-            },
-        )
-        Node.objects.create(
-            name=new.name,
-            gpu_type=gpu_type,
-            gpus=new.gpus,
-            cpus=new.millicpus / 1000,
-            memory=new.memory,
-            labels=new.labels,
-            ready=new.ready and new.name not in bad,
-            last_heartbeat=now,
-        )
+        register_reported_node(new, ready=new.ready and new.name not in bad, seen_at=now)
         changed.append(new.name)
+    if reported:
+        run_job_manager_after_commit()  # a node registered changes what fits
     return changed
 
 
@@ -478,7 +504,9 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
     # The database first, then the backend: a deploy task finishing in between then shows
     # up as a running report of a job still `scheduling` here (and is marked running),
     # never as a running job the backend seems to have lost.
-    jobs = list(Job.objects.filter(status__in=ACTIVE_STATUSES).select_related("vc", "owner"))
+    jobs = list(
+        Job.objects.filter(status__in=ACTIVE_STATUSES).select_related("vc", "owner", "array")
+    )
     reports = backend.reports()
     now = timezone.now()
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
@@ -510,7 +538,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 seconds=settings.TRAINYARD_DEPLOY_TIMEOUT_SECONDS
             ):
                 result.redeployed.append((job.pk, job.attempt))  # the deploy task was lost
-        elif report.ended and report.failed_worker is None and job.status == JobStatus.RUNNING:
+        elif report.ended and report.failed_worker is None and job.status in RAN_STATUSES:
             finished.append(job)
         elif report.ended:
             _record_end(backend, job, report, result)
@@ -531,6 +559,10 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                     _finish_stop(backend, Job.objects.get(pk=job.pk), report)
                 else:
                     result.stopping.append(job.job_id)
+    # Those that ran and ended before their deploy task recorded them: a job that ran has
+    # a running event and a start, before its end (in bulk, as the deploy task does).
+    ran_unrecorded = [job for job in finished if job.status == JobStatus.SCHEDULING]
+    _mark_all_running(backend, _launches_of(ran_unrecorded))
     _record_finished(backend, finished, result)
     for job_id in set(reports) - known:
         report = _stop(backend, job_id)
@@ -566,11 +598,14 @@ def _stop_for_wall_time(job: Job) -> bool:
         if locked is None:
             return False
         reason = f"ran past its wall-time limit of {locked.wall_time_limit} s"
-        locked.status = JobStatus.KILLING
-        locked.stop_outcome = StopOutcome.TIMEOUT
-        locked.status_message = reason
-        locked.save()
-        record_event(locked, JobStatus.RUNNING, None, reason)
+        transition(
+            locked,
+            JobStatus.KILLING,
+            actor=None,
+            reason=reason,
+            stop_outcome=StopOutcome.TIMEOUT,
+            status_message=reason,
+        )
     return True
 
 
@@ -586,7 +621,7 @@ def _close_attempt(
             "failure_class": failure.failure_class if failure else "",
             "failure_rule": failure.rule if failure else "",
             "message": message,
-            "nodes": sorted({worker["node"] for worker in job.placement}),
+            "nodes": job.placed_nodes,
         },
     )
 
@@ -606,19 +641,21 @@ def _finish_stop(backend: ClusterBackend, job: Job, report: JobReport | None) ->
         reason = locked.status_message or f"stopped ({outcome})"
         moved = MOVES.get(StopOutcome(outcome))
         _close_attempt(locked, exit_code, Classification(*moved, reason) if moved else None, reason)
-        from_status = locked.status
         if to_status == JobStatus.QUEUED:
             _back_to_queue(locked, reason)
         else:
-            locked.status = to_status
-            locked.stop_outcome = ""
-            locked.placement = []
-            locked.borrowing = False
-            locked.exit_code = exit_code
-            if to_status != JobStatus.PAUSED:
-                locked.finished_at = timezone.now()
-            locked.save()
-        record_event(locked, from_status, None, reason)
+            ended: Ended = {} if to_status == JobStatus.PAUSED else {"finished_at": timezone.now()}
+            transition(
+                locked,
+                to_status,
+                actor=None,
+                reason=reason,
+                stop_outcome="",
+                placement=[],
+                borrowing=False,
+                exit_code=exit_code,
+                **ended,
+            )
     backend.remove(job.job_id)
 
 
@@ -638,7 +675,6 @@ def _requeue_lost(job: Job) -> None:
         locked.failure_class = FailureClass.INFRASTRUCTURE
         locked.failure_rule = "node-lost"
         _back_to_queue(locked, decision.reason)
-        record_event(locked, JobStatus.RUNNING, None, decision.reason)
 
 
 def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) -> None:
@@ -660,7 +696,6 @@ def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) ->
         locked.failure_rule = "node-unhealthy"
         locked.repair_message = f"{cause} at {when}; requeued without spending a retry"
         _back_to_queue(locked, decision.reason)
-        record_event(locked, JobStatus.RUNNING, None, decision.reason)
         result.lost.append(locked.job_id)
 
 
@@ -683,27 +718,16 @@ def _record_finished(backend: ClusterBackend, jobs: list[Job], result: Reconcile
         by_attempt: dict[int, list[int]] = {}
         for job in locked:
             by_attempt.setdefault(job.attempt, []).append(job.pk)
-        observe_transitions([(job, JobStatus.RUNNING) for job in locked], JobStatus.FINISHED)
-        Job.objects.filter(pk__in=[job.pk for job in locked]).update(
-            status=JobStatus.FINISHED, exit_code=0, finished_at=now, status_message="finished",
-            placement=[], updated_at=now,
+        transition_all(
+            locked, JobStatus.FINISHED, actor=None, reason="all workers exited 0", now=now,
+            exit_code=0, finished_at=now, status_message="finished", placement=[],
         )  # fmt: skip
         for number, pks in by_attempt.items():
             JobAttempt.objects.filter(job_id__in=pks, number=number).update(
                 ended_at=now, exit_code=0, failure_class="", failure_rule="", message="finished"
             )
-        JobEvent.objects.bulk_create(
-            [
-                JobEvent(
-                    job=job, from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
-                    actor_name=SYSTEM_ACTOR, reason="all workers exited 0", created_at=now,
-                )
-                for job in locked
-            ]
-        )  # fmt: skip
-    for job in locked:
-        result.finished.append(job.job_id)
-        backend.remove(job.job_id)
+    result.finished.extend(job.job_id for job in locked)
+    _remove_in_threads(backend, [job.job_id for job in locked])
 
 
 def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:
@@ -725,19 +749,22 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
             # It ran and ended before its deploy task recorded it: a job that ran has a
             # running event and a start, before its end.
             _mark_running(locked, isolation_of(backend, locked))
-        from_status = locked.status
         now = timezone.now()
         if classification is None:
             _close_attempt(locked, 0, None, "finished")
-            locked.status = JobStatus.FINISHED
-            locked.exit_code = 0
-            locked.finished_at = now
-            locked.status_message = "finished"
-            locked.placement = []
-            locked.save()
-            record_event(locked, from_status, None, "all workers exited 0")
+            transition(
+                locked,
+                JobStatus.FINISHED,
+                actor=None,
+                reason="all workers exited 0",
+                exit_code=0,
+                finished_at=now,
+                status_message="finished",
+                placement=[],
+            )
             result.finished.append(locked.job_id)
         else:
+            assert failed is not None  # only a failed worker is classified
             _close_attempt(locked, failed.exit_code, classification, classification.message)
             decision = retry_decision(
                 classification,
@@ -757,11 +784,14 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
                 _back_to_queue(locked, decision.reason, not_before=not_before)
                 result.retried.append(locked.job_id)
             else:
-                locked.status = JobStatus.FAILED
-                locked.finished_at = now
-                locked.status_message = decision.reason
-                locked.placement = []
-                locked.save()
+                transition(
+                    locked,
+                    JobStatus.FAILED,
+                    actor=None,
+                    reason=decision.reason,
+                    finished_at=now,
+                    status_message=decision.reason,
+                    placement=[],
+                )
                 result.failed.append(locked.job_id)
-            record_event(locked, from_status, None, decision.reason)
     backend.remove(job.job_id)

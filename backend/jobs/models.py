@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -13,6 +14,12 @@ from django.utils import timezone
 
 from backend.clusters.models import GpuType
 from backend.vcs.models import Membership, Role, VirtualCluster
+from jobmanager.core import WorkerPlacement
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+
+    from backend.core.scoping import Action
 
 JOB_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 JOB_ID_LENGTH = 10
@@ -50,6 +57,23 @@ PENDING_STATUSES = (JobStatus.UNAPPROVED, JobStatus.QUEUED)
 TERMINAL_STATUSES = (JobStatus.KILLED, JobStatus.FINISHED, JobStatus.FAILED, JobStatus.TIMEOUT)
 
 
+def millicpus(cpus: Decimal | float | int) -> int:
+    return int(Decimal(str(cpus)) * 1000)
+
+
+def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, ...]:
+    """A stored placement (one entry per worker, in rank order), typed."""
+    return tuple(
+        WorkerPlacement(
+            node=worker["node"],
+            gpus=tuple(worker.get("gpus") or ()),
+            millicpus=millicpus(worker.get("cpus", 0)),
+            memory=int(worker.get("memory", 0)),
+        )
+        for worker in placement or []
+    )
+
+
 class FailureClass(models.TextChoices):
     USER = "user"
     INFRASTRUCTURE = "infrastructure"
@@ -68,15 +92,18 @@ class StopOutcome(models.TextChoices):
 
 
 class JobQuerySet(models.QuerySet):
-    def visible_to(self, user: object) -> JobQuerySet:
-        """Owners see their jobs, VC admins every job of their VCs, cluster admins all."""
-        if not getattr(user, "is_authenticated", False):
+    def visible_to(self, user: User | AnonymousUser, action: Action = "view") -> JobQuerySet:
+        """Owners see (and act on) their jobs, VC admins see and administer every job of
+        their VCs, cluster admins all."""
+        if not user.is_authenticated:
             return self.none()
-        if user.is_staff:  # type: ignore[attr-defined]
+        if user.is_staff:
             return self
         administered = list(
             Membership.objects.filter(user=user, role=Role.ADMIN).values_list("vc_id", flat=True)
         )
+        if action == "administer":
+            return self.filter(vc_id__in=administered)
         if not administered:
             return self.filter(owner=user)
         return self.filter(Q(owner=user) | Q(vc_id__in=administered))
@@ -84,15 +111,27 @@ class JobQuerySet(models.QuerySet):
     def active(self) -> JobQuerySet:
         return self.filter(status__in=ACTIVE_STATUSES)
 
+    def on_node(self, node_name: str) -> JobQuerySet:
+        """These jobs with at least one worker placed on the node (placement is JSON, read
+        here in one query: SQLite has no JSON containment lookup)."""
+        pks = [
+            pk
+            for pk, placement in self.order_by().values_list("pk", "placement")
+            if any(worker.node == node_name for worker in placement_from_json(placement))
+        ]
+        return self.filter(pk__in=pks)
+
 
 class JobArrayQuerySet(models.QuerySet):
-    def visible_to(self, user: object) -> JobArrayQuerySet:
+    def visible_to(self, user: User | AnonymousUser, action: Action = "view") -> JobArrayQuerySet:
         """As jobs: owners see theirs, VC admins their VCs' arrays, cluster admins all."""
-        if not getattr(user, "is_authenticated", False):
+        if not user.is_authenticated:
             return self.none()
-        if user.is_staff:  # type: ignore[attr-defined]
+        if user.is_staff:
             return self
         administered = Membership.objects.filter(user=user, role=Role.ADMIN).values("vc_id")
+        if action == "administer":
+            return self.filter(vc_id__in=administered)
         return self.filter(Q(owner=user) | Q(vc_id__in=administered))
 
 
@@ -109,6 +148,8 @@ class JobArray(models.Model):
     submitted_at = models.DateTimeField(default=timezone.now)
 
     objects = JobArrayQuerySet.as_manager()
+    # Its tasks counted by status, where the API's views attach them (not a column).
+    counts: dict[str, int]
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -175,6 +216,15 @@ class Job(models.Model):
         null=True, blank=True, help_text="A retried job waits out its backoff until then."
     )
     estimated_start_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="When its owner needs it finished (optional)."
+    )
+    deadline_forecast = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Predicted to finish by its deadline (the start-time forecast); null: no "
+        "deadline, or no forecast yet.",
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)
@@ -246,6 +296,16 @@ class Job(models.Model):
     @property
     def total_memory(self) -> int:
         return self.workers * self.memory_per_worker
+
+    @property
+    def placed_workers(self) -> tuple[WorkerPlacement, ...]:
+        """Where each worker is placed, in rank order (none unless it holds resources)."""
+        return placement_from_json(self.placement)
+
+    @property
+    def placed_nodes(self) -> list[str]:
+        """The nodes its workers are placed on, sorted, each once."""
+        return sorted({worker.node for worker in self.placed_workers})
 
     @property
     def is_terminal(self) -> bool:

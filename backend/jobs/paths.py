@@ -19,6 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 PATH_FIELDS = ("working_dir", "data_path", "output_path")
 SHARED = "shared"
@@ -30,12 +34,12 @@ class AllowedRoot:
     what: str  # in words, for the error: "your home", "VC vision's shared directory"
 
 
-def allowed_roots(owner: object, vc_name: str, home: str) -> list[AllowedRoot]:
+def allowed_roots(owner: User, vc_name: str, home: str) -> list[AllowedRoot]:
     """The roots the owner's job in ``vc_name`` may use (beyond its own directory)."""
     from backend.storage.models import StorageRoot
     from backend.vcs.models import Membership
 
-    username = owner.get_username()  # type: ignore[attr-defined]
+    username = owner.get_username()
     roots = [AllowedRoot(home, "your home")] if home else []
     if username in ("", ".", "..", SHARED):
         return roots  # no directory can be named after such a user
@@ -81,7 +85,7 @@ def path_errors(path: str, roots: list[AllowedRoot]) -> list[str]:
 
 
 def job_path_errors(
-    owner: object, vc_name: str, home: str, paths: dict[str, str]
+    owner: User, vc_name: str, home: str, paths: dict[str, str]
 ) -> dict[str, list[str]]:
     """Errors by field for the job's paths (only fields with a path are looked at)."""
     given = {name: value for name, value in paths.items() if value}

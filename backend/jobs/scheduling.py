@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import lru_cache
 
 from django.conf import settings
 from django.db import transaction
@@ -16,7 +17,16 @@ from django.utils import timezone
 from backend.clusters.models import Node, RepairState
 from backend.jobs.estimates import learned_run_times
 from backend.jobs.lease import Lease
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobEvent, JobStatus, JobType, StopOutcome
+from backend.jobs.models import (
+    ACTIVE_STATUSES,
+    Job,
+    JobStatus,
+    JobType,
+    StopOutcome,
+    millicpus,
+    placement_from_json,
+)
+from backend.jobs.transitions import bulk_transition
 from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
@@ -31,13 +41,10 @@ from jobmanager.core import (
     schedule,
 )
 from jobmanager.core.estimates import RunTimeEstimator
+from jobmanager.core.placement import ClusterState
 from jobmanager.core.snapshot import JobShape, Policy
 
 RELEASING_STATUSES = (JobStatus.PAUSING, JobStatus.KILLING)
-
-
-def millicpus(cpus: Decimal | float | int) -> int:
-    return int(Decimal(str(cpus)) * 1000)
 
 
 def epoch(moment: datetime | None) -> float:
@@ -49,7 +56,7 @@ JOB_COLUMNS = (
     "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
-    "max_wall_time", "node_selector", "reserved_placement", "owner__username",
+    "max_wall_time", "node_selector", "reserved_placement", "owner__username", "deadline",
 )  # fmt: skip
 
 
@@ -59,15 +66,14 @@ QUEUED_COLUMNS = (
     "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
-    "insight_message", "owner__username",
+    "insight_message", "owner__username", "deadline",
 )  # fmt: skip
 
 
-def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None = None) -> Snapshot:
-    """Nodes, VCs with quotas, jobs holding resources and jobs ready to start; with
-    ``insights``, each ready job's current insight message is put there by job id."""
-    now = now or timezone.now()
-    nodes = tuple(
+def load_nodes() -> tuple[NodeState, ...]:
+    """Every node as the scheduler sees it: schedulable only when it is not cordoned, is
+    in service and the cluster backend reports it ready."""
+    return tuple(
         NodeState(
             name=row["name"],
             gpu_type=row["gpu_type__name"],
@@ -82,6 +88,25 @@ def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None =
             "repair_state", "ready",
         )
     )  # fmt: skip
+
+
+def load_running(estimates: RunTimeEstimator | None = None) -> tuple[RunningJob, ...]:
+    """The jobs holding resources (running, and releasing them while they stop)."""
+    rows = Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
+    return tuple(_running_job(row, estimates) for row in rows)
+
+
+def load_cluster_state() -> ClusterState:
+    """What is free on each node exactly as a scheduling pass starts from it (what the
+    dashboard shows as capacity)."""
+    return ClusterState.of(load_nodes(), load_running())
+
+
+def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None = None) -> Snapshot:
+    """Nodes, VCs with quotas, jobs holding resources and jobs ready to start; with
+    ``insights``, each ready job's current insight message is put there by job id."""
+    now = now or timezone.now()
+    nodes = load_nodes()
     quotas: dict[int, dict[str, Resources]] = defaultdict(dict)
     for row in Quota.objects.order_by().values("vc_id", "gpu_type__name", "gpus", "cpus", "memory"):
         quotas[row["vc_id"]][row["gpu_type__name"]] = Resources(
@@ -99,10 +124,7 @@ def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None =
         )
     )
     estimates = learned_run_times()
-    running = tuple(
-        _running_job(row, estimates)
-        for row in Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
-    )
+    running = load_running(estimates)
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
@@ -121,14 +143,28 @@ def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None =
 
 
 def _shape(row: dict) -> JobShape:
-    return JobShape(
-        gpu_type=row["gpu_type__name"],
-        workers=row["workers"],
-        per_worker=Resources(
-            row["gpus_per_worker"], millicpus(row["cpus_per_worker"]), row["memory_per_worker"]
-        ),
-        node_selector=tuple(sorted((row["node_selector"] or {}).items())),
+    return _job_shape(
+        row["gpu_type__name"],
+        row["workers"],
+        row["gpus_per_worker"],
+        row["cpus_per_worker"],
+        row["memory_per_worker"],
+        tuple(sorted((row["node_selector"] or {}).items())),
     )
+
+
+@lru_cache(maxsize=4096)
+def _job_shape(
+    gpu_type: str,
+    workers: int,
+    gpus: int,
+    cpus: Decimal,
+    memory: int,
+    node_selector: tuple[tuple[str, str], ...],
+) -> JobShape:
+    """One shape object for all the jobs of a shape (ten thousand jobs have a handful):
+    made once, not once a row, and compared by identity first wherever a pass looks it up."""
+    return JobShape(gpu_type, workers, Resources(gpus, millicpus(cpus), memory), node_selector)
 
 
 def _wall_time(row: dict) -> int:
@@ -142,6 +178,11 @@ def _expected_run(row: dict, estimates: RunTimeEstimator | None) -> float | None
         return wall_time
     gpus = row["workers"] * row["gpus_per_worker"]
     return estimates.estimate(row["vc__name"], row["owner__username"] or "", gpus, wall_time)
+
+
+def _due(row: dict) -> float | None:
+    """The deadline its owner set (``Job.deadline``), if any, as the core's ``due``."""
+    return epoch(row["deadline"]) if row.get("deadline") is not None else None
 
 
 def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> RunningJob:
@@ -162,6 +203,7 @@ def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> Runnin
         queued_at=epoch(row["queued_at"]),
         user=row["owner__username"] or "",
         expected_end=None if expected is None else epoch(started) + expected,
+        due=_due(row),
     )
 
 
@@ -179,18 +221,7 @@ def queued_job(row: dict, estimates: RunTimeEstimator | None = None) -> QueuedJo
         reserved=placement_from_json(row["reserved_placement"]),
         user=row["owner__username"] or "",
         expected_duration=_expected_run(row, estimates),
-    )
-
-
-def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, ...]:
-    return tuple(
-        WorkerPlacement(
-            node=worker["node"],
-            gpus=tuple(worker.get("gpus") or ()),
-            millicpus=millicpus(worker.get("cpus", 0)),
-            memory=int(worker.get("memory", 0)),
-        )
-        for worker in placement or []
+        due=_due(row),
     )
 
 
@@ -237,13 +268,12 @@ def apply_decisions(decisions: Decisions, insights: dict[str, str] | None = None
     insert. A job that changed meanwhile (killed, paused) is left alone."""
     applied = Applied()
     now = timezone.now()
-    changed: list[tuple[Job, str]] = []  # (job, from status), written in bulk below
+    changed: list[tuple[Job, str]] = []  # (job, to status), written in bulk below
     starts = {start.job_id: start for start in decisions.starts}
     preemptions = {preemption.job_id: preemption for preemption in decisions.preemptions}
     for job in _locked_jobs([*starts, *preemptions]):
         start, preemption = starts.get(job.job_id), preemptions.get(job.job_id)
         if start is not None and job.status == JobStatus.QUEUED:
-            job.status = JobStatus.SCHEDULING
             job.placement = placement_to_json(start.placement)
             job.borrowing = start.borrowing
             job.attempt += 1
@@ -254,11 +284,10 @@ def apply_decisions(decisions: Decisions, insights: dict[str, str] | None = None
             borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
             job.status_message = f"placed on {nodes}{borrowed}"
             job.insight_message = ""
-            changed.append((job, JobStatus.QUEUED))
+            changed.append((job, JobStatus.SCHEDULING))
             applied.deployments.append((job.pk, job.attempt))
         elif preemption is not None and job.status in (JobStatus.SCHEDULING, JobStatus.RUNNING):
-            changed.append((job, job.status))
-            job.status = JobStatus.PAUSING
+            changed.append((job, JobStatus.PAUSING))
             job.stop_outcome = StopOutcome.REQUEUE
             job.status_message = preemption.reason
             applied.preempted.append(job.job_id)
@@ -285,26 +314,14 @@ APPLIED_FIELDS = (
 
 def _write_transitions(changed: list[tuple[Job, str]], now: datetime) -> None:
     """The pass's changed jobs in one bulk update, and their events in one insert."""
-    from backend.jobs.actions import (  # actions imports this module's helpers
-        SYSTEM_ACTOR,
-        observe_transitions,
+    bulk_transition(
+        changed,
+        actor=None,
+        reason=lambda job: job.status_message,
+        fields=APPLIED_FIELDS,
+        now=now,
+        batch_size=500,
     )
-
-    if not changed:
-        return
-    observe_transitions(changed)
-    for job, _ in changed:
-        job.updated_at = now
-    Job.objects.bulk_update([job for job, _ in changed], APPLIED_FIELDS, batch_size=500)
-    JobEvent.objects.bulk_create(
-        [
-            JobEvent(
-                job=job, from_status=from_status, to_status=job.status,
-                actor_name=SYSTEM_ACTOR, reason=job.status_message, created_at=now,
-            )
-            for job, from_status in changed
-        ]
-    )  # fmt: skip
 
 
 def _record_claims(decisions: Decisions) -> None:

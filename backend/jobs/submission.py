@@ -7,6 +7,7 @@ import shlex
 import unicodedata
 from dataclasses import dataclass, fields
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
@@ -15,6 +16,17 @@ from backend.clusters.models import GpuType, Node
 from backend.jobs.models import JobType
 from backend.jobs.usage import user_guaranteed_gpus
 from backend.vcs.models import Quota, VirtualCluster
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+    from django_stubs_ext import WithAnnotations
+
+
+class WorkerFit(TypedDict):
+    """What ``quota_with_worker_fit`` annotates a quota with."""
+
+    worker_fits: bool
+
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV_PREFIXES = ("TRAINYARD_",)
@@ -97,9 +109,10 @@ def check_env(env: object) -> list[str]:
 def check_launch_size(command: str, env: dict[str, str]) -> list[str]:
     """The command and the environment together must fit what the kernel can exec."""
     sizes = [utf8_size(command), *(utf8_size(f"{name}={value}") for name, value in env.items())]
-    if None in sizes:
+    known_sizes = [size for size in sizes if size is not None]
+    if len(known_sizes) < len(sizes):
         return []  # reported by the field's own check
-    total = sum(size + 1 for size in sizes)  # type: ignore[operator]
+    total = sum(size + 1 for size in known_sizes)
     if total > MAX_LAUNCH_BYTES:
         return [
             f"The command and environment are {total:,} bytes together; at most "
@@ -183,27 +196,27 @@ def explain_no_fit(request: Request) -> FieldErrors:
         return {"gpu_type": [f"No {request.gpu_type.name} nodes are registered in the cluster."]}
     fits_gpus = nodes.filter(gpus__gte=request.gpus_per_worker)
     if not fits_gpus.exists():
-        largest = max(nodes.values_list("gpus", flat=True))
+        most_gpus = max(nodes.values_list("gpus", flat=True))
         return {
             "gpus_per_worker": [
-                f"The largest {request.gpu_type.name} node has {largest} GPUs; a worker asks "
+                f"The largest {request.gpu_type.name} node has {most_gpus} GPUs; a worker asks "
                 f"for {request.gpus_per_worker}. Use more workers with fewer GPUs each."
             ]
         }
     fits_cpus = fits_gpus.filter(cpus__gte=request.cpus_per_worker)
     if not fits_cpus.exists():
-        largest = max(fits_gpus.values_list("cpus", flat=True))
+        most_cpus = max(fits_gpus.values_list("cpus", flat=True))
         return {
             "cpus_per_worker": [
                 f"No {request.gpu_type.name} node with {request.gpus_per_worker} GPUs has "
-                f"{request.cpus_per_worker} CPUs; the most is {largest.normalize()}."
+                f"{request.cpus_per_worker} CPUs; the most is {most_cpus.normalize()}."
             ]
         }
-    largest = max(fits_cpus.values_list("memory", flat=True))
+    most_memory = max(fits_cpus.values_list("memory", flat=True))
     return {
         "memory_per_worker": [
             f"No {request.gpu_type.name} node that fits the GPUs and CPUs has "
-            f"{request.memory_per_worker} MiB of memory; the most is {largest} MiB."
+            f"{request.memory_per_worker} MiB of memory; the most is {most_memory} MiB."
         ]
     }
 
@@ -257,7 +270,7 @@ def quota_with_worker_fit(
     gpus: int,
     cpus: Decimal | None,
     memory: int | None,
-) -> Quota | None:
+) -> WithAnnotations[Quota, WorkerFit] | None:
     """The usual submission's lookups in one query: the VC's quota of the named GPU type,
     with the type itself, annotated ``worker_fits``: whether a node of the type fits one
     worker, whose CPU and memory, when left out, are the type's t-shirt size."""
@@ -279,7 +292,7 @@ def quota_with_worker_fit(
     )
 
 
-def check_request(request: Request, quota: Quota | None) -> FieldErrors:
+def check_request(request: Request, quota: WithAnnotations[Quota, WorkerFit] | None) -> FieldErrors:
     """All resource rules (VC limits, then the largest node, then the quota); the first
     error per field wins. ``quota`` is what ``quota_with_worker_fit`` found: None for a
     preemptible job, or when the VC has no quota of that GPU type."""
@@ -327,9 +340,7 @@ def nodes_with_labels(gpu_type: GpuType, selector: dict[str, str]) -> list[str]:
     ]
 
 
-def visible_vc_for_submission(user: object, name: str) -> VirtualCluster | None:
-    """The VC by name if the user may submit into it (members; cluster admins anywhere)."""
-    vcs = VirtualCluster.objects.filter(name=name)
-    if not getattr(user, "is_staff", False):
-        vcs = vcs.filter(memberships__user=user)
-    return vcs.order_by().first()
+def visible_vc_for_submission(user: User | AnonymousUser, name: str) -> VirtualCluster | None:
+    """The VC by name if the user may submit into it: one they see (members; cluster
+    admins anywhere)."""
+    return VirtualCluster.objects.visible_to(user).filter(name=name).order_by().first()

@@ -7,33 +7,18 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from backend.core.redis import redis_client, redis_key
+from backend.core.redis import redis_client
 from backend.jobs import lifecycle, manager
 from backend.jobs.backends import get_backend
+from backend.jobs.triggers import job_manager_requested_key, request_job_manager_run
 
 logger = logging.getLogger(__name__)
 FOLLOW_UP_SECONDS = 0.5
 
 
-def _requested_key() -> str:
-    return redis_key(manager.LEASE_NAME, "requested")
-
-
-def request_job_manager_run() -> None:
-    """Ask for a job manager run soon; requests made before it starts collapse into one.
-    Never fails the caller: beat runs the job manager every few seconds anyway."""
-    if not settings.TRAINYARD_TRIGGER_JOB_MANAGER:
-        return
-    try:
-        if redis_client().set(_requested_key(), 1, nx=True, ex=30):
-            run_job_manager.apply_async()
-    except Exception:  # Redis or the broker being down must not fail a submission
-        logger.warning("Could not ask for a job manager run; beat will run it.", exc_info=True)
-
-
 @shared_task(ignore_result=True)
 def run_job_manager() -> dict:
-    redis_client().delete(_requested_key())
+    redis_client().delete(job_manager_requested_key())
     summary = manager.run_job_manager(get_backend(), deploy_job.delay, _enqueue_deployments)
     if summary.over_budget:
         request_job_manager_run()  # behind the work queued meanwhile
@@ -58,7 +43,9 @@ def _enqueue_deployments(deployments: list[tuple[int, int]]) -> None:
 def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
     """Hand a round's placed attempts to the backend at once, ``TRAINYARD_DEPLOY_THREADS``
     at a time (idempotent, as ``deploy_job``); returns how many ended how."""
-    outcomes = lifecycle.deploy_many(get_backend(), [tuple(pair) for pair in deployments])
+    outcomes = lifecycle.deploy_many(
+        get_backend(), [(job_pk, attempt) for job_pk, attempt in deployments]
+    )
     if "requeued" in outcomes:
         request_job_manager_run()
     return {outcome: outcomes.count(outcome) for outcome in set(outcomes)}

@@ -1,25 +1,31 @@
-"""What jobs hold and want: per-node use, per-VC use and queued demand, per GPU type."""
+"""What jobs hold and want: per-VC use and queued demand, per GPU type."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 
 from django.db.models import Count, F, Sum
 
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, millicpus
+from jobmanager.core import Resources
+from jobmanager.core.snapshot import NO_RESOURCES
 
 
-@dataclass
-class Resources:
-    gpus: int = 0
-    cpus: Decimal = field(default_factory=Decimal)
-    memory: int = 0
-    jobs: int = 0  # how many jobs the totals are of (not part of as_dict)
+def resources_dict(resources: Resources) -> dict[str, object]:
+    """As the API shows resources: GPUs, CPUs (not millicpus) and memory in MiB."""
+    return {
+        "gpus": resources.gpus,
+        "cpus": resources.millicpus / 1000,
+        "memory": resources.memory,
+    }
 
-    def as_dict(self) -> dict[str, object]:
-        return {"gpus": self.gpus, "cpus": float(self.cpus), "memory": self.memory}
+
+@dataclass(frozen=True)
+class JobTotals:
+    """What some jobs hold or ask for together, and how many jobs they are."""
+
+    resources: Resources = NO_RESOURCES
+    jobs: int = 0
 
 
 def worker_gpu_count(worker: dict) -> int:
@@ -28,20 +34,7 @@ def worker_gpu_count(worker: dict) -> int:
     return len(gpus) if isinstance(gpus, list) else int(gpus)
 
 
-def used_by_node() -> dict[str, Resources]:
-    """Resources held on each node by the jobs that occupy it now."""
-    used: dict[str, Resources] = defaultdict(Resources)
-    placements = Job.objects.filter(status__in=ACTIVE_STATUSES).values_list("placement", flat=True)
-    for placement in placements:
-        for worker in placement or []:
-            node_use = used[worker["node"]]
-            node_use.gpus += worker_gpu_count(worker)
-            node_use.cpus += Decimal(str(worker.get("cpus", 0)))
-            node_use.memory += int(worker.get("memory", 0))
-    return used
-
-
-def _totals_by_gpu_type(jobs) -> dict[str, Resources]:
+def _totals_by_gpu_type(jobs) -> dict[str, JobTotals]:
     rows = jobs.values("gpu_type__name").annotate(
         gpus=Sum(F("workers") * F("gpus_per_worker")),
         cpus=Sum(F("workers") * F("cpus_per_worker")),
@@ -49,29 +42,31 @@ def _totals_by_gpu_type(jobs) -> dict[str, Resources]:
         jobs=Count("id"),
     )
     return {
-        row["gpu_type__name"]: Resources(
-            gpus=int(row["gpus"] or 0),
-            cpus=Decimal(str(row["cpus"] or 0)),
-            memory=int(row["memory"] or 0),
+        row["gpu_type__name"]: JobTotals(
+            Resources(
+                gpus=int(row["gpus"] or 0),
+                millicpus=millicpus(row["cpus"] or 0),
+                memory=int(row["memory"] or 0),
+            ),
             jobs=row["jobs"],
         )
         for row in rows
     }
 
 
-def vc_used(vc_id: int) -> dict[str, Resources]:
+def vc_used(vc_id: int) -> dict[str, JobTotals]:
     """Resources a VC's jobs hold now, per GPU type."""
     return _totals_by_gpu_type(Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES))
 
 
-def vc_borrowed(vc_id: int) -> dict[str, Resources]:
+def vc_borrowed(vc_id: int) -> dict[str, JobTotals]:
     """Resources a VC's jobs hold beyond its quota (as preemptible work), per GPU type."""
     return _totals_by_gpu_type(
         Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES, borrowing=True)
     )
 
 
-def vc_queued(vc_id: int) -> dict[str, Resources]:
+def vc_queued(vc_id: int) -> dict[str, JobTotals]:
     """Resources a VC's waiting jobs ask for, per GPU type."""
     return _totals_by_gpu_type(Job.objects.filter(vc_id=vc_id, status=JobStatus.QUEUED))
 

@@ -125,7 +125,8 @@ def _queue_wait_thresholds() -> GaugeMetricFamily:
     )
     thresholds = VirtualCluster.objects.filter(queue_wait_alert_minutes__isnull=False)
     for name, minutes in thresholds.values_list("name", "queue_wait_alert_minutes"):
-        family.add_metric([name], minutes * 60)
+        if minutes is not None:  # as the filter says: the hints allow None
+            family.add_metric([name], minutes * 60)
     return family
 
 
@@ -215,8 +216,10 @@ def _storage() -> Iterator[GaugeMetricFamily]:
             .first()
         )
         if last:
-            used.add_metric([root.name], last[0])
-            scanned.add_metric([root.name], last[1].timestamp())
+            bytes_seen, finished_at = last
+            used.add_metric([root.name], bytes_seen)
+            if finished_at is not None:  # a scan that is done has finished
+                scanned.add_metric([root.name], finished_at.timestamp())
         if root.alert_threshold_bytes:
             threshold.add_metric([root.name], root.alert_threshold_bytes)
     yield used

@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
-from backend.jobs.actions import record_event, run_job_manager_after_commit
+from backend.core.outbox import queue_email
 from backend.jobs.models import FailureClass, Job, JobStatus, StopOutcome
-from backend.repairs.mail import queue_email
+from backend.jobs.transitions import transition
+from backend.jobs.triggers import run_job_manager_after_commit
 from backend.repairs.models import NodeRepairEvent, RepairMove
 from repairmanager.states import check_move
 
@@ -28,7 +29,7 @@ def move_node(
     node: Node,
     to_state: str,
     reason: str,
-    actor: AbstractUser | None = None,
+    actor: User | None = None,
     rule: str = "",
 ) -> Node:
     """Move a node one step through the repair cycle (MoveRefused if the cycle forbids it).
@@ -54,6 +55,7 @@ def move_node(
         actor=actor,
         actor_name=actor.get_username() if actor else REPAIR_ACTOR,
     )
+    run_job_manager_after_commit()  # a node out of service, or back, changes what fits
     return node
 
 
@@ -71,11 +73,7 @@ def _cordon_in_backend(node_name: str, cordoned: bool) -> None:
 def active_jobs_on(node_name: str) -> list[Job]:
     """Jobs holding resources with at least one worker on the node."""
     holding = Job.objects.filter(status__in=(JobStatus.SCHEDULING, JobStatus.RUNNING))
-    return [
-        job
-        for job in holding.only("pk", "placement", "status")
-        if any(worker.get("node") == node_name for worker in job.placement)
-    ]
+    return list(holding.on_node(node_name).only("pk", "placement", "status"))
 
 
 def repair_message(node_name: str, fault: str, at: datetime) -> str:
@@ -96,16 +94,19 @@ def move_jobs_off(
         job = Job.objects.select_for_update().select_related("owner").get(pk=candidate.pk)
         if job.status not in (JobStatus.SCHEDULING, JobStatus.RUNNING):
             continue
-        from_status = job.status
         reason = f"moved off {base}"
-        job.status = JobStatus.PAUSING
-        job.stop_outcome = StopOutcome.MOVED
-        job.status_message = reason
-        job.failure_class = FailureClass.INFRASTRUCTURE
-        job.failure_rule = REPAIR_FAILURE_RULE
-        job.repair_message = f"{base}; requeued without spending a retry"
-        job.save()
-        record_event(job, from_status, None, reason, actor_name=REPAIR_ACTOR)
+        transition(
+            job,
+            JobStatus.PAUSING,
+            actor=None,
+            reason=reason,
+            actor_name=REPAIR_ACTOR,
+            stop_outcome=StopOutcome.MOVED,
+            status_message=reason,
+            failure_class=FailureClass.INFRASTRUCTURE,
+            failure_rule=REPAIR_FAILURE_RULE,
+            repair_message=f"{base}; requeued without spending a retry",
+        )
         RepairMove.objects.create(
             job=job, attempt=job.attempt, node=node_name, fault=fault, moved_at=at
         )
@@ -131,7 +132,7 @@ def complete_repair_messages() -> int:
         job = move.job
         if job.status != JobStatus.RUNNING or job.attempt <= move.attempt:
             continue
-        nodes = ", ".join(sorted({worker["node"] for worker in job.placement}))
+        nodes = ", ".join(job.placed_nodes)
         with transaction.atomic():
             RepairMove.objects.filter(pk=move.pk).update(restarted_on=nodes)
             message = (

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from backend.repairs.models import NodeFault, NodeRepairEvent, OutgoingEmail, RepairMove
+from backend.repairs.models import NodeFault, NodeRepairEvent, RepairMove
 
 
 @admin.register(NodeRepairEvent)
@@ -20,9 +20,3 @@ class NodeFaultAdmin(admin.ModelAdmin):
 @admin.register(RepairMove)
 class RepairMoveAdmin(admin.ModelAdmin):
     list_display = ["job", "node", "fault", "moved_at", "restarted_on"]
-
-
-@admin.register(OutgoingEmail)
-class OutgoingEmailAdmin(admin.ModelAdmin):
-    list_display = ["subject", "created_at", "sent_at", "attempts"]
-    readonly_fields = ["key"]

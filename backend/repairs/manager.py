@@ -17,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.core.outbox import queue_email
 from backend.jobs.lease import acquire_lease
 from backend.jobs.models import ACTIVE_STATUSES, Job
 from backend.repairs.actions import complete_repair_messages, move_jobs_off, move_node
-from backend.repairs.mail import cluster_admin_addresses, queue_email
+from backend.repairs.mail import cluster_admin_addresses
 from backend.repairs.models import NodeFault, NodeRepairEvent
 from repairmanager.planning import (
     Firing,
@@ -34,7 +35,6 @@ from repairmanager.planning import (
 )
 from repairmanager.prometheus import PrometheusClient
 from repairmanager.rules import Rule, load_rules
-from repairmanager.states import NodeState
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def repair_pass(
     facts = [
         NodeFacts(
             node.name,
-            NodeState(node.repair_state),
+            RepairState(node.repair_state),
             node.gpus,
             _epoch(node.last_heartbeat),
             node.ready,
@@ -105,6 +105,7 @@ def repair_pass(
         for fault in NodeFault.objects.filter(cleared_at__isnull=True, node__isnull=False)
         .select_related("node")
         .order_by("first_seen", "id")
+        if fault.node is not None  # as the filter says: the hints allow None
     }
     decided = plan(
         observed,
@@ -230,11 +231,8 @@ def _watch_prometheus(blind: str, configured: bool, now: datetime) -> int:
 
 
 def _jobs_on(node_name: str) -> list[str]:
-    return [
-        job.job_id
-        for job in Job.objects.filter(status__in=ACTIVE_STATUSES).only("job_id", "placement")
-        if any(worker.get("node") == node_name for worker in job.placement)
-    ]
+    active = Job.objects.filter(status__in=ACTIVE_STATUSES)
+    return list(active.on_node(node_name).values_list("job_id", flat=True))
 
 
 def _drain(nodes: dict[str, Node], now: datetime, summary: RepairSummary) -> None:

@@ -1,5 +1,5 @@
 """The repair manager's records: every move of a node through the repair cycle, the faults
-it watches, the jobs it moved off failing nodes, and the emails it owes people."""
+it watches, the jobs it moved off failing nodes."""
 
 from __future__ import annotations
 
@@ -79,24 +79,3 @@ class RepairMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} off {self.node}"
-
-
-class OutgoingEmail(models.Model):
-    """An email owed to someone; ``key`` makes each alert once only, and the sender
-    retries what SMTP refused, so no alert is lost to a mail server being down."""
-
-    key = models.CharField(max_length=200, unique=True)
-    recipients = models.JSONField(default=list)
-    subject = models.CharField(max_length=300)
-    body = models.TextField()
-    created_at = models.DateTimeField(default=timezone.now)
-    sent_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["sent_at", "created_at"], name="outgoing_email_idx")]
-
-    def __str__(self) -> str:
-        return self.subject

@@ -6,7 +6,8 @@ import logging
 
 from celery import shared_task
 
-from backend.repairs import mail, manager
+from backend.core import outbox
+from backend.repairs import manager
 
 logger = logging.getLogger(__name__)
 
@@ -22,10 +23,5 @@ def run_repair_manager() -> dict:
             summary.taken_out, summary.held_back, summary.jobs_moved,
             f", Prometheus unavailable: {summary.blind}" if summary.blind else "",
         )  # fmt: skip
-    mail.send_pending_emails()
+    outbox.send_pending_emails()
     return {"taken_out": summary.taken_out, "held_back": summary.held_back}
-
-
-@shared_task(ignore_result=True)
-def send_pending_emails() -> int:
-    return mail.send_pending_emails()

@@ -9,16 +9,16 @@ import os
 import pwd
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
-from django.core.mail import send_mail
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from backend.core import outbox
 from backend.storage.models import (
     ExpiringFile,
     ExpiryNotice,
@@ -38,12 +38,11 @@ from storagemanager import expiry, lustre
 from storagemanager.scan import ScanResult, scan_root
 
 logger = logging.getLogger(__name__)
-User = get_user_model()
 GIB = 1024**3
 DAY = 86400
 
 
-def owners_by_uid(uids: Iterable[int]) -> dict[int, AbstractUser]:
+def owners_by_uid(uids: Iterable[int]) -> dict[int, User]:
     """The Trainyard user of each uid: from the storage accounts, else the system account
     of that uid when a Trainyard user has its name."""
     uids = set(uids)
@@ -62,7 +61,7 @@ def owners_by_uid(uids: Iterable[int]) -> dict[int, AbstractUser]:
     return owners
 
 
-def _owner_key(uid: int, owners: dict[int, AbstractUser]) -> str:
+def _owner_key(uid: int, owners: dict[int, User]) -> str:
     return owners[uid].username if uid in owners else f"uid:{uid}"
 
 
@@ -96,7 +95,8 @@ def scan(root: StorageRoot) -> Scan:
         return record
     _store_snapshot(record, result)
     record.refresh_from_db()
-    check_usage_alert(root, record)
+    if check_usage_alert(root, record):
+        outbox.send_pending_emails()  # run by a worker already: the alert goes out now
     return record
 
 
@@ -201,13 +201,12 @@ def check_usage_alert(root: StorageRoot, record: Scan) -> bool:
         "Largest paths:",
         *(f"  {_gib(path.bytes):>12}  {path.path}" for path in paths),
     ]
-    if recipients:
-        send_mail(
-            f"[Trainyard] Storage {root.name} is over its threshold",
-            "\n".join(lines),
-            None,
-            recipients,
-        )
+    outbox.queue_email(
+        f"storage-alert:{record.pk}",
+        recipients,
+        f"Storage {root.name} is over its threshold",
+        "\n".join(lines),
+    )
     StorageRoot.objects.filter(pk=root.pk).update(alerted_at=timezone.now())
     root.alerted_at = timezone.now()
     return True
@@ -253,6 +252,12 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
         listed = _record_listing(root, run, candidates, keep_rows=dry_run)
         if not dry_run:
             run.warned_users = warn_owners(root, listed, window)
+
+            def record_progress(done: expiry.Deletion) -> None:
+                ExpiryRun.objects.filter(pk=run.pk).update(
+                    deleted_files=done.files, deleted_bytes=done.bytes
+                )
+
             deletion = expiry.delete_expired(
                 root.path,
                 expiry.iter_candidates(
@@ -260,9 +265,7 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
                 ),
                 window.expire_before,
                 expiry.RateLimit(root.delete_rate),
-                progress=lambda done: ExpiryRun.objects.filter(pk=run.pk).update(
-                    deleted_files=done.files, deleted_bytes=done.bytes
-                ),
+                progress=record_progress,
             )
             run.deleted_files, run.deleted_bytes = deletion.files, deletion.bytes
             run.deleted_directories, run.skipped = deletion.directories, len(deletion.skipped)
@@ -281,7 +284,7 @@ class OwnerListing:
     files: int = 0
     bytes: int = 0
     first_last_used: float = float("inf")
-    paths: list[str] | None = None
+    paths: list[str] = field(default_factory=list)
 
 
 def _record_listing(
@@ -352,16 +355,18 @@ def warn_owners(root: StorageRoot, soon: dict[int, OwnerListing], window: Expiry
             "",
             *(f"  {path}" for path in listing.paths or []),
         ])  # fmt: skip
-        send_mail(
-            f"[Trainyard] {listing.files} of your files on {root.name} expire soon",
-            body,
-            None,
-            [user.email],
-        )
-        ExpiryNotice.objects.create(
+        notice = ExpiryNotice.objects.create(
             root=root, user=user, files=listing.files, bytes=listing.bytes, first_expiry=first
         )
+        outbox.queue_email(
+            f"expiry-notice:{notice.pk}",
+            [user.email],
+            f"{listing.files} of your files on {root.name} expire soon",
+            body,
+        )
         warned += 1
+    if warned:
+        outbox.send_pending_emails()  # before the deletion this run goes on to
     return warned
 
 
@@ -404,3 +409,47 @@ def apply_lustre_settings(root: StorageRoot, adapter: lustre.LustreAdapter | Non
 def _vc_directory(root: StorageRoot, vc: str) -> str:
     base = root.vc_directory.strip("/")
     return os.path.join(root.path, "" if base in ("", ".") else base, vc)
+
+
+# --- roots, configured by cluster admins -----------------------------------------------
+
+# Sent by name: the tasks module imports this one.
+SCAN_TASK = "backend.storage.tasks.scan_root"
+EXPIRE_TASK = "backend.storage.tasks.expire_root"
+
+
+@transaction.atomic
+def create_storage_root(**fields: object) -> StorageRoot:
+    return StorageRoot.objects.create(**fields)
+
+
+@transaction.atomic
+def update_storage_root(root: StorageRoot, changes: dict[str, object]) -> StorageRoot:
+    """Change a root's settings; the next scan, expiry pass and quota run use them."""
+    for name, value in changes.items():
+        setattr(root, name, value)
+    root.save(update_fields=list(changes))
+    return root
+
+
+@transaction.atomic
+def delete_storage_root(root: StorageRoot) -> None:
+    """Forget the root with its scans and expiry runs; its files stay where they are."""
+    root.delete()
+
+
+def request_scan(root: StorageRoot) -> None:
+    """Scan the root in the background once the caller's transaction commits (at once
+    outside one). A broker that cannot be reached raises kombu's OperationalError."""
+    _queue_on_commit(SCAN_TASK, root.pk)
+
+
+def request_expiry_dry_run(root: StorageRoot) -> None:
+    """List in the background what the root's expiry policy (it has one) would delete
+    now, deleting nothing, once the caller's transaction commits."""
+    _queue_on_commit(EXPIRE_TASK, root.pk, dry_run=True)
+
+
+def _queue_on_commit(task: str, *args: object, **kwargs: object) -> None:
+    signature = current_app.signature(task, args=args, kwargs=kwargs)
+    transaction.on_commit(signature.delay)

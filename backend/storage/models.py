@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from backend.core.scoping import ClusterWideQuerySet
+from backend.core.scoping import Action, ClusterWideQuerySet
 from backend.vcs.models import VirtualCluster
 
 
@@ -150,12 +150,14 @@ class ScopedByOwnerQuerySet(models.QuerySet):
     """Rows about one person, one VC, or the whole root: people see their own, VC admins
     their VCs', cluster admins everything (rows of unmapped uids and directories too)."""
 
-    def visible_to(self, user: object) -> ScopedByOwnerQuerySet:
+    def visible_to(self, user: object, action: Action = "view") -> ScopedByOwnerQuerySet:
         if not getattr(user, "is_authenticated", False):
             return self.none()
         if user.is_staff:  # type: ignore[attr-defined]
             return self
         administered = VirtualCluster.objects.administered_by(user).values("id")
+        if action == "administer":
+            return self.filter(vc__in=administered)
         return self.filter(Q(user=user) | Q(vc__in=administered))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from backend.clusters.models import GpuType
@@ -70,11 +70,11 @@ def set_vc_quotas(vc: VirtualCluster, quotas: list[QuotaSpec]) -> list[Quota]:
     return stored
 
 
-def set_membership(vc: VirtualCluster, user: AbstractUser, role: str) -> Membership:
+def set_membership(vc: VirtualCluster, user: User, role: str) -> Membership:
     """Add a member, or change their role."""
     membership, _ = Membership.objects.update_or_create(vc=vc, user=user, defaults={"role": role})
     return membership
 
 
-def remove_membership(vc: VirtualCluster, user: AbstractUser) -> None:
+def remove_membership(vc: VirtualCluster, user: User) -> None:
     Membership.objects.filter(vc=vc, user=user).delete()

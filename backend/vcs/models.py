@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -10,6 +11,9 @@ from django.db import models
 from django.utils import timezone
 
 from backend.clusters.models import GpuType
+
+if TYPE_CHECKING:
+    from backend.core.scoping import Action
 
 
 class SchedulingPolicy(models.TextChoices):
@@ -28,8 +32,10 @@ class Role(models.TextChoices):
 
 
 class VirtualClusterQuerySet(models.QuerySet):
-    def visible_to(self, user: object) -> VirtualClusterQuerySet:
-        """Members see their VCs; cluster admins see all."""
+    def visible_to(self, user: object, action: Action = "view") -> VirtualClusterQuerySet:
+        """Members see their VCs, their admins administer them; cluster admins all."""
+        if action == "administer":
+            return self.administered_by(user)
         if not getattr(user, "is_authenticated", False):
             return self.none()
         if user.is_staff:  # type: ignore[attr-defined]

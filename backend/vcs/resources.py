@@ -7,9 +7,10 @@ from collections import Counter, defaultdict
 from django.db.models import F, Sum
 
 from backend.clusters.capacity import fragmentation, free_gpu_histograms, node_capacities
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
-from backend.jobs.usage import Resources, vc_borrowed, vc_queued, vc_used
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, millicpus
+from backend.jobs.usage import JobTotals, resources_dict, vc_borrowed, vc_queued, vc_used
 from backend.vcs.models import Quota, VirtualCluster
+from jobmanager.core import Resources
 
 
 def vc_resources(vc: VirtualCluster) -> list[dict[str, object]]:
@@ -27,24 +28,27 @@ def vc_resources(vc: VirtualCluster) -> list[dict[str, object]]:
     rows = []
     for name in sorted(set(quotas) | set(used) | set(queued)):
         quota = quotas.get(name)
-        quota_resources = Resources(quota.gpus, quota.cpus, quota.memory) if quota else Resources()
-        in_use = used.get(name, Resources())
-        waiting = queued.get(name, Resources())
+        quota_resources = (
+            Resources(quota.gpus, millicpus(quota.cpus), quota.memory) if quota else Resources()
+        )
+        in_use, waiting = used.get(name, JobTotals()), queued.get(name, JobTotals())
         histogram = histograms.get(name, Counter())
         rows.append(
             {
                 "gpu_type": name,
-                "quota": quota_resources.as_dict(),
-                "used": in_use.as_dict(),
-                "queued": waiting.as_dict(),
-                "free": Resources(
-                    max(quota_resources.gpus - in_use.gpus, 0),
-                    max(quota_resources.cpus - in_use.cpus, 0),
-                    max(quota_resources.memory - in_use.memory, 0),
-                ).as_dict(),
+                "quota": resources_dict(quota_resources),
+                "used": resources_dict(in_use.resources),
+                "queued": resources_dict(waiting.resources),
+                "free": resources_dict(
+                    Resources(
+                        max(quota_resources.gpus - in_use.resources.gpus, 0),
+                        max(quota_resources.millicpus - in_use.resources.millicpus, 0),
+                        max(quota_resources.memory - in_use.resources.memory, 0),
+                    )
+                ),
                 "running_jobs": in_use.jobs,
                 "queued_jobs": waiting.jobs,
-                "borrowed_gpus": borrowed.get(name, Resources()).gpus,
+                "borrowed_gpus": borrowed.get(name, JobTotals()).resources.gpus,
                 "cluster_idle_gpus": sum(free * nodes for free, nodes in histogram.items()),
                 "fragmentation": fragmentation(histogram),
             }

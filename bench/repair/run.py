@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: python bench/repair/run.py
 from repairmanager.planning import NodeFacts, observe, plan  # noqa: E402
 from repairmanager.prometheus import Sample  # noqa: E402
 from repairmanager.rules import load_rules  # noqa: E402
-from repairmanager.states import NodeState  # noqa: E402
+from repairmanager.states import RepairState  # noqa: E402
 
 GOAL_SECONDS = 0.5
 GPUS = 8
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rules = load_rules()
     nodes = [
-        NodeFacts(f"gpu-{index:04d}", NodeState.IN_SERVICE, GPUS, NOW - 5)
+        NodeFacts(f"gpu-{index:04d}", RepairState.IN_SERVICE, GPUS, NOW - 5)
         for index in range(args.nodes)
     ]
     query = query_from(answers(args.nodes, args.faulty))

@@ -28,38 +28,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", default="mysql://root@127.0.0.1:3306/trainyard_round")
     args = parser.parse_args(argv)
 
-    from bench.throughput.run import create_database
+    from bench.throughput.cluster import declare_cluster, setup_django
 
-    create_database(args.database_url)
-    os.environ["DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backend.settings")
-    os.environ["TRAINYARD_TRIGGER_JOB_MANAGER"] = "false"
-    os.environ.setdefault("TRAINYARD_VAR_DIR", tempfile.mkdtemp(prefix="trainyard-round-"))
-    import django
-
-    django.setup()
+    setup_django(args.database_url, "round")
     from decimal import Decimal
 
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
-    from backend.clusters.models import GpuType, Node
     from backend.core.redis import redis_client
-    from backend.jobs import lifecycle, manager
+    from backend.jobs import lifecycle, manager, triggers
     from backend.jobs.actions import JobSpec, submit_job_array
     from backend.jobs.models import Job, JobStatus
-    from backend.vcs.models import Quota, VirtualCluster
     from jobmanager.backends.memory import MemoryBackend
 
-    call_command("migrate", verbosity=0)
-    a100 = GpuType.objects.create(name="A100", cpus_per_gpu=Decimal(1), memory_per_gpu=256)
-    for index in range(4):
-        Node.objects.create(name=f"bench-{index}", gpu_type=a100, gpus=8, cpus=8, memory=16384)
-    vc = VirtualCluster.objects.create(name="bench", max_wall_time=86400)
-    Quota.objects.create(vc=vc, gpu_type=a100, gpus=32, cpus=32, memory=4 * 16384)
-    user = get_user_model().objects.create_user("bench")
+    a100, vc, user = declare_cluster()
     spec = JobSpec(
         vc=vc, gpu_type=a100, name="sweep", type="batch", command="true", workers=1,
         gpus_per_worker=1, cpus_per_worker=Decimal(1), memory_per_worker=256,
@@ -69,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     submit_job_array(user, spec, [{} for _ in range(args.queued)])
     print(f"{args.queued} queued jobs stored in {time.perf_counter() - began:.2f} s")
     backend = MemoryBackend(log_dir=tempfile.mkdtemp())
-    redis_client().delete(manager._rerun_key())
+    redis_client().delete(triggers.job_manager_rerun_key())
 
     def deploy(job_pk: int, attempt: int) -> None:
         lifecycle.deploy(backend, job_pk, attempt)

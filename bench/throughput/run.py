@@ -53,19 +53,9 @@ CLIENTS = 4
 TIMESTAMP = re.compile(r"^(\d{9,}\.\d+)$", re.MULTILINE)
 
 SETUP = """
-from decimal import Decimal
 from backend.accounts.actions import create_api_token
-from backend.clusters.models import GpuType, Node
-from backend.vcs.models import Membership, Quota, Role, VirtualCluster
-from django.contrib.auth import get_user_model
-a100 = GpuType.objects.create(name="A100", cpus_per_gpu=Decimal(1), memory_per_gpu=256)
-for index in range(4):
-    Node.objects.create(name=f"bench-{index}", gpu_type=a100, gpus=8, cpus=8, memory=16384)
-vc = VirtualCluster.objects.create(name="bench", max_wall_time=86400)
-Quota.objects.create(vc=vc, gpu_type=a100, gpus=32, cpus=32, memory=4 * 16384)
-user = get_user_model().objects.create_user("bench")
-Membership.objects.create(vc=vc, user=user, role=Role.MEMBER)
-print(create_api_token(user, "bench")[1])
+from bench.throughput.cluster import declare_cluster
+print(create_api_token(declare_cluster()[2], "bench")[1])
 """
 
 

@@ -1,8 +1,9 @@
 import { useCallback, useEffect, useState } from "react";
 import { NavLink, Navigate, Route, Routes, useLocation, useNavigate } from "react-router";
-import { api, type Me, type Page, type Tenancy, type Vc } from "./api";
+import type { Me, Tenancy } from "./api";
 import { SessionContext, useMe, useSession } from "./auth";
-import { ErrorBox, Loading, TenancyNotice, useApi } from "./components/common";
+import { ErrorBox, Loading, TenancyNotice } from "./components/common";
+import { getSession, logOut, useVcs } from "./endpoints";
 import { AllowedIpsPage } from "./pages/AllowedIps";
 import { ClusterPage } from "./pages/Cluster";
 import { JobDetailPage } from "./pages/JobDetail";
@@ -24,7 +25,7 @@ export function App() {
   const navigate = useNavigate();
 
   const load = useCallback(() => {
-    api<{ me: Me | null; tenancy?: Tenancy }>("/api/v1/auth/session/")
+    getSession()
       .then((session) => {
         setMe(session.me);
         setTenancy(session.tenancy ?? null);
@@ -39,7 +40,7 @@ export function App() {
   useEffect(load, [load]);
 
   const signOut = useCallback(() => {
-    api("/api/v1/auth/logout/", { method: "POST" }).finally(() => {
+    logOut().finally(() => {
       setMe(null);
       navigate("/login");
     });
@@ -104,8 +105,8 @@ function NotFound() {
 
 function Layout({ children, tenancy }: { children: React.ReactNode; tenancy: Tenancy | null }) {
   const me = useMe();
-  const vcs = useApi<Page<Vc>>("vcs/?page_size=100");
-  const notices = (vcs.data?.results ?? []).filter((vc) => vc.notification.trim());
+  const vcs = useVcs("page_size=100");
+  const notices = (vcs.data?.results ?? []).filter((vc) => vc.notification?.trim());
   return (
     <div className="layout">
       <header className="topbar">

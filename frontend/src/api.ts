@@ -91,149 +91,59 @@ export async function api<T = unknown>(
   return body as T;
 }
 
-export interface Page<T> {
-  count: number;
-  next: string | null;
-  previous: string | null;
-  results: T[];
-}
+// The API's types, generated from the backend's OpenAPI schema (src/generated/openapi.d.ts;
+// deploy/api-types.sh): every answer the dashboard reads, its JSON fields included, is
+// described there. Only what the schema cannot say is stated here (Page, Present).
+import type { components } from "./generated/openapi";
 
-export interface Me {
-  username: string;
-  email: string;
-  is_cluster_admin: boolean;
-  vcs: { name: string; role: "member" | "admin" }[];
-  unix_account?: { unix_name: string; uid: number; gid: number } | null;
-}
+/** A paginated list: what the schema's Paginated...List types share. */
+export type Page<T> = Omit<Schemas["PaginatedNodeRepairList"], "results"> & { results: T[] };
 
-/** How the installation keeps tenants apart (from the session and the cluster summary). */
-export interface Tenancy {
-  mode: "multi-tenant" | "single-user";
-  message: string;
-}
+/** An answer as it comes: DRF writes every field of a serializer, so none is missing,
+ * although the schema marks those with a default optional (they are, in requests). */
+export type Present<T> = T extends (infer I)[]
+  ? Present<I>[]
+  : T extends object
+    ? { [K in keyof T]-?: Present<Exclude<T[K], undefined>> }
+    : T;
 
-export interface Resources {
-  gpus: number;
-  cpus: number;
-  memory: number;
-  jobs?: number;
-}
+type AllSchemas = components["schemas"];
+/** The schema's components, as answers carry them (see Present). */
+export type Schemas = { [K in keyof AllSchemas]: Present<AllSchemas[K]> };
+/** The schema's components, as requests send them (optional fields may be left out). */
+export type RequestSchemas = AllSchemas;
 
-export interface Vc {
-  name: string;
-  description: string;
-  notification: string;
-  policy: "FIFO" | "RF" | "BF" | "LAS" | "FS";
-  max_wall_time: number;
-  max_interactive_gpus: number;
-  default_max_retries: number;
-  user_gpu_limit: number | null;
-  // The idle watch: a warning time of null is off.
-  idle_util_percent?: number;
-  idle_warn_minutes?: number | null;
-  idle_kill_minutes?: number;
-  interactive_idle_warn_minutes?: number | null;
-  interactive_idle_kill_minutes?: number;
-  my_role: "member" | "admin" | null;
-  resources?: {
-    gpu_type: string;
-    quota: Resources;
-    used: Resources;
-    queued: Resources;
-    free: Resources;
-    running_jobs?: number;
-    queued_jobs?: number;
-    borrowed_gpus?: number;
-    cluster_idle_gpus: number;
-  }[];
-}
+export type Tenancy = Schemas["Tenancy"];
+export type Me = Schemas["Me"];
+export type Session = Schemas["Session"];
+export type GpuType = Schemas["GpuType"];
 
-export interface GpuType {
-  name: string;
-  cpus_per_gpu: number;
-  memory_per_gpu: number;
-}
+/** GPUs, CPUs and memory (MiB). */
+export type Resources = Schemas["Resources"];
+/** A VC's quota and use of one GPU type (the VC detail's `resources`). */
+export type VcResources = Schemas["VcResources"];
+/** A VC's detail: its settings and, per GPU type, its resources. */
+export type Vc = Schemas["VirtualClusterDetail"];
 
-export interface Fragment {
-  free_gpus: number;
-  nodes: number;
-}
+export type Job = Schemas["JobDetail"];
+export type JobSummary = Schemas["JobSummary"];
+export type JobEvent = Schemas["JobEvent"];
+export type JobAttempt = Schemas["JobAttempt"];
+/** One GPU's utilisation: [unix seconds, utilisation %] pairs. */
+export type GpuSeries = Schemas["GpuSeries"];
+export type GpuUtilisation = Schemas["GpuUtilisation"];
+export type SubmittedArray = Schemas["JobArraySubmitted"];
+/** A batch action's answer: per job, `status` when it was applied, `error` when not (each
+ * absent otherwise, so these are not Present). */
+export type BatchAnswer = AllSchemas["JobBatchResult"];
+export type BatchResult = BatchAnswer["results"][number];
 
-export interface ClusterRow {
-  gpu_type: string;
-  nodes: number;
-  schedulable_nodes: number;
-  gpus_total: number;
-  gpus_used: number;
-  gpus_free: number;
-  cpus_total: number;
-  cpus_used: number;
-  memory_total: number;
-  memory_used: number;
-  fragmentation: Fragment[];
-}
+export type NodeFault = Schemas["NodeFault"];
+export type NodeRepair = Schemas["NodeRepair"];
+export type NodeRepairDetail = Schemas["NodeRepairDetail"];
 
-export interface Job {
-  id: string;
-  name: string;
-  owner: string;
-  vc: string;
-  type: string;
-  status: string;
-  status_message: string;
-  insight_message?: string;
-  repair_message?: string;
-  image: string;
-  command?: string;
-  working_dir?: string;
-  env?: Record<string, string>;
-  workers: number;
-  gpu_type: string;
-  gpus_per_worker: number;
-  cpus_per_worker: number;
-  memory_per_worker: number;
-  preemptible: boolean;
-  priority: number;
-  max_retries: number;
-  retries_used: number;
-  max_wall_time: number;
-  data_path?: string;
-  output_path?: string;
-  node_selector?: Record<string, string>;
-  placement?: unknown;
-  exit_code: number | null;
-  failure_class: string;
-  failure_rule?: string;
-  attempt?: number;
-  estimated_start_at: string | null;
-  submitted_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-  ports?: { name: string; port: number }[];
-  endpoints?: {
-    ssh?: string;
-    ssh_config?: string;
-    vscode?: string;
-    host_key_fingerprint?: string;
-    ports?: { name: string; port: number; url: string }[];
-  };
-  run_as?: string;
-  limits?: string;
-  /** The job array it is a task of, and its index there (null for a single job). */
-  array?: string | null;
-  array_index?: number | null;
-}
-
-/** What submitting a job array answers. */
-export interface SubmittedArray {
-  array: string;
-  size: number;
-  jobs: string[];
-}
-
-export interface BatchResult {
-  id: string;
-  ok: boolean;
-  status?: string;
-  error?: string;
-}
+export type Fragment = Schemas["Fragment"];
+export type ClusterRow = Schemas["ClusterRow"];
+export type ClusterSummary = Schemas["ClusterSummary"];
+export type VcUsage = Schemas["VcUsageRow"];
+export type GpuHours = Schemas["GpuHours"];

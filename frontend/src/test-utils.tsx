@@ -46,6 +46,7 @@ export const MEMBER: Me = {
   email: "mia@example.com",
   is_cluster_admin: false,
   vcs: [{ name: "vision", role: "member" }],
+  unix_account: null,
 };
 
 export let currentLocation = "";

@@ -8,6 +8,8 @@ idempotent: the job manager may repeat any of them after a crash.
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -160,6 +162,12 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def nodes(self) -> list[BackendNode]:
         """The nodes jobs can run on, with capacity, readiness and labels."""
+
+    @contextlib.contextmanager
+    def nodes_pinned(self) -> Iterator[None]:
+        """Within it, ``nodes`` may answer as it did on entry: one look at the inventory
+        for a batch of deployments rather than one for each (by default, no change)."""
+        yield
 
     def isolation(self, launch: JobLaunch) -> Isolation:
         """As whom and under which limits the launch runs (or would run) here."""

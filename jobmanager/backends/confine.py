@@ -33,6 +33,7 @@ import os
 import resource
 import signal
 import stat
+from typing import Any
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
@@ -91,11 +92,11 @@ class Confinement:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Confinement is immutable: cannot set {name}")
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in CONFINEMENT_FIELDS)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return type(other) is type(self) and self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts, as the dataclass did
 
@@ -107,13 +108,13 @@ class Confinement:
         """A copy with ``changes`` (as ``dataclasses.replace`` makes one)."""
         return type(self)(**({name: getattr(self, name) for name in CONFINEMENT_FIELDS} | changes))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in CONFINEMENT_FIELDS}
         return data | {"groups": list(self.groups), "env": dict(self.env),
                        "rlimits": dict(self.rlimits)}  # fmt: skip
 
     @classmethod
-    def from_json(cls, data: dict) -> Confinement:
+    def from_json(cls, data: dict[str, Any]) -> Confinement:
         return cls(**(data | {"groups": tuple(data["groups"])}))
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -73,9 +74,9 @@ class _Position:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.state: dict = {}
+        self.state: dict[str, Any] = {}
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         try:
             self.state = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -113,7 +114,7 @@ class _Writer:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         """The position for this pod; a new pod's log begins with its header line."""
         state = self.position.load()
         if state.get("uid") != self.pod.uid:
@@ -192,7 +193,8 @@ class PodLogCollector:
         self._log_dir = log_dir
         self._clock = clock
         self._followers: dict[str, threading.Thread] = {}  # by pod uid
-        self._streams: set = set()  # the responses being read, to cut them on stop
+        # The responses being read, to cut them on stop.
+        self._streams: set[urllib3.HTTPResponse] = set()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
 
@@ -274,17 +276,19 @@ class PodLogCollector:
             started.set()
 
     def _read(self, writer: _Writer, follow: bool) -> None:
-        options: dict = {"container": self._container, "timestamps": True}
+        options: dict[str, Any] = {"container": self._container, "timestamps": True}
         since = writer.since_seconds(self._clock())
         if since is not None:
             options["since_seconds"] = since
-        response = self._core.read_namespaced_pod_log(
-            writer.pod.pod,
-            self._namespace,
-            follow=follow,
-            _preload_content=False,
-            _request_timeout=(10, READ_TIMEOUT_SECONDS),
-            **options,
+        response = _raw_response(
+            self._core.read_namespaced_pod_log(
+                writer.pod.pod,
+                self._namespace,
+                follow=follow,
+                _preload_content=False,
+                _request_timeout=(10, READ_TIMEOUT_SECONDS),
+                **options,
+            )
         )
         writer.reopened()
         pending = b""
@@ -311,3 +315,11 @@ def _describe(error: Exception) -> str:
     if isinstance(error, ApiException):
         return f"{error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"
+
+
+def _raw_response(response: object) -> urllib3.HTTPResponse:
+    """With ``_preload_content=False`` the client returns urllib3's response, not the
+    ``str`` its methods are annotated with."""
+    if not isinstance(response, urllib3.HTTPResponse):
+        raise TypeError(f"expected urllib3's raw response, got a {type(response).__name__}")
+    return response

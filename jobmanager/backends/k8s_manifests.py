@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from jobmanager.backends.base import JobLaunch, RunAs, WorkerSpec
@@ -87,13 +88,19 @@ class VolumeSettings:
         """A volume from one setting: ``nfs://server/export``, ``hostpath:///mnt/data`` or
         ``pvc://claim-name``."""
         url = urlsplit(spec)
-        common = {"read_only": read_only, "sub_path": sub_path}
         if url.scheme == "nfs":
-            return cls("nfs", mount_path, url.netloc, url.path or "/", **common)
+            return cls(
+                "nfs", mount_path, url.netloc, url.path or "/",
+                read_only=read_only, sub_path=sub_path,
+            )  # fmt: skip
         if url.scheme == "hostpath":
-            return cls("hostPath", mount_path, path=url.path, **common)
+            return cls(
+                "hostPath", mount_path, path=url.path, read_only=read_only, sub_path=sub_path
+            )
         if url.scheme == "pvc":
-            return cls("pvc", mount_path, claim_name=url.netloc, **common)
+            return cls(
+                "pvc", mount_path, claim_name=url.netloc, read_only=read_only, sub_path=sub_path
+            )
         raise ValueError(f"{spec!r}: expected nfs://server/path, hostpath:///path or pvc://name")
 
     def sub_path_for(self, vc: str, user: str) -> str:
@@ -107,7 +114,7 @@ class VolumeSettings:
             raise ValueError(f"sub-path {path!r} of {self.sub_path!r} is not confined")
         return path
 
-    def volume_source(self) -> dict:
+    def volume_source(self) -> dict[str, Any]:
         if self.kind == "nfs":
             return {"nfs": {"server": self.server, "path": self.path}}
         if self.kind == "hostPath":
@@ -215,7 +222,7 @@ def worker_resources(worker: WorkerSpec, settings: KubernetesSettings) -> dict[s
     return resources
 
 
-def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> list:
+def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> list[Any]:
     data = settings.data_volume.mount_path if settings.data_volume else ""
     output = settings.output_volume.mount_path if settings.output_volume else ""
     trainyard = {
@@ -233,7 +240,7 @@ def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettin
     return [{"name": name, "value": value} for name, value in merged.items()]
 
 
-def pod_security_context(run_as: RunAs) -> dict:
+def pod_security_context(run_as: RunAs) -> dict[str, Any]:
     """The pod runs as its owner; files on volumes that support it get the owner's group."""
     context = {
         "runAsUser": run_as.uid,
@@ -258,7 +265,9 @@ CONTAINER_SECURITY_CONTEXT = {
 }
 
 
-def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> dict:
+def pod_manifest(
+    launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings
+) -> dict[str, Any]:
     """One worker's pod. Raises ValueError for a launch without its owner's account (a
     pod never runs as root) or whose names would lead a volume's sub-path astray."""
     if launch.run_as is None:
@@ -266,11 +275,11 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
     name = pod_name(launch.job_id, launch.attempt, worker.rank)
     resources = worker_resources(worker, settings)
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]  # NCCL, DataLoader
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, str | bool]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     for volume_name, volume in (("data", settings.data_volume), ("output", settings.output_volume)):
         if volume is not None:
             volumes.append({"name": volume_name, **volume.volume_source()})
-            mount = {"name": volume_name, "mountPath": volume.mount_path}
+            mount: dict[str, str | bool] = {"name": volume_name, "mountPath": volume.mount_path}
             mount["readOnly"] = volume.read_only
             sub_path = volume.sub_path_for(launch.vc, launch.run_as.name)
             if sub_path:
@@ -288,7 +297,7 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
     }
     if launch.working_dir:
         container["workingDir"] = launch.working_dir
-    spec: dict = {
+    spec: dict[str, Any] = {
         "nodeName": worker.node,  # placed by the core: no scheduler involved
         "restartPolicy": "Never",
         "hostname": name,
@@ -323,7 +332,7 @@ def pod_manifest(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSett
     }
 
 
-def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict:
+def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict[str, Any]:
     """A headless Service: DNS names for the workers, published before they are ready."""
     labels = _job_labels(launch, settings)
     return {
@@ -354,7 +363,7 @@ def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict:
     }
 
 
-def network_policy_manifest(vc: str, settings: KubernetesSettings) -> dict:
+def network_policy_manifest(vc: str, settings: KubernetesSettings) -> dict[str, Any]:
     """The VC's pods accept traffic only from pods of the same VC and from the SSH gateway
     of the namespace; egress is left open (storage, registries, package mirrors)."""
     vc_label = {LABEL_VC: label_value(vc)}
@@ -382,7 +391,7 @@ def network_policy_manifest(vc: str, settings: KubernetesSettings) -> dict:
     }
 
 
-def job_manifests(launch: JobLaunch, settings: KubernetesSettings) -> list[dict]:
+def job_manifests(launch: JobLaunch, settings: KubernetesSettings) -> list[dict[str, Any]]:
     """Everything one attempt needs, in the order it is created."""
     return [
         network_policy_manifest(launch.vc, settings),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from decimal import Decimal
+from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -15,6 +16,7 @@ from kubernetes.utils import parse_quantity
 
 from jobmanager.backends.base import BackendNode
 from jobmanager.backends.k8s_manifests import KubernetesSettings
+from jobmanager.backends.k8s_objects import labels_of, metadata_of, name_of
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +37,15 @@ def node_problem(node: client.V1Node, settings: KubernetesSettings) -> str | Non
     for condition in conditions:
         if condition.type in settings.bad_condition_types and condition.status == "True":
             return f"{condition.type} ({condition.reason or condition.message or 'True'})"
-    state = (node.metadata.labels or {}).get(settings.repair_label)
+    state = labels_of(node).get(settings.repair_label)
     if state is not None and state != settings.in_service_value:
         return f"{settings.repair_label}={state}"
     return None
 
 
 def _quantity(resources: dict[str, str], name: str) -> Decimal:
-    return parse_quantity(resources.get(name, "0"))
+    quantity: Decimal = parse_quantity(resources.get(name, "0"))
+    return quantity
 
 
 def backend_node(node: client.V1Node, settings: KubernetesSettings) -> BackendNode:
@@ -50,12 +53,12 @@ def backend_node(node: client.V1Node, settings: KubernetesSettings) -> BackendNo
     falling back to capacity for a resource the node does not list as allocatable."""
     status = node.status or client.V1NodeStatus()
     resources = dict(status.capacity or {}) | dict(status.allocatable or {})
-    labels = dict(node.metadata.labels or {})
+    labels = dict(labels_of(node))
     gpus = int(_quantity(resources, settings.gpu_resource))
     gpu_type = next((labels[key] for key in settings.gpu_type_labels if labels.get(key)), "")
     ready = any(c.type == "Ready" and c.status == "True" for c in _conditions(node))
     return BackendNode(
-        name=node.metadata.name,
+        name=name_of(node),
         gpu_type=gpu_type or ("" if gpus else "cpu"),
         gpus=gpus,
         millicpus=int(_quantity(resources, "cpu") * 1000),
@@ -90,8 +93,9 @@ class NodeWatcher:
         with self._sync_lock:
             listed = self._core.list_node()
             with self._lock:
-                self._nodes = {node.metadata.name: node for node in listed.items}
-                self._resource_version = listed.metadata.resource_version
+                self._nodes = {name_of(node): node for node in listed.items}
+                listed_meta = listed.metadata
+                self._resource_version = listed_meta.resource_version if listed_meta else None
                 self._synced = True
 
     def ensure_synced(self) -> None:
@@ -125,7 +129,7 @@ class NodeWatcher:
             self._watch = None
         return applied
 
-    def _apply(self, event: dict) -> None:
+    def _apply(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "BOOKMARK":
             version = event["raw_object"].get("metadata", {}).get("resourceVersion")
@@ -135,10 +139,10 @@ class NodeWatcher:
         node: client.V1Node = event["object"]
         with self._lock:
             if kind == "DELETED":
-                self._nodes.pop(node.metadata.name, None)
+                self._nodes.pop(name_of(node), None)
             else:
-                self._nodes[node.metadata.name] = node
-            self._resource_version = node.metadata.resource_version
+                self._nodes[name_of(node)] = node
+            self._resource_version = metadata_of(node).resource_version
 
     def start(self, timeout_seconds: int = 300) -> None:
         """Watch in a daemon thread until :meth:`stop` (no-op when already watching)."""
@@ -184,7 +188,5 @@ class NodeWatcher:
 
     def bad_nodes(self) -> dict[str, str]:
         """The nodes no job can go on running on, with why."""
-        problems = (
-            (node.metadata.name, node_problem(node, self._settings)) for node in self.nodes()
-        )
+        problems = ((name_of(node), node_problem(node, self._settings)) for node in self.nodes())
         return {name: problem for name, problem in problems if problem is not None}

@@ -35,6 +35,14 @@ from jobmanager.backends.k8s_manifests import (
     LABEL_RANK,
     service_name,
 )
+from jobmanager.backends.k8s_objects import (
+    HasMetadata,
+    annotations_of,
+    labels_of,
+    metadata_of,
+    node_name_of,
+    uid_of,
+)
 
 # A pod waiting for one of these never starts: it fails at once. Anything else (image
 # pull back-off, a volume that does not mount yet) may still resolve, until the start
@@ -54,16 +62,16 @@ class ReportContext:
     logs_complete: set[str] | None = field(default=None)
 
 
-def attempt_of(obj) -> int:
-    return int((obj.metadata.labels or {}).get(LABEL_ATTEMPT, "0"))
+def attempt_of(obj: HasMetadata) -> int:
+    return int(labels_of(obj).get(LABEL_ATTEMPT, "0"))
 
 
 def rank_of(pod: client.V1Pod) -> int:
-    return int(pod.metadata.labels[LABEL_RANK])
+    return int(labels_of(pod)[LABEL_RANK])
 
 
-def job_id_of(obj) -> str:
-    return (obj.metadata.annotations or {}).get(ANNOTATION_JOB_ID) or obj.metadata.labels[LABEL_JOB]
+def job_id_of(obj: HasMetadata) -> str:
+    return annotations_of(obj).get(ANNOTATION_JOB_ID) or labels_of(obj)[LABEL_JOB]
 
 
 def container_state(pod: client.V1Pod) -> client.V1ContainerState | None:
@@ -77,7 +85,7 @@ def pod_ended(pod: client.V1Pod) -> bool:
 
 
 def marked(service: client.V1Service | None, annotation: str) -> bool:
-    return service is not None and (service.metadata.annotations or {}).get(annotation) == "true"
+    return service is not None and annotations_of(service).get(annotation) == "true"
 
 
 def _said(reason: str, message: str | None) -> str:
@@ -87,7 +95,7 @@ def _said(reason: str, message: str | None) -> str:
 
 def failure_reason(pod: client.V1Pod) -> str:
     """Why a failed pod failed (see the module docstring)."""
-    status = pod.status
+    status = pod.status or client.V1PodStatus()
     for condition in status.conditions or []:
         if condition.type == "DisruptionTarget" and condition.status == "True":
             return _said("DisruptionTarget", _said(condition.reason or "", condition.message))
@@ -120,7 +128,7 @@ def not_started(pod: client.V1Pod, context: ReportContext) -> str | None:
     why = waiting_reason(pod)
     if why.split(":", 1)[0] in FATAL_WAITING_REASONS:
         return why
-    created = pod.metadata.creation_timestamp
+    created = metadata_of(pod).creation_timestamp
     if created is None or context.now - created.timestamp() < context.start_timeout_seconds:
         return None
     return f"{why}; not running after {context.start_timeout_seconds:g} s"
@@ -132,7 +140,7 @@ def ending(pod: client.V1Pod, attempt: int) -> str:
         state = container_state(pod)
         code = state.terminated.exit_code if state and state.terminated else None
         said = "exit code unknown" if code is None else f"exit code {code}"
-        if pod.status.phase == "Failed":
+        if pod.status is not None and pod.status.phase == "Failed":
             said += f" ({failure_reason(pod)})"
         return f"attempt {attempt} ended: {said}"
     return f"attempt {attempt} did not start: {waiting_reason(pod)}"
@@ -147,18 +155,18 @@ def worker_report(
     state = container_state(pod)
     terminated = state.terminated if state else None
     exit_code = terminated.exit_code if terminated else None
-    complete = context.logs_complete is None or pod.metadata.uid in context.logs_complete
+    complete = context.logs_complete is None or uid_of(pod) in context.logs_complete
     if phase in ("Succeeded", "Failed") and not complete:
         return WorkerReport(rank, WorkerState.RUNNING, None, COLLECTING_LOG)
     if phase == "Succeeded":
         return WorkerReport(rank, WorkerState.SUCCEEDED, 0 if exit_code is None else exit_code)
     if phase == "Failed":
         reason = failure_reason(pod)
-        if stopping and pod.metadata.deletion_timestamp is not None:
+        if stopping and metadata_of(pod).deletion_timestamp is not None:
             reason = reason if reason.startswith("DisruptionTarget") else STOPPED
         return WorkerReport(rank, WorkerState.FAILED, exit_code, reason)
-    node = pod.spec.node_name
-    if node in context.bad_nodes:
+    node = node_name_of(pod)
+    if node is not None and node in context.bad_nodes:
         return WorkerReport(
             rank,
             WorkerState.FAILED,
@@ -192,7 +200,7 @@ def job_report(
     current = [pod for pod in pods if attempt_of(pod) == attempt]
     by_rank = {rank_of(pod): pod for pod in current}
     workers = max(
-        max(int((pod.metadata.annotations or {}).get(ANNOTATION_WORKERS, 0)) for pod in current),
+        max(int(annotations_of(pod).get(ANNOTATION_WORKERS, 0)) for pod in current),
         max(by_rank) + 1,
     )
     service = services.get(service_name(job_id, attempt))

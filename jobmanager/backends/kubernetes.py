@@ -20,7 +20,9 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
@@ -49,6 +51,7 @@ from jobmanager.backends.k8s_manifests import (
     service_name,
 )
 from jobmanager.backends.k8s_nodes import NodeWatcher, backend_node
+from jobmanager.backends.k8s_objects import metadata_of, name_of, node_name_of, uid_of
 from jobmanager.backends.k8s_reports import (
     ReportContext,
     attempt_of,
@@ -189,7 +192,7 @@ class KubernetesBackend(ClusterBackend):
             [service for service in services if attempt_of(service) != launch.attempt],
         )
         name = service_name(launch.job_id, launch.attempt)
-        return any(s.metadata.name == name and marked(s, ANNOTATION_DEPLOYED) for s in services)
+        return any(name_of(s) == name and marked(s, ANNOTATION_DEPLOYED) for s in services)
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
         """Delete the job's running and pending pods with the grace period (at once for a
@@ -203,8 +206,11 @@ class KubernetesBackend(ClusterBackend):
         for service in services:
             if not marked(service, ANNOTATION_STOP_REQUESTED):
                 _ignore_not_found(
-                    lambda name=service.metadata.name: self.core.patch_namespaced_service(
-                        name, self.namespace, stop_requested
+                    partial(
+                        self.core.patch_namespaced_service,
+                        name_of(service),
+                        self.namespace,
+                        stop_requested,
                     )
                 )
         bad_nodes = self._node_cache().bad_nodes()
@@ -212,11 +218,12 @@ class KubernetesBackend(ClusterBackend):
         for pod in pods:
             if pod_ended(pod) or not_started(pod, context) is not None:
                 continue
-            pod_grace = 0 if pod.spec.node_name in bad_nodes else grace
-            going = pod.metadata.deletion_grace_period_seconds
-            if pod.metadata.deletion_timestamp is not None and (going or 0) <= pod_grace:
+            node = node_name_of(pod)
+            pod_grace = 0 if node is not None and node in bad_nodes else grace
+            going = metadata_of(pod).deletion_grace_period_seconds
+            if metadata_of(pod).deletion_timestamp is not None and (going or 0) <= pod_grace:
                 continue  # already stopping, as fast as asked
-            self._delete_pod(pod.metadata.name, pod_grace)
+            self._delete_pod(name_of(pod), pod_grace)
 
     def reports(self) -> dict[str, JobReport]:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=job_selector()).items
@@ -229,18 +236,21 @@ class KubernetesBackend(ClusterBackend):
         bad_nodes = cache.bad_nodes()
         known = cache.names()
         for pod in pods:  # a pod bound to a node that is gone never runs
-            node = pod.spec.node_name
+            node = node_name_of(pod)
             if node and node not in known:
                 bad_nodes.setdefault(node, "node deleted")
         context = self._context(bad_nodes)
         if self.logs is not None:
             context = ReportContext(
-                bad_nodes, context.now, context.start_timeout_seconds, self._collect(pods, context)
+                bad_nodes,
+                context.now,
+                context.start_timeout_seconds,
+                self._collect(self.logs, pods, context),
             )
         pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
         for pod in pods:
             pods_by_job[job_id_of(pod)].append(pod)
-        services_by_name = {service.metadata.name: service for service in services}
+        services_by_name = {name_of(service): service for service in services}
         return {
             job_id: job_report(job_id, job_pods, services_by_name, context)
             for job_id, job_pods in pods_by_job.items()
@@ -249,7 +259,9 @@ class KubernetesBackend(ClusterBackend):
     def _context(self, bad_nodes: dict[str, str]) -> ReportContext:
         return ReportContext(bad_nodes, self.clock(), self.settings.start_timeout_seconds)
 
-    def _collect(self, pods: list[client.V1Pod], context: ReportContext) -> set[str]:
+    def _collect(
+        self, logs: PodLogCollector, pods: list[client.V1Pod], context: ReportContext
+    ) -> set[str]:
         """Follow running pods' logs; the pods (by uid) that ended, or will never start,
         whose log is complete in the store."""
         complete: set[str] = set()
@@ -258,17 +270,17 @@ class KubernetesBackend(ClusterBackend):
                 job_id_of(pod),
                 attempt_of(pod),
                 rank_of(pod),
-                pod.metadata.name,
-                pod.metadata.uid,
-                pod.spec.node_name or "",
+                name_of(pod),
+                uid_of(pod),
+                node_name_of(pod) or "",
             )
             phase = pod.status and pod.status.phase
             if phase == "Running":
-                self.logs.follow(worker)
+                logs.follow(worker)
                 continue
             ended, never = pod_ended(pod), not_started(pod, context) is not None
-            if (ended or never) and self.logs.collect(worker, ending(pod, worker.attempt), ended):
-                complete.add(pod.metadata.uid)
+            if (ended or never) and logs.collect(worker, ending(pod, worker.attempt), ended):
+                complete.add(uid_of(pod))
         return complete
 
     def remove(self, job_id: str) -> None:
@@ -301,7 +313,7 @@ class KubernetesBackend(ClusterBackend):
         ).items
         return self._pods(job_id), services
 
-    def _create(self, create: Callable, manifest: dict) -> None:
+    def _create(self, create: Callable[..., Any], manifest: dict[str, Any]) -> None:
         """Create an object; one already there (an interrupted deploy of this same
         attempt made it) is fine."""
         try:
@@ -323,8 +335,10 @@ class KubernetesBackend(ClusterBackend):
             self._create(self.networking.create_namespaced_network_policy, manifest)
             return
         if self.api_client.sanitize_for_serialization(current.spec) != manifest["spec"]:
-            manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-            self.networking.replace_namespaced_network_policy(name, self.namespace, manifest)
+            manifest["metadata"]["resourceVersion"] = metadata_of(current).resource_version
+            # The same conversion of the manifest the client's argument check makes.
+            policy = client.V1NetworkPolicy.model_validate(manifest)
+            self.networking.replace_namespaced_network_policy(name, self.namespace, policy)
 
     def _delete_pod(self, name: str, grace_seconds: int) -> None:
         _ignore_not_found(
@@ -333,13 +347,14 @@ class KubernetesBackend(ClusterBackend):
             )
         )
 
-    def _delete_all(self, pods: Iterable[client.V1Pod], services: Iterable[client.V1Service]):
+    def _delete_all(
+        self, pods: Iterable[client.V1Pod], services: Iterable[client.V1Service]
+    ) -> None:
         for pod in pods:
-            self._delete_pod(pod.metadata.name, 0)
+            self._delete_pod(name_of(pod), 0)
         for service in services:
-            name = service.metadata.name
             _ignore_not_found(
-                lambda name=name: self.core.delete_namespaced_service(name, self.namespace)
+                partial(self.core.delete_namespaced_service, name_of(service), self.namespace)
             )
 
 

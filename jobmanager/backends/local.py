@@ -58,6 +58,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TextIO
 
 import psutil
 
@@ -87,9 +88,11 @@ from jobmanager.backends.local_host import (
     host_resources,
     parse_declared_nodes,
 )
+from jobmanager.backends.local_spawner import SpawnError, spawn
 from jobmanager.faults import crash_point
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
+SPAWNER_SCRIPT = Path(__file__).with_name("local_spawner.py")
 # What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # The init's own environment: nothing of the job's (LD_PRELOAD, PYTHONPATH...) reaches a
@@ -120,6 +123,7 @@ class LocalBackend(ClusterBackend):
         kill_after_seconds: float = 5.0,
         device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
         notify_socket: Path | str | None = None,
+        spawner_socket: Path | str | None = None,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
@@ -127,6 +131,8 @@ class LocalBackend(ClusterBackend):
         ``kill_after_seconds``: how long what a command leaves running when it exits gets
         between SIGTERM and SIGKILL. ``device_dir``: where the GPUs' device files are.
         ``notify_socket``: where each worker's init reports its end (``local_ends``).
+        ``spawner_socket``: where the resident spawner forks inits (``local_spawner``);
+        where none answers, each init is a fresh interpreter.
         Raises ValueError for a malformed inventory."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -137,7 +143,9 @@ class LocalBackend(ClusterBackend):
                 directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
         self.kill_after_seconds = kill_after_seconds
         self.notify_socket = Path(notify_socket) if notify_socket else None
+        self.spawner_socket = Path(spawner_socket) if spawner_socket else None
         self._node_source = nodes if callable(nodes) else None
+        self._pinned_nodes: list[BackendNode] | None = None  # see nodes_pinned
         if isinstance(nodes, str):
             nodes = parse_declared_nodes(nodes, *host_resources())
         self._nodes: list[BackendNode] | None = (
@@ -304,7 +312,22 @@ class LocalBackend(ClusterBackend):
             self._remove_locked(job_id)
             return True
 
+    @contextlib.contextmanager
+    def nodes_pinned(self) -> Iterator[None]:
+        """An inventory asked at every call (the registered nodes) is asked once on entry
+        and answered from that within: a batch's deployments, in their threads, share it."""
+        if self._node_source is None or self._pinned_nodes is not None:
+            yield
+            return
+        self._pinned_nodes = list(self._node_source())
+        try:
+            yield
+        finally:
+            self._pinned_nodes = None
+
     def nodes(self) -> list[BackendNode]:
+        if self._pinned_nodes is not None:
+            return list(self._pinned_nodes)
         if self._node_source is not None:
             return list(self._node_source())
         if self._nodes is None:
@@ -374,7 +397,7 @@ class LocalBackend(ClusterBackend):
         working_dir: Path,
         run_as: RunAs,
         declared: bool,
-        state: dict,
+        state: dict[str, Any],
     ) -> None:
         """Record one worker in the state, then start its init, detached, held until its
         pid is recorded too."""
@@ -399,7 +422,7 @@ class LocalBackend(ClusterBackend):
             switch_user=self.switches_users,
         )
         devices = [] if declared else list(spec.gpus)
-        worker = {
+        worker: dict[str, Any] = {
             "rank": spec.rank,
             "node": spec.node,
             "gpus": list(spec.gpus),
@@ -415,37 +438,25 @@ class LocalBackend(ClusterBackend):
         crash_point("local-worker-recorded")
         _write_private(confinement_file, json.dumps(confinement.to_json()))
         self._devices.assign(devices, run_as.uid, run_as.gid)
-        argv = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
-        argv += ["--status-file", str(status_file), "--log-file", str(log_file)]
-        argv += ["--pid-file", str(pid_file), "--kill-after", str(self.kill_after_seconds)]
+        init_args = ["--status-file", str(status_file), "--log-file", str(log_file)]
+        init_args += ["--kill-after", str(self.kill_after_seconds)]
+        init_args += ["--confinement", str(confinement_file)]
+        init_args += ["--notify-socket", str(self.notify_socket)] if self.notify_socket else []
+        init_args += ["--", "/bin/sh", "-c", launch.command]
         go_read, go_write = os.pipe()  # the init waits on it until its pid is recorded
         unclosed = [go_read, go_write]
-        argv += ["--confinement", str(confinement_file), "--go-fd", str(go_read)]
-        argv += ["--notify-socket", str(self.notify_socket)] if self.notify_socket else []
-        argv += ["--", "/bin/sh", "-c", launch.command]
         started = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             with os.fdopen(open_log(str(log_file), run_as.uid, run_as.gid), "a") as log:
                 log.write(f"=== attempt {launch.attempt} on {spec.node} at {started} ===\n")
                 log.flush()
-                launcher = subprocess.Popen(
-                    argv,
-                    cwd=job_dir,
-                    env=INIT_ENV,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                    pass_fds=(go_read,),
-                )
+                pid = self._spawned_init(init_args, job_dir, go_read, log)
+                if pid is None:
+                    pid = _exec_init(init_args, job_dir, go_read, log, pid_file, log_file)
             os.close(unclosed.pop(0))  # the init's end: ours closed, the pipe ends with us
-            # The launcher forks the init and exits at once, leaving nothing here to reap.
-            if launcher.wait(timeout=START_TIMEOUT_SECONDS) != 0 or not pid_file.exists():
-                raise DeployError(f"its init exited with {launcher.returncode}; see {log_file}")
-            worker["pid"] = int(pid_file.read_text())
-            pid_file.unlink()
+            worker["pid"] = pid
             with contextlib.suppress(psutil.NoSuchProcess):
-                worker["create_time"] = psutil.Process(worker["pid"]).create_time()
+                worker["create_time"] = psutil.Process(pid).create_time()
             crash_point("local-init-started")
             self._write_state(state)
             crash_point("local-pid-recorded")
@@ -454,16 +465,33 @@ class LocalBackend(ClusterBackend):
             for descriptor in unclosed:
                 os.close(descriptor)
 
-    def _kill_due(self, state: dict) -> bool:
+    def _spawned_init(
+        self, init_args: list[str], job_dir: Path, go_read: int, log: TextIO
+    ) -> int | None:
+        """The pid of the init the resident spawner forked; None when none answers."""
+        if self.spawner_socket is None:
+            return None
+        try:
+            return spawn(
+                str(self.spawner_socket), init_args, str(job_dir), go_read, log.fileno(),
+                timeout=START_TIMEOUT_SECONDS,
+            )  # fmt: skip
+        except SpawnError as error:
+            raise DeployError(f"the spawner could not start its init: {error}") from error
+
+    def _kill_due(self, state: dict[str, Any]) -> bool:
         """Whether a stopping job's processes (or, later, its inits) are to be killed now."""
         if state["stop_requested_at"] is None or state["inits_killed"]:
             return False
         now = time.time()
-        if state["killed_at"] is not None:
-            return now >= state["killed_at"] + self.kill_after_seconds + KILL_WAIT_SECONDS
-        return now >= state["stop_requested_at"] + state["grace_seconds"]
+        killed_at: float | None = state["killed_at"]
+        if killed_at is not None:
+            return now >= killed_at + self.kill_after_seconds + KILL_WAIT_SECONDS
+        stop_requested_at: float = state["stop_requested_at"]
+        grace_seconds: float = state["grace_seconds"]
+        return now >= stop_requested_at + grace_seconds
 
-    def _enforce_grace(self, state: dict) -> None:
+    def _enforce_grace(self, state: dict[str, Any]) -> None:
         """Past the grace period, SIGKILL all the job's processes but the inits, which then
         record the exit; inits still there well after that are killed too."""
         if not self._kill_due(state):
@@ -539,13 +567,13 @@ class LocalBackend(ClusterBackend):
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _read_state(self, job_id: str) -> dict | None:
+    def _read_state(self, job_id: str) -> dict[str, Any] | None:
         return _read_json(self._job_dir(job_id) / "state.json")
 
-    def _write_state(self, state: dict) -> None:
+    def _write_state(self, state: dict[str, Any]) -> None:
         _write_private(self._job_dir(state["job_id"]) / "state.json", json.dumps(state))
 
-    def _states(self) -> Iterator[dict]:
+    def _states(self) -> Iterator[dict[str, Any]]:
         for path in sorted(self.state_dir.glob("*/state.json")):
             state = _read_json(path)
             if state is not None:
@@ -609,24 +637,51 @@ def worker_env(
     return env
 
 
+def _exec_init(
+    init_args: list[str], job_dir: Path, go_read: int, log: TextIO, pid_file: Path, log_file: Path
+) -> int:
+    """Start an init as a fresh interpreter (no spawner runs): it detaches, recording its
+    pid in ``pid_file``; returns that pid."""
+    argv = [sys.executable, "-I", "-S", str(INIT_SCRIPT), "--pid-file", str(pid_file)]
+    argv += ["--go-fd", str(go_read), *init_args]
+    launcher = subprocess.Popen(
+        argv,
+        cwd=job_dir,
+        env=INIT_ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        pass_fds=(go_read,),
+    )
+    # The launcher forks the init and exits at once, leaving nothing here to reap.
+    if launcher.wait(timeout=START_TIMEOUT_SECONDS) != 0 or not pid_file.exists():
+        raise DeployError(f"its init exited with {launcher.returncode}; see {log_file}")
+    pid = int(pid_file.read_text())
+    pid_file.unlink()
+    return pid
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        loaded = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return loaded if isinstance(loaded, dict) else None  # a file we write holds an object
 
 
-def _status(worker: dict) -> dict | None:
+def _status(worker: dict[str, Any]) -> dict[str, Any] | None:
     return _read_json(Path(worker["status_file"]))
 
 
-def _init_process(worker: dict) -> psutil.Process | None:
+def _init_process(worker: dict[str, Any]) -> psutil.Process | None:
     """The worker's init if it is still running (the same process, not a reused pid)."""
     if not worker["pid"] or worker["create_time"] is None:
         return None
@@ -639,7 +694,7 @@ def _init_process(worker: dict) -> psutil.Process | None:
     return init if _alive(init) else None
 
 
-def _marker(state: dict, worker: dict | None = None) -> str:
+def _marker(state: dict[str, Any], worker: dict[str, Any] | None = None) -> str:
     job = f"{state['job_id']}/"
     return job if worker is None else f"{job}{state['attempt']}/{worker['rank']}"
 
@@ -660,12 +715,13 @@ def _marked_processes(marker: str, uid: int | None = None) -> list[psutil.Proces
     return found
 
 
-def _owner_uid(state: dict) -> int | None:
+def _owner_uid(state: dict[str, Any]) -> int | None:
     """The uid the job's processes run as, when the backend switched to it."""
     for worker in state["workers"]:
         confinement = worker.get("confinement") or {}
         if confinement.get("switch_user"):
-            return confinement["uid"]
+            uid: int = confinement["uid"]
+            return uid
     return None
 
 
@@ -674,7 +730,9 @@ def _signal(process: psutil.Process, signum: int) -> None:
         process.send_signal(signum)
 
 
-def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil.Process]:
+def _kill_job(
+    state: dict[str, Any], workers: list[dict[str, Any]], kill_inits: bool
+) -> list[psutil.Process]:
     """SIGKILL everything the workers run, and what any attempt of the job left behind;
     the workers' inits only when ``kill_inits``. Returns the processes signalled."""
     inits = [init for init in map(_init_process, workers) if init is not None]
@@ -698,7 +756,7 @@ def _kill_job(state: dict, workers: list[dict], kill_inits: bool) -> list[psutil
     return list(targets.values())
 
 
-def _ended_cleanly(state: dict) -> bool:
+def _ended_cleanly(state: dict[str, Any]) -> bool:
     """Whether every worker's init recorded its end and is gone: each killed what its
     command left (its process group and every descendant) before writing its status, so
     nothing of the job is left to look for (among all the host's processes, a dear scan
@@ -727,7 +785,7 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def _worker_report(worker: dict) -> WorkerReport:
+def _worker_report(worker: dict[str, Any]) -> WorkerReport:
     for _ in range(2):  # the init may write its status between the two looks
         status = _status(worker)
         if status is not None:
@@ -743,7 +801,7 @@ def _worker_report(worker: dict) -> WorkerReport:
     return WorkerReport(worker["rank"], WorkerState.FAILED, None)  # died unwatched
 
 
-def _report(state: dict) -> JobReport:
+def _report(state: dict[str, Any]) -> JobReport:
     workers = [
         WorkerReport(worker["rank"], WorkerState.PENDING)
         if worker["pid"] is None and not state["complete"]  # recorded, being started

@@ -173,7 +173,7 @@ class Cgroups:
         return True
 
     def create(self, name: str, millicpus: int, memory: int) -> Path | None:
-        if not self.enabled:
+        if not self.enabled or self.root is None:  # enabled only with a root
             return None
         directory = self.root / (re.sub(r"[^A-Za-z0-9_-]", "_", name) + ".scope")
         directory.mkdir(exist_ok=True)

@@ -48,21 +48,28 @@ import os
 import signal
 import sys
 import time
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING
 
 
-def _load_confine():
+def _load_confine() -> ModuleType:
     """``confine.py`` beside this file, loaded by path: running isolated, the init has no
     package to import it from."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
     spec = importlib.util.spec_from_file_location("trainyard_confine", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while building
     spec.loader.exec_module(module)
     return module
 
 
-confine = _load_confine()
+if TYPE_CHECKING:
+    # The type checker reads the same file as a module of the package.
+    from jobmanager.backends import confine
+else:
+    confine = _load_confine()
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -88,7 +95,8 @@ def become_subreaper() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        result: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return result == 0
     except (OSError, AttributeError):
         return False
 
@@ -99,7 +107,40 @@ def exit_code_of(wait_status: int) -> int:
 
 
 def descendants(root: int) -> set[int]:
-    """Every process below ``root``, from /proc (empty where there is no /proc)."""
+    """Every process below ``root``: from each process's ``children`` files in /proc (a
+    few reads per descendant), or, on a kernel without them, from a scan of every process
+    in /proc; empty where there is no /proc."""
+    has_children_files = os.path.exists(f"/proc/{root}/task/{root}/children")
+    by_parent = None if has_children_files else _children_by_scan()
+    found: set[int] = set()
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        for child in _children(pid) if by_parent is None else by_parent.get(pid, []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """The children of ``pid``, of any of its threads (a process gone meanwhile has none)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children: list[int] = []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as file:
+                children.extend(int(child) for child in file.read().split())
+        except OSError:
+            continue
+    return children
+
+
+def _children_by_scan() -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc/N/stat."""
     children: dict[int, list[int]] = {}
     try:
         entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
@@ -114,18 +155,13 @@ def descendants(root: int) -> set[int]:
         # The command name, in parentheses, may itself hold spaces and parentheses.
         ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    pending = [root]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if child not in found:
-                found.add(child)
-                pending.append(child)
-    return found
+    return children
 
 
 class Init:
-    def __init__(self, argv: list[str], kill_after: float, confinement) -> None:
+    def __init__(
+        self, argv: list[str], kill_after: float, confinement: confine.Confinement
+    ) -> None:
         self.argv = argv
         self.kill_after = kill_after
         self.confinement = confinement
@@ -185,6 +221,8 @@ class Init:
             self._signal_group(signum)
 
     def _signal_group(self, signum: int) -> None:
+        if self.group is None:
+            return  # no command started: no group to signal
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.group, signum)
 
@@ -260,7 +298,7 @@ def wait_for_go(descriptor: int) -> bool:
     return received == b"go"
 
 
-def redirect_output(log_file: str, confinement) -> None:
+def redirect_output(log_file: str, confinement: confine.Confinement) -> None:
     """stdout and stderr to the log, which belongs to the job's owner (opened without
     following a link the job may have put in its place); stdin from /dev/null."""
     log = confine.open_log(str(log_file), confinement.uid, confinement.gid)
@@ -327,7 +365,7 @@ def _usage_error(message: str) -> None:
     sys.exit(2)
 
 
-def own_confinement():
+def own_confinement() -> confine.Confinement:
     """Without a confinement file: the caller's account, directory and environment."""
     uid, gid = os.getuid(), os.getgid()
     return confine.Confinement(

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from jobmanager.backends.base import (
     BackendNode,
@@ -39,14 +40,19 @@ class MemoryBackend(ClusterBackend):
     ) -> None:
         self.state_path = Path(state_path) if state_path else None
         self.log_dir = Path(log_dir) if log_dir else None
-        self._memory: dict = {"jobs": {}, "nodes": [], "fail_next_deploys": 0, "deploys": []}
+        self._memory: dict[str, Any] = {
+            "jobs": {},
+            "nodes": [],
+            "fail_next_deploys": 0,
+            "deploys": [],
+        }
         with self._state() as state:
             state.setdefault("stop_at_once", stop_at_once)
             if nodes is not None:
                 state["nodes"] = [asdict(node) for node in nodes]
 
     @contextlib.contextmanager
-    def _state(self) -> Iterator[dict]:
+    def _state(self) -> Iterator[dict[str, Any]]:
         if self.state_path is None:
             yield self._memory
             return
@@ -141,10 +147,11 @@ class MemoryBackend(ClusterBackend):
         with self._state() as state:
             state["fail_next_deploys"] = count
 
-    def deployed(self) -> dict[str, dict]:
+    def deployed(self) -> dict[str, dict[str, Any]]:
         """The jobs held now, with their workers' nodes and GPUs."""
         with self._state() as state:
-            return json.loads(json.dumps(state["jobs"]))
+            jobs: dict[str, dict[str, Any]] = json.loads(json.dumps(state["jobs"]))
+            return jobs
 
     def deploy_calls(self) -> list[tuple[str, int]]:
         with self._state() as state:
@@ -159,14 +166,14 @@ class MemoryBackend(ClusterBackend):
             log.write(text)
 
 
-def _end_running_workers(job: dict, exit_code: int) -> None:
+def _end_running_workers(job: dict[str, Any], exit_code: int) -> None:
     for worker in job["workers"]:
         if worker["state"] in ("running", "pending"):
             worker["state"] = "failed"
             worker["exit_code"] = exit_code
 
 
-def _report(job_id: str, job: dict) -> JobReport:
+def _report(job_id: str, job: dict[str, Any]) -> JobReport:
     return JobReport(
         job_id=job_id,
         attempt=job["attempt"],

@@ -24,13 +24,15 @@ import os
 import sys
 import termios
 from pathlib import Path
+from types import ModuleType
 
 CANNOT_RUN = 127
 
 
-def _load_confine():
+def _load_confine() -> ModuleType:
     path = Path(__file__).with_name("confine.py")
     spec = importlib.util.spec_from_file_location("trainyard_confine", path)
+    assert spec is not None and spec.loader is not None  # a file path always has both
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

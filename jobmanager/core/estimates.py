@@ -10,6 +10,7 @@ jobs that finished.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from typing import Any
 
 HISTORY = 20  # the last jobs of a kind that an estimate averages
 
@@ -18,11 +19,11 @@ class RunTimeEstimator:
     def __init__(self, history: int = HISTORY, default: float | None = None) -> None:
         self.default = default
         self._history = history
-        self._runs: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=history))
-        self._sums: dict[tuple, float] = defaultdict(float)
+        self._runs: dict[tuple[Any, ...], deque[float]] = defaultdict(lambda: deque(maxlen=history))
+        self._sums: dict[tuple[Any, ...], float] = defaultdict(float)
 
     @staticmethod
-    def _kinds(vc: str, user: str, gpus: int) -> tuple[tuple, ...]:
+    def _kinds(vc: str, user: str, gpus: int) -> tuple[tuple[Any, ...], ...]:
         return (("user", vc, user, gpus), ("size", vc, gpus), ("vc", vc), ("all",))
 
     def observe(self, vc: str, user: str, gpus: int, seconds: float) -> None:

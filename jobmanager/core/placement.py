@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from jobmanager.core.snapshot import (
     JobShape,
@@ -90,7 +90,7 @@ class ClusterState:
         self.version = 0  # changes whenever free capacity does
         self._explained: dict[JobShape, tuple[int, str]] = {}
         # While a trial runs: each node's state before the trial first changed it.
-        self._journal: dict[str, tuple] | None = None
+        self._journal: dict[str, tuple[Any, ...]] | None = None
         for node in sorted(nodes, key=lambda node: node.name):
             free = FreeNode(
                 state=node,
@@ -288,9 +288,9 @@ class ClusterState:
     def _choose_node(self, shape: JobShape) -> FreeNode | None:
         buckets = self._buckets[shape.gpu_type]
         needed = shape.per_worker.gpus
-        counts = range(needed, len(buckets))
-        if self.strategy == Placement.SPREAD:
-            counts = reversed(counts)
+        ascending = range(needed, len(buckets))
+        spread = self.strategy == Placement.SPREAD
+        counts: Iterable[int] = reversed(ascending) if spread else ascending
         if needed == 0:
             return self._choose_cpu_node(shape, buckets)
         # Among nodes with as many free GPUs, by name: the choice depends on free capacity

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob
 
-_NOTHING = (0, 0, 0)
+# GPUs, millicpus and memory, as tuples that are added up element by element.
+Amounts = tuple[int, ...]
+_NOTHING: Amounts = (0, 0, 0)
 
 
-def preemption_order(job: RunningJob, now: float | None = None) -> tuple:
+def preemption_order(job: RunningJob, now: float | None = None) -> tuple[Any, ...]:
     """The first victims: lowest priority, then the least work lost: the most recently
     started, or (given ``now``) the most recently checkpointed."""
     saved = job.started_at if now is None else job.last_checkpoint(now)
@@ -46,14 +49,14 @@ class Borrowers:
         self.now = now
         self.by_type: dict[str, dict[str, RunningJob]] = defaultdict(dict)
         self.on_node: dict[str, dict[str, RunningJob]] = defaultdict(dict)
-        self.held: dict[str, dict[str, tuple[int, int, int]]] = {}  # job -> node -> amounts
+        self.held: dict[str, dict[str, Amounts]] = {}  # job -> node -> amounts
         self.gpus: dict[str, int] = defaultdict(int)
         self.of_vc: dict[str, int] = defaultdict(int)  # how many each VC has
         for job in sorted(jobs, key=self.order):
             self.by_type[job.shape.gpu_type][job.id] = job
             self.gpus[job.shape.gpu_type] += job.shape.total.gpus
             self.of_vc[job.vc] += 1
-            held: dict[str, tuple[int, int, int]] = {}
+            held: dict[str, Amounts] = {}
             for worker in job.placement:
                 self.on_node[worker.node][job.id] = job
                 gpus, millicpus, memory = held.get(worker.node, _NOTHING)
@@ -64,7 +67,7 @@ class Borrowers:
                 )
             self.held[job.id] = held
 
-    def order(self, job: RunningJob) -> tuple:
+    def order(self, job: RunningJob) -> tuple[Any, ...]:
         return preemption_order(job, self.now)
 
     def remove(self, job: RunningJob) -> None:
@@ -82,7 +85,7 @@ class _Room:
     def __init__(self, cluster: ClusterState, shape: JobShape) -> None:
         self.cluster = cluster
         self.shape = shape
-        self.extra: dict[str, tuple[int, int, int]] = {}
+        self.extra: dict[str, Amounts] = {}
 
     def usable(self, name: str) -> FreeNode | None:
         node = self.cluster.nodes.get(name)
@@ -97,7 +100,7 @@ class _Room:
             return None
         return node
 
-    def on(self, node: FreeNode, more: tuple[int, int, int] = _NOTHING) -> int:
+    def on(self, node: FreeNode, more: Amounts = _NOTHING) -> int:
         extra = self.extra.get(node.name, _NOTHING)
         return workers_fitting(
             self.shape.per_worker,
@@ -106,7 +109,7 @@ class _Room:
             node.free_memory + node.pending_memory + extra[2] + more[2],
         )
 
-    def gain(self, victim_held: dict[str, tuple[int, int, int]]) -> int:
+    def gain(self, victim_held: dict[str, Amounts]) -> int:
         """How many more workers fit if a victim holding this (by node) left."""
         gained = 0
         for name, held in victim_held.items():
@@ -115,7 +118,7 @@ class _Room:
                 gained += self.on(node, held) - self.on(node)
         return gained
 
-    def loss(self, victim_held: dict[str, tuple[int, int, int]]) -> int:
+    def loss(self, victim_held: dict[str, Amounts]) -> int:
         """How many fewer workers fit if a chosen victim holding this stayed."""
         lost = 0
         for name, held in victim_held.items():
@@ -124,7 +127,7 @@ class _Room:
                 lost += self.on(node) - self.on(node, tuple(-amount for amount in held))
         return lost
 
-    def add(self, victim_held: dict[str, tuple[int, int, int]], sign: int = 1) -> None:
+    def add(self, victim_held: dict[str, Amounts], sign: int = 1) -> None:
         """Count a victim's resources as free (sign -1: no longer)."""
         for name, held in victim_held.items():
             extra = self.extra.get(name, _NOTHING)
@@ -181,7 +184,7 @@ def _greedy(
     }
     chosen: list[RunningJob] = []
     while need > 0:
-        best: tuple | None = None
+        best: tuple[Any, ...] | None = None
         for name, (here, prefixes) in options.items():
             for count, gain in prefixes:
                 useful = min(gain, need)

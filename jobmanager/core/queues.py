@@ -14,11 +14,12 @@ import heapq
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from jobmanager.core.snapshot import JobShape, Policy, QueuedJob, VcState
 
 
-def queue_order(job: QueuedJob) -> tuple:
+def queue_order(job: QueuedJob) -> tuple[Any, ...]:
     """Priority first, then submission time (kept by preempted jobs, which so come back at
     the head), then the largest gang among jobs submitted at the same instant."""
     shape = job.shape
@@ -45,18 +46,34 @@ class QueueBook:
     def __init__(self, vcs: Iterable[VcState], las_thresholds: tuple[float, ...]) -> None:
         self.policies = {vc.name: vc.policy for vc in vcs}
         self.las_thresholds = las_thresholds
-        self.streams: dict[str, dict[StreamKey, list[tuple[tuple, QueuedJob]]]] = defaultdict(dict)
-        self.jobs: dict[str, tuple[str, StreamKey, tuple]] = {}  # id -> VC, stream, order
+        self.streams: dict[str, dict[StreamKey, list[tuple[tuple[Any, ...], QueuedJob]]]] = (
+            defaultdict(dict)
+        )
+        self.jobs: dict[str, tuple[str, StreamKey, tuple[Any, ...]]] = {}  # id -> VC, stream, order
         self.reserved: dict[str, QueuedJob] = {}  # jobs with a place kept for them
 
     @classmethod
     def of(
-        cls, queued: Iterable[QueuedJob], vcs: Iterable[VcState], las_thresholds: tuple
+        cls, queued: Iterable[QueuedJob], vcs: Iterable[VcState], las_thresholds: tuple[Any, ...]
     ) -> QueueBook:
         book = cls(vcs, las_thresholds)
-        for job in queued:
-            if job.vc in book.policies:
+        jobs = [job for job in queued if job.vc in book.policies]
+        if len({job.id for job in jobs}) < len(jobs):
+            for job in jobs:  # a job given twice: the later one replaces it, as add does
                 book.add(job)
+            return book
+        # Each stream sorted once (the same order as adding the jobs one by one: no two
+        # jobs share a place, their ids being in it), not kept sorted job by job.
+        for job in jobs:
+            key = (job.shape, book.group(job))
+            order = book.order(job)
+            book.streams[job.vc].setdefault(key, []).append((order, job))
+            book.jobs[job.id] = (job.vc, key, order)
+            if job.reserved:
+                book.reserved[job.id] = job
+        for streams in book.streams.values():
+            for stream in streams.values():
+                stream.sort()
         return book
 
     def group(self, job: QueuedJob) -> object:
@@ -67,9 +84,11 @@ class QueueBook:
             return job.user
         if policy == Policy.BACKFILL and job.due is not None:
             return "deadline"
+        if policy == Policy.BACKFILL and job.burst:
+            return ("burst", job.burst)
         return None
 
-    def order(self, job: QueuedJob) -> tuple:
+    def order(self, job: QueuedJob) -> tuple[Any, ...]:
         """A job's place in its stream: queue order; by deadline first in backfill's
         stream of jobs with one (earliest deadline first)."""
         if job.due is not None and self.policies[job.vc] == Policy.BACKFILL:
@@ -118,22 +137,25 @@ class Walk:
 
     ``rank(job)`` gives a job's place before its queue order (its LAS queue, its user's
     usage); it may grow while the walk goes on (fair share), and a stream whose head now
-    ranks later is put back in line. Jobs in ``skip`` are passed over; a stream whose shape
-    ``dead(shape)`` says cannot start is dropped whole.
+    ranks later is put back in line. With ``static``, the caller promises that a job's rank
+    does not change during the walk, and a head is not ranked again. Jobs in ``skip`` are
+    passed over; a stream whose shape ``dead(shape)`` says cannot start is dropped whole.
     """
 
     def __init__(
         self,
-        streams: dict[StreamKey, list[tuple[tuple, QueuedJob]]],
-        rank: Callable[[QueuedJob], tuple],
+        streams: dict[StreamKey, list[tuple[tuple[Any, ...], QueuedJob]]],
+        rank: Callable[[QueuedJob], tuple[Any, ...]],
         skip: set[str],
         dead: Callable[[JobShape], bool],
+        static: bool = False,
     ) -> None:
         self.streams = streams
         self.rank = rank
+        self.static = static
         self.skip = skip
         self.dead = dead
-        self.heap: list[tuple[tuple, tuple, int, StreamKey]] = []
+        self.heap: list[tuple[tuple[Any, ...], tuple[Any, ...], int, StreamKey]] = []
         for key, stream in streams.items():
             self.heap.append((rank(stream[0][1]), stream[0][0], 0, key))
         heapq.heapify(self.heap)
@@ -150,10 +172,11 @@ class Walk:
             if job.id in self.skip:
                 self._advance()
                 continue
-            now_rank = self.rank(job)
-            if now_rank != rank:
-                heapq.heapreplace(heap, (now_rank, order, index, key))
-                continue
+            if not self.static:
+                now_rank = self.rank(job)
+                if now_rank != rank:
+                    heapq.heapreplace(heap, (now_rank, order, index, key))
+                    continue
             return job
         return None
 

@@ -16,6 +16,7 @@ long again as it has so far, so that a reservation is never planned in the past.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob, WorkerPlacement
@@ -146,13 +147,13 @@ def reserve(
     else:
         for end, _, placement in ends:
             for worker in placement:
-                here = amounts.get(worker.node)
-                if here is None:
+                freed = amounts.get(worker.node)
+                if freed is None:
                     continue
-                here[0] += len(worker.gpus)
-                here[1] += worker.millicpus
-                here[2] += worker.memory
-                now_fitting = workers_fitting(per_worker, *here)
+                freed[0] += len(worker.gpus)
+                freed[1] += worker.millicpus
+                freed[2] += worker.memory
+                now_fitting = workers_fitting(per_worker, *freed)
                 total += now_fitting - fitting[worker.node]
                 fitting[worker.node] = now_fitting
             if total >= shape.workers:
@@ -166,7 +167,7 @@ def reserve(
 
     # Nodes free now first, so that one pass after another keeps the same nodes (and
     # what is held stays held) rather than moving the reservation around.
-    def preference(name: str) -> tuple:
+    def preference(name: str) -> tuple[Any, ...]:
         node = cluster.nodes[name]
         return (-fitting[name], -len(node.free_gpus), -node.free_millicpus, name)
 

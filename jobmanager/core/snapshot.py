@@ -5,6 +5,7 @@ CPU is counted in millicores and memory in MiB, so that every sum is an exact in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -107,6 +108,19 @@ class JobShape:
     workers: int
     per_worker: Resources
     node_selector: tuple[tuple[str, str], ...] = ()
+    # Its hash, computed once: a pass looks a shape up in sets and dicts many times a job.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[JobShape], tuple[object, ...]]:
+        # Built again where unpickled: a string's hash differs from process to process.
+        return JobShape, (self.gpu_type, self.workers, self.per_worker, self.node_selector)
 
     @property
     def total(self) -> Resources:
@@ -135,6 +149,7 @@ class RunningJob:
     attained: float = 0.0  # GPU-seconds it ran before this start (least attained service)
     checkpoint_interval: float | None = None  # seconds between its checkpoints
     due: float | None = None  # the deadline its user set (QueuedJob.due)
+    expected_wait: float | None = None  # QueuedJob.expected_wait
 
     def last_checkpoint(self, now: float) -> float:
         """When it last saved its work (its start, if it never checkpoints): what it ran
@@ -164,6 +179,7 @@ class RunningJob:
             user=self.user,
             checkpoint_interval=self.checkpoint_interval,
             due=self.due,
+            expected_wait=self.expected_wait,
         )
 
     @property
@@ -192,6 +208,13 @@ class QueuedJob:
     waiting_since: float | None = None  # when it (last) began to wait; else queued_at
     checkpoint_interval: float | None = None
     due: float | None = None  # its deadline (seconds since the epoch), if its user set one
+    # How long it was expected to wait when submitted: the work queued and running ahead
+    # of it in its VC, by learned run times, over the VC's GPUs (what FIFO would give it);
+    # least attained service's wait bound may scale with it. None: not known.
+    expected_wait: float | None = None
+    # Its submission burst (jobmanager.core.bursts): same VC, user and size, submitted
+    # minutes after the one before; "" when bursts are not followed.
+    burst: str = ""
 
     @property
     def waiting_from(self) -> float:
@@ -224,8 +247,27 @@ class Snapshot:
     # A preempted job waits at most this many times what it ran (and at least the
     # starvation guard) before it goes back to the first queue (Tiresias's STARVE_LIMIT).
     las_starve_factor: float = 1.0
+    # A job that has spent this long queued since its submission, over all its waits,
+    # goes before every other and may preempt any job that has not (and has run a
+    # quantum); once started it is not preempted by least attained service again. None:
+    # no such bound.
+    las_wait_limit: float | None = None
+    # With a factor, the limit is at least this many times each job's expected wait
+    # (QueuedJob.expected_wait): a job waits in all at most about this many times what
+    # the queue ahead of it at its submission promised.
+    las_wait_factor: float | None = None
+    # True: the wait limit binds only jobs that have run before (preempted ones); a job
+    # never started keeps its place by attained service and submission.
+    las_limit_preempted_only: bool = False
     # Fair share: each (VC, user)'s decayed past usage in GPU-seconds.
     usage: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Backfill by bursts (jobmanager.core.bursts; None: off): the run time each burst's
+    # started jobs have shown so far, and how long a job waits before queue order again.
+    burst_service: Mapping[str, float] | None = None
+    burst_guard: float = 24 * 3600.0
+    # Backfill, largest fit first (an experiment, off by default): among jobs without a
+    # deadline, those that can start now go first, the largest of them first.
+    largest_fit_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

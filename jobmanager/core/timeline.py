@@ -58,6 +58,9 @@ class SimulatedCluster:
     options: dict[str, object] = field(default_factory=dict)
     usage_half_life: float = 7 * 24 * 3600.0  # fair share: past usage halves this often
     saved: dict[str, float] = field(default_factory=dict)  # work kept over preemptions
+    # A preempted job, started again, runs this much longer before it makes progress
+    # (its container starts and loads its checkpoint).
+    restart_overhead: float = 0.0
     lost_gpu_seconds: float = 0.0  # work preemption threw away
     # Free capacity with the running jobs taken, kept up to date as jobs start and end,
     # so that a pass need not rebuild it from every running job.
@@ -155,6 +158,8 @@ class SimulatedCluster:
                 self._use(victim, now)
                 ran = max(0.0, now - victim.started_at)
                 kept = victim.last_checkpoint(now) - victim.started_at
+                if victim.id in self.saved:  # a restart: its first moments saved nothing
+                    kept = max(0.0, kept - self.restart_overhead)
                 self.saved[victim.id] = self.saved.get(victim.id, 0.0) + kept
                 self.lost_gpu_seconds += (ran - kept) * victim.shape.total.gpus
                 # It keeps its queue place, and carries what it ran (least attained
@@ -191,9 +196,12 @@ class SimulatedCluster:
                 attained=job.attained,
                 checkpoint_interval=job.checkpoint_interval,
                 due=job.due,
+                expected_wait=job.expected_wait,
             )
             self.summary.add(running)
             remaining = max(0.0, self.run_time(job) - self.saved.get(job.id, 0.0))
+            if job.id in self.saved:  # preempted before: it restarts first
+                remaining += self.restart_overhead
             heapq.heappush(self.ends, (now + remaining, job.id, now))
         for job_id, placement in decisions.claims.items():
             if job_id in self.book:
@@ -271,3 +279,31 @@ def estimate_start_times(
             break
         now = next_end
     return starts
+
+
+def forecast_deadlines(
+    snapshot: Snapshot,
+    starts: dict[str, float],
+    horizon: float = 7 * 24 * 3600.0,
+) -> dict[str, bool | None]:
+    """Whether each job with a deadline is predicted to finish by it, from ``starts``
+    (estimate_start_times): a queued job ends its expected run time (its wall time when
+    none is learned) after its estimated start; a running job at its expected end. A
+    queued job with no estimated start misses a deadline within the horizon; past the
+    horizon nothing is predicted (None)."""
+    forecast: dict[str, bool | None] = {}
+    for job in snapshot.queued:
+        if job.due is None:
+            continue
+        start = starts.get(job.id)
+        run = job.expected_duration or job.max_wall_time or 0.0
+        if start is not None:
+            forecast[job.id] = start + run <= job.due
+        else:
+            forecast[job.id] = False if job.due <= snapshot.now + horizon else None
+    for running in snapshot.running:
+        if running.due is None or running.releasing:
+            continue
+        ends = running.expected_end if running.expected_end is not None else running.deadline
+        forecast[running.id] = None if ends is None else ends <= running.due
+    return forecast

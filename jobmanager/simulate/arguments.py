@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from jobmanager.core.snapshot import Placement, Policy
 from jobmanager.simulate.engine import ReplayOptions
@@ -171,7 +172,16 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-interval",
         type=_positive_float,
         metavar="SECONDS",
-        help="jobs checkpoint this often: a preempted job loses only the work since",
+        help="jobs checkpoint this often: a preempted job loses only the work since its last "
+        "checkpoint (default: none, it loses all it ran)",
+    )
+    jobs.add_argument(
+        "--restart-overhead",
+        type=_non_negative_float,
+        default=ReplayOptions.restart_overhead,
+        metavar="SECONDS",
+        help="a preempted job, started again, holds its GPUs this long before it makes "
+        "progress (default %(default)s)",
     )
     jobs.add_argument(
         "--oracle",
@@ -200,10 +210,49 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "what it ran (default %(default)s)",
     )
     jobs.add_argument(
+        "--las-wait-limit",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="a job queued this long in all (every wait after a preemption included) goes "
+        "first under LAS and may preempt any job that has not (default: no limit)",
+    )
+    jobs.add_argument(
+        "--las-wait-factor",
+        type=_positive_float,
+        metavar="FACTOR",
+        help="the LAS wait limit is at least FACTOR x what the work queued and running "
+        "ahead of a job at its submission gives it to wait (default: not scaled)",
+    )
+    jobs.add_argument(
+        "--las-limit-preempted-only",
+        action="store_true",
+        help="the LAS wait limit binds only jobs that have run before (preempted ones)",
+    )
+    jobs.add_argument(
         "--deadline-factor",
         type=_positive_float,
         metavar="FACTOR",
         help="give each job the deadline submission + FACTOR x its duration",
+    )
+    jobs.add_argument(
+        "--largest-fit-first",
+        action="store_true",
+        help="backfill starts first, of the jobs that fit now, the largest",
+    )
+    jobs.add_argument(
+        "--bursts",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="backfill ranks submission bursts (same VC, user and size, each job within "
+        "SECONDS of the one before) by the service their started jobs have shown",
+    )
+    jobs.add_argument(
+        "--burst-guard",
+        type=_positive_float,
+        default=ReplayOptions.burst_guard,
+        metavar="SECONDS",
+        help="with --bursts, a job that waited this long goes back to queue order "
+        "(default %(default)s)",
     )
 
 
@@ -213,11 +262,18 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         fair_lending=args.fair_lending,
         preemptible=args.preemptible,
         checkpoint_interval=args.checkpoint_interval,
+        restart_overhead=args.restart_overhead,
         oracle=args.oracle,
         las_thresholds=tuple(args.las_thresholds),
         las_quantum=args.las_quantum,
         las_starve_factor=args.las_starve_factor,
+        las_wait_limit=args.las_wait_limit,
+        las_wait_factor=args.las_wait_factor,
+        las_limit_preempted_only=args.las_limit_preempted_only,
         deadline_factor=args.deadline_factor,
+        bursts=args.bursts,
+        largest_fit_first=args.largest_fit_first,
+        burst_guard=args.burst_guard,
     )
 
 
@@ -262,10 +318,10 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _choices(kind: type[StrEnum], upper: bool) -> Callable[[str], list]:
+def _choices(kind: type[StrEnum], upper: bool) -> Callable[[str], list[Any]]:
     """A comma-separated list of an enum's values, in any case, without repeats."""
 
-    def parse(text: str) -> list:
+    def parse(text: str) -> list[Any]:
         chosen = []
         for name in (part.strip() for part in text.split(",")):
             value = name.upper() if upper else name.lower()

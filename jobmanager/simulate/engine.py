@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from jobmanager.core.estimates import RunTimeEstimator
 from jobmanager.core.snapshot import LAS_THRESHOLDS, Placement, Policy, QueuedJob
 from jobmanager.core.timeline import SimulatedCluster
+from jobmanager.simulate.bursts import BurstService
 from jobmanager.simulate.cluster import ClusterSpec, vc_states
 from jobmanager.simulate.trace import Trace
 
@@ -41,11 +42,22 @@ class ReplayOptions:
     fair_lending: bool = False  # lend to the VC borrowing least for its quota first
     preemptible: bool = False  # every trace job may be preempted (as Tiresias assumes)
     checkpoint_interval: float | None = None  # seconds; None: a preempted job restarts
+    # Seconds a preempted job spends, once restarted, before it makes progress again
+    # (container start, loading its checkpoint): counted as running, not as work done.
+    restart_overhead: float = 0.0
     oracle: bool = False  # backfill knows each duration in advance (no real scheduler does)
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     las_quantum: float = 1800.0
     las_starve_factor: float = 1.0
+    las_wait_limit: float | None = None  # seconds queued in all before a job is overdue
+    las_wait_factor: float | None = None  # or this many times its expected wait
+    las_limit_preempted_only: bool = False  # the wait limit binds preempted jobs only
     deadline_factor: float | None = None  # jobs get deadline = submit + factor x duration
+    # Backfill by bursts (jobmanager.core.bursts): a job joins its kind's burst if
+    # submitted within this many seconds of the one before; None: off.
+    bursts: float | None = None
+    burst_guard: float = 24 * 3600.0
+    largest_fit_first: bool = False  # backfill starts the largest job that fits first
 
 
 @dataclass
@@ -63,6 +75,9 @@ class Replay:
     first_start: list[float | None]
     ended: list[float | None]
     starts: list[int]  # 1 + the times the job was preempted, once completed
+    # Seconds each job held its GPUs, over all its starts (its JCT less this is the time
+    # it spent queued, every wait after a preemption included).
+    held: list[float] = field(default_factory=list)
     deadlines: list[float | None] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     unplaceable: list[str] = field(default_factory=list)  # larger than the whole cluster
@@ -112,6 +127,7 @@ def replay(
         first_start=[None] * len(jobs),
         ended=[None] * len(jobs),
         starts=[0] * len(jobs),
+        held=[0.0] * len(jobs),
         deadlines=[
             job.submitted + options.deadline_factor * job.duration
             if options.deadline_factor is not None
@@ -133,6 +149,8 @@ def replay(
             return durations[index]
         return estimator.estimate(queued.vc, queued.user, jobs[index].gpus)
 
+    bursts = BurstService(options.bursts) if options.bursts is not None else None
+    burst_of: dict[str, str] = {}
     sim = SimulatedCluster(
         nodes=cluster.node_states(),
         vcs=vc_states(quotas, cluster, policy),
@@ -141,12 +159,22 @@ def replay(
         starvation_seconds=starvation_seconds,
         explain=False,
         expect=expect,
+        restart_overhead=options.restart_overhead,
         options={
             "borrowing": options.borrowing,
             "fair_lending": options.fair_lending,
             "las_thresholds": options.las_thresholds,
             "las_quantum": options.las_quantum,
             "las_starve_factor": options.las_starve_factor,
+            "las_wait_limit": options.las_wait_limit,
+            "las_wait_factor": options.las_wait_factor,
+            "las_limit_preempted_only": options.las_limit_preempted_only,
+            "largest_fit_first": options.largest_fit_first,
+            **(
+                {"burst_service": bursts, "burst_guard": options.burst_guard}
+                if bursts is not None
+                else {}
+            ),
         },
     )
 
@@ -173,29 +201,41 @@ def replay(
         for job in finished:
             index = index_of[job.id]
             result.ended[index] = now
+            result.held[index] += now - job.started_at
             busy_gpus -= result.gpus[index]
             estimator.observe(job.vc, job.user, jobs[index].gpus, durations[index])
+            if bursts is not None:
+                bursts.stopped(burst_of[job.id], job.id, now, ended=True)
             changed = True
         while next_job < len(jobs) and jobs[next_job].submitted <= now:
-            job = jobs[next_job]
+            arrival = jobs[next_job]
             queued = QueuedJob(
-                job.id,
-                job.vc,
-                shapes[job.gpus],
-                queued_at=job.submitted,
+                arrival.id,
+                arrival.vc,
+                shapes[arrival.gpus],
+                queued_at=arrival.submitted,
                 preemptible=options.preemptible,
-                user=job.user,
+                user=arrival.user,
                 checkpoint_interval=options.checkpoint_interval,
                 due=result.deadlines[next_job],
+                burst=bursts.join(arrival.vc, arrival.user, arrival.gpus, arrival.submitted)
+                if bursts is not None
+                else "",
             )
-            sim.submit(replace(queued, expected_duration=expect(queued)))
+            burst_of[arrival.id] = queued.burst
+            queued = replace(queued, expected_duration=expect(queued))
+            if options.las_wait_factor is not None:
+                queued = replace(queued, expected_wait=_expected_wait(sim, queued, quotas, now))
+            sim.submit(queued)
             next_job += 1
             changed = True
         if changed and sim.queued:
             pass_at = min(pass_at, _tick(now, interval))
         if now >= pass_at:
             pass_at = math.inf
-            busy_gpus += _schedule_until_settled(sim, now, result, index_of)
+            if bursts is not None:
+                bursts.now = now
+            busy_gpus += _schedule_until_settled(sim, now, result, index_of, bursts, burst_of)
         if finished and on_progress is not None:
             on_progress(len(finished))
 
@@ -211,6 +251,25 @@ def replay(
     return result
 
 
+def _expected_wait(
+    sim: SimulatedCluster, job: QueuedJob, quotas: dict[str, int], now: float
+) -> float:
+    """How long the job can expect to wait, as the scheduler sees it at its submission:
+    the GPU-seconds of its VC's queued jobs (by their expected run times; none known:
+    nothing) and what its running jobs are expected to run still, over the VC's GPUs."""
+    work = sum(
+        queued.shape.total.gpus * (queued.expected_duration or 0.0)
+        for queued in sim.queued.values()
+        if queued.vc == job.vc and queued.id != job.id
+    )
+    work += sum(
+        running.shape.total.gpus * max(0.0, running.expected_end - now)
+        for running in sim.running.values()
+        if running.vc == job.vc and running.expected_end is not None
+    )
+    return work / max(quotas.get(job.vc, 0), 1)
+
+
 def _tick(now: float, interval: float) -> float:
     if interval <= 0:
         return now
@@ -218,7 +277,12 @@ def _tick(now: float, interval: float) -> float:
 
 
 def _schedule_until_settled(
-    sim: SimulatedCluster, now: float, result: Replay, index_of: dict[str, int]
+    sim: SimulatedCluster,
+    now: float,
+    result: Replay,
+    index_of: dict[str, int],
+    bursts: BurstService | None = None,
+    burst_of: dict[str, str] | None = None,
 ) -> int:
     """Run passes at ``now`` until one preempts nothing; return the change in busy GPUs.
 
@@ -234,6 +298,11 @@ def _schedule_until_settled(
         for preemption in decisions.preemptions:
             if preemption.job_id in sim.running:
                 change -= result.gpus[index_of[preemption.job_id]]
+                result.held[index_of[preemption.job_id]] += (
+                    now - sim.running[preemption.job_id].started_at
+                )
+                if bursts is not None and burst_of is not None:
+                    bursts.stopped(burst_of[preemption.job_id], preemption.job_id, now, False)
             if preemption.job_id in preempted:
                 repeats += 1
             preempted.add(preemption.job_id)
@@ -244,6 +313,8 @@ def _schedule_until_settled(
                 result.first_start[index] = now
             result.starts[index] += 1
             change += result.gpus[index]
+            if bursts is not None and burst_of is not None:
+                bursts.started(burst_of[start.job_id], start.job_id, now)
         if not decisions.preemptions:
             return change
         if repeats > MAX_PASSES_PER_INSTANT:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 from jobmanager.simulate.trace import Trace, TraceError, TraceJob
 
@@ -96,7 +97,7 @@ def load_philly(path: Path | str, limit: int | None = None) -> Trace:
             raise TraceError(f"{path}: not valid JSON: {error}") from None
     if not isinstance(entries, list):
         raise TraceError(f"{path}: expected a JSON list of jobs, found {type(entries).__name__}")
-    parsed: list[tuple[str, str, datetime, float, int]] = []
+    parsed: list[tuple[str, str, datetime, float, int, str]] = []
     skipped = 0
     for index, entry in enumerate(entries):
         try:
@@ -155,7 +156,7 @@ def _describe(error: Exception) -> str:
     return str(error)
 
 
-def _open(path: Path):
+def _open(path: Path) -> TextIO:
     try:
         return path.open(newline="", encoding="utf-8")
     except FileNotFoundError:

@@ -14,10 +14,12 @@ LONG_WAIT_SECONDS = 15 * 60
 @dataclass(frozen=True)
 class RunMetrics:
     """Times in seconds. JCT (job completion time) is end - submission; queueing delay is
-    first start - submission. Utilisation is busy GPU-seconds over the cluster's
-    GPU-seconds, over two spans: the submission window (first to last submission: what
-    ``--target-load`` sizes the cluster by) and the makespan (first submission to last
-    end, which includes the drain of the queue after the last submission)."""
+    first start - submission; time queued is every wait of a job, those after its
+    preemptions too (JCT less the time it held GPUs). Utilisation is busy GPU-seconds over
+    the cluster's GPU-seconds, over two spans: the submission window (first to last
+    submission: what ``--target-load`` sizes the cluster by) and the makespan (first
+    submission to last end, which includes the drain of the queue after the last
+    submission)."""
 
     policy: str
     placement: str
@@ -28,6 +30,8 @@ class RunMetrics:
     avg_queue_delay: float
     p95_queue_delay: float
     max_queue_delay: float
+    avg_time_queued: float
+    max_time_queued: float
     queued_over_15min: int
     preemptions: int
     utilisation_submission_window: float
@@ -49,12 +53,14 @@ class RunMetrics:
 
 
 def measure(run: Replay) -> RunMetrics:
-    completed = [index for index, ended in enumerate(run.ended) if ended is not None]
-    jcts = [run.ended[index] - run.submitted[index] for index in completed]  # type: ignore[operator]
+    ended_at = {index: ended for index, ended in enumerate(run.ended) if ended is not None}
+    completed = list(ended_at)
+    jcts = [ended_at[index] - run.submitted[index] for index in completed]
     delays = queue_delays(run)
+    queued = times_queued(run)
     first_submit = min(run.submitted, default=0.0)
-    last_end = max((run.ended[index] for index in completed), default=first_submit)
-    makespan = last_end - first_submit  # type: ignore[operator]
+    last_end = max(ended_at.values(), default=first_submit)
+    makespan = last_end - first_submit
     capacity = run.cluster.gpus * makespan
     window = run.cluster.gpus * (max(run.submitted, default=0.0) - first_submit)
     with_deadline = [index for index, due in enumerate(run.deadlines) if due is not None]
@@ -73,6 +79,8 @@ def measure(run: Replay) -> RunMetrics:
         avg_queue_delay=_mean(delays),
         p95_queue_delay=percentile(delays, 95),
         max_queue_delay=max(delays, default=math.nan),
+        avg_time_queued=_mean(queued),
+        max_time_queued=max(queued, default=math.nan),
         queued_over_15min=sum(1 for delay in delays if delay > LONG_WAIT_SECONDS),
         preemptions=run.preemptions,
         utilisation_submission_window=run.busy_in_window / window if window > 0 else 0.0,
@@ -96,6 +104,16 @@ def queue_delays(run: Replay) -> list[float]:
     ]
 
 
+def times_queued(run: Replay) -> list[float]:
+    """Each completed job's time in the queue, over all its waits: its JCT less the time
+    it held GPUs (equal to its queueing delay if it was never preempted)."""
+    return [
+        ended - submitted - held
+        for ended, submitted, held in zip(run.ended, run.submitted, run.held, strict=True)
+        if ended is not None
+    ]
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile, interpolated between the closest ranks (as numpy's default)."""
     if not values:
@@ -112,8 +130,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 JOB_COLUMNS = (
-    "job_id", "submitted", "first_start", "ended", "wait", "jct", "gpus", "duration",
-    "preemptions", "deadline", "deadline_met",
+    "job_id", "submitted", "first_start", "ended", "wait", "queued", "jct", "gpus",
+    "duration", "preemptions", "deadline", "deadline_met",
 )  # fmt: skip
 
 
@@ -130,6 +148,7 @@ def job_rows(run: Replay) -> list[dict[str, object]]:
                 "first_start": start,
                 "ended": end,
                 "wait": None if start is None else start - submitted,
+                "queued": None if end is None else end - submitted - run.held[index],
                 "jct": None if end is None else end - submitted,
                 "gpus": run.gpus[index],
                 "duration": run.durations[index],

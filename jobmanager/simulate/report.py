@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,6 +24,8 @@ COLUMNS: tuple[tuple[str, int, object], ...] = (
     ("avg wait m", 10, lambda row: _fixed(row.avg_queue_delay / MINUTE, 1)),
     ("p95 wait m", 10, lambda row: _fixed(row.p95_queue_delay / MINUTE, 1)),
     ("max wait h", 10, lambda row: _fixed(row.max_queue_delay / HOUR, 1)),
+    ("avg queued m", 12, lambda row: _fixed(row.avg_time_queued / MINUTE, 1)),
+    ("max queued h", 12, lambda row: _fixed(row.max_time_queued / HOUR, 1)),
     ("wait>15m", 8, lambda row: f"{row.queued_over_15min}"),
     ("preempt", 7, lambda row: f"{row.preemptions}"),
     ("util% window", 12, lambda row: _fixed(100 * row.utilisation_submission_window, 1)),
@@ -96,7 +98,7 @@ def write_plot(
     from matplotlib import pyplot
 
     figure, (bars, cdf) = pyplot.subplots(1, 2, figsize=(13, 5))
-    measures = (
+    measures: tuple[tuple[str, Callable[[RunMetrics], float]], ...] = (
         ("avg JCT", lambda row: row.avg_jct),
         ("p95 JCT", lambda row: row.p95_jct),
         ("avg queueing\ndelay", lambda row: row.avg_queue_delay),

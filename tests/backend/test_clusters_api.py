@@ -18,6 +18,17 @@ GIB = 1024
 NEW_NODE = {"name": "a100-5", "gpu_type": "A100", "gpus": 8, "cpus": 64, "memory": "512Gi"}
 
 
+def test_cluster_admins_resize_gpu_types(world):
+    response = world.client(world.staff).patch(
+        f"{GPU_TYPES}A100/", {"cpus_per_gpu": 10, "memory_per_gpu": "96Gi"}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    assert response.json() == {"name": "A100", "cpus_per_gpu": 10.0, "memory_per_gpu": 96 * GIB}
+    a100 = GpuType.objects.get(name="A100")
+    assert (a100.cpus_per_gpu, a100.memory_per_gpu) == (10, 96 * GIB)
+
+
 @pytest.mark.parametrize(("memory", "mib"), [("80Gi", 80 * GIB), (81920, 80 * GIB)])
 def test_cluster_admins_create_gpu_types(world, memory, mib):
     body = {"name": "H100", "cpus_per_gpu": 12, "memory_per_gpu": memory}
@@ -203,6 +214,22 @@ def test_a_cordoned_nodes_gpus_are_not_free(world):
     assert (row["nodes"], row["schedulable_nodes"]) == (4, 3)
     assert (row["gpus_used"], row["gpus_free"]) == (4, 4 + 8 + 8)
     assert histogram(row) == {4: 1, 8: 2}
+
+
+def test_a_node_that_is_not_ready_has_no_free_gpus(world):
+    """Schedulable and in service, but the cluster backend reports it not ready: the
+    scheduler places nothing there, so the dashboard shows none of its GPUs free."""
+    occupy(world, "a100-2", 4)
+    Node.objects.filter(name="a100-1").update(ready=False, ready_reason="kubelet stopped")
+    node = Node.objects.get(name="a100-1")
+    assert (node.schedulable, node.repair_state) == (True, "in_service")
+
+    row = summary_row(world, "A100")
+    listed = world.client(world.member).get(f"{NODES}a100-1/").json()
+
+    assert (row["schedulable_nodes"], row["gpus_used"], row["gpus_free"]) == (3, 4, 4 + 8 + 8)
+    assert histogram(row) == {4: 1, 8: 2}
+    assert (listed["ready"], listed["gpus_free"]) == (False, 0)
 
 
 def test_cpu_only_nodes_are_summarised_without_gpus(world):

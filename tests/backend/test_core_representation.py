@@ -67,3 +67,18 @@ def test_in_memory_values_answer_like_stored_ones(world):
     job.status = JobStatus.KILLING  # an enum member, not yet read back from the database
     job.finished_at = timezone.now()
     assert JSONRenderer().render(JobSerializer(job).data) == JSONRenderer().render(generic(job))
+
+
+def test_a_job_of_no_array_needs_no_generic_path(world, monkeypatch):
+    # A null relation on a field's path (array.array_id) answers None, as DRF would; it
+    # used to send every single job back through the generic path, a third of a submit.
+    job = JobFactory(owner=world.member, vc=world.vision, gpu_type=world.a100)
+    expected = generic(job)
+
+    def refuse(self, instance):
+        raise AssertionError("the generic path was taken")
+
+    monkeypatch.setattr(serializers.ModelSerializer, "to_representation", refuse)
+    answer = JobSerializer(job).data
+    assert answer["array"] is None
+    assert JSONRenderer().render(answer) == JSONRenderer().render(expected)

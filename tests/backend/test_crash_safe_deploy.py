@@ -1,6 +1,7 @@
 """A Celery worker killed (SIGKILL) at each named step of a deployment, on the local
 backend with real processes run as their owners: no job is left `running` without
-processes, every job finishes exactly once or is requeued, and kill ends every one.
+processes, every job finishes exactly once or is requeued, and kill ends every one; the
+same with the workers' inits forked by the resident spawner.
 
 The worker runs the solo pool, so that the process that dies is the worker itself; the
 job manager runs in this process (as tests/backend/test_local_backend_e2e.py runs it),
@@ -22,6 +23,7 @@ from tests.backend.jobs_support import JobManager
 from tests.backend.test_local_backend_e2e import NODES, log_of, submit
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 from tests.servers import kill_process_group, start_celery
+from tests.spawner import running_spawner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -33,7 +35,13 @@ CRASH_POINTS = [
     "local-deploy-before-complete",  # the command running, the deployment not complete
     "deploy-before-running",  # the backend's deployment complete, the job not `running`
 ]
+# Those around the start of an init, which the spawner forks rather than a launcher.
+SPAWN_POINTS = ["local-worker-recorded", "local-init-started", "local-pid-recorded"]
 GRACE_SECONDS = 2
+# How long a freshly started solo Celery worker may take to reach a crash point, or to take
+# over after one: its start (Django, Celery, a Redis connection) is most of it, and takes
+# well over 20 s when the suite's other processes (pytest-xdist) load the machine.
+WORKER_START_SECONDS = 60
 
 
 class CrashingWorkers:
@@ -51,6 +59,7 @@ class CrashingWorkers:
             "TRAINYARD_LOCAL_KILL_AFTER_SECONDS": "1",
         }
         self.host_tmp = host_tmp
+        self.redis_url = redis_url
         self.process = None
         self.rounds = 0
 
@@ -72,8 +81,11 @@ class CrashingWorkers:
         return self.process.poll() is not None
 
     def enqueue(self, job_pk: int, attempt: int) -> None:
+        """Through the test's Redis, which is the worker's broker (this process's Celery
+        app was configured at import, for an embedded Redis when REDIS_URL is unset)."""
         queue = self.env["TRAINYARD_CELERY_QUEUE"]
-        tasks.deploy_job.apply_async((job_pk, attempt), queue=queue)
+        with tasks.deploy_job.app.connection_for_write(self.redis_url) as connection:
+            tasks.deploy_job.apply_async((job_pk, attempt), queue=queue, connection=connection)
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -88,6 +100,15 @@ def workers(host_tmp, redis_url, redis_namespace, settings) -> Iterator[Crashing
     crashing = CrashingWorkers(host_tmp, redis_url, settings)
     yield crashing
     crashing.close()
+
+
+@pytest.fixture
+def spawning_workers(workers, host_tmp) -> Iterator[CrashingWorkers]:
+    """The workers, their inits forked by a resident spawner (as run_trainyard runs it)."""
+    socket_path = host_tmp / "spawner.sock"
+    with running_spawner(socket_path):
+        workers.env["TRAINYARD_LOCAL_SPAWNER_SOCKET"] = str(socket_path)
+        yield workers
 
 
 @pytest.fixture
@@ -123,7 +144,11 @@ def crash_a_deployment(world, workers: CrashingWorkers, jobs: JobManager, point:
     a worker that does not die takes over. Returns the job."""
     workers.arm(point)
     job = submit(world, command=command)
-    wait_for(lambda: jobs.run() and workers.crashed(), f"the worker to die at {point}")
+    wait_for(
+        lambda: jobs.run() and workers.crashed(),
+        f"the worker to die at {point}",
+        WORKER_START_SECONDS,
+    )
     assert workers.process.returncode == -9
     workers.start()
     return job
@@ -133,6 +158,19 @@ def crash_a_deployment(world, workers: CrashingWorkers, jobs: JobManager, point:
 def test_a_worker_killed_at_each_step_of_a_deployment_leaves_no_job_stuck(
     world, workers, backend, point
 ):
+    crash_each_time_at(world, workers, backend, point)
+
+
+@pytest.mark.parametrize("point", SPAWN_POINTS)
+def test_a_worker_killed_while_the_spawner_starts_its_init_leaves_no_job_stuck(
+    world, spawning_workers, backend, point
+):
+    crash_each_time_at(world, spawning_workers, backend, point)
+
+
+def crash_each_time_at(world, workers: CrashingWorkers, backend: LocalBackend, point: str):
+    """Twice over: a job whose deployment crashed at ``point`` finishes exactly once, and
+    one killed after such a crash ends, leaving no process."""
     jobs = JobManager(backend)
     jobs._deploy = workers.enqueue
     for _ in range(2):  # repeated: the same step, twice over
@@ -143,7 +181,9 @@ def test_a_worker_killed_at_each_step_of_a_deployment_leaves_no_job_stuck(
             never_running_without_processes(job, backend, jobs)
             return job.status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.KILLED)
 
-        wait_for(finished, f"job {job.job_id} to end after a crash at {point}")
+        wait_for(
+            finished, f"job {job.job_id} to end after a crash at {point}", WORKER_START_SECONDS
+        )
         assert job.status == JobStatus.FINISHED, job.status_message
         assert job.events.filter(to_status=JobStatus.FINISHED).count() == 1
         assert job.events.filter(to_status=JobStatus.RUNNING).count() == job.attempt

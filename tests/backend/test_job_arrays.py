@@ -3,8 +3,6 @@ killed, paused and resumed as one; each task counted against limits as a single 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from backend.jobs.models import Job, JobEvent, JobStatus
@@ -161,12 +159,10 @@ def test_tasks_past_the_per_user_gpu_limit_wait_for_approval(world):
     assert "per-user limit of 3" in waiting.status_message
 
 
-def test_an_array_of_ten_thousand_tasks_is_accepted_in_under_two_seconds(world):
-    client = world.client(world.member)
-    began = time.monotonic()
-    answer = submit_array(client, {"count": 10_000})
-    elapsed = time.monotonic() - began
+def test_an_array_of_ten_thousand_tasks_is_accepted_whole(world):
+    # How fast is bench.throughput.accept's to measure (goal: under 2 s).
+    answer = submit_array(world.client(world.member), {"count": 10_000})
 
-    assert len(answer["jobs"]) == 10_000
-    assert Job.objects.filter(array__array_id=answer["array"]).count() == 10_000
-    assert elapsed < 2.0, f"{elapsed:.2f} s"
+    assert len(set(answer["jobs"])) == 10_000
+    stored = Job.objects.filter(array__array_id=answer["array"])
+    assert sorted(stored.values_list("array_index", flat=True)) == list(range(10_000))

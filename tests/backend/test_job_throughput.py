@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from backend.core.redis import redis_client
-from backend.jobs import lifecycle, manager
+from backend.jobs import lifecycle, manager, triggers
 from backend.jobs.models import Job, JobEvent, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit
@@ -85,6 +85,35 @@ def test_jobs_ending_together_are_finished_together_none_skipping_running(
     assert set(backend.deployed()) == set() or job_ids[5] in summary.retried + summary.failed
 
 
+def test_jobs_ending_before_their_deploy_task_records_them_run_and_finish_in_bulk(
+    world, backend, redis_namespace
+):
+    def end_unrecorded(count: int) -> tuple[list[str], int]:
+        """``count`` jobs deployed and ended, their deploy task not yet done; the queries
+        of the job manager run that finds them."""
+        job_ids = submit_many(world, count)
+        batches: list[list[tuple[int, int]]] = []
+        manager.run_job_manager(backend, None, batches.append)
+        for job in Job.objects.filter(pk__in=[pk for pk, _ in batches[0]]):
+            backend.deploy(lifecycle.launch_for(job))  # the backend's part of the task only
+            backend.finish(job.job_id)
+        with CaptureQueriesContext(connection) as queries:
+            summary = manager.run_job_manager(backend, None, lambda batch: None)
+        assert sorted(summary.finished) == sorted(job_ids)
+        return job_ids, len(queries)
+
+    job_ids, few = end_unrecorded(2)
+    more_ids, many = end_unrecorded(12)
+
+    assert many == few  # recorded together, not one job at a time
+    for job in Job.objects.filter(job_id__in=job_ids + more_ids):
+        assert (job.status, job.exit_code) == (JobStatus.FINISHED, 0)
+        assert job.started_at is not None and job.attempts.get().ended_at is not None
+        path = list(job.events.values_list("to_status", flat=True))
+        assert path == [JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING,
+                        JobStatus.FINISHED]  # fmt: skip
+
+
 def test_a_round_applies_its_decisions_in_a_bounded_number_of_queries(
     world, backend, redis_namespace
 ):
@@ -110,6 +139,46 @@ def test_a_run_past_its_budget_leaves_its_request_for_the_next(
     summary = manager.run_job_manager(backend, None, lambda batch: None)
 
     assert summary.over_budget and summary.rounds == 0
-    assert redis_client().exists(manager._rerun_key())
+    assert redis_client().exists(triggers.job_manager_rerun_key())
     settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = 5
     assert len(manager.run_job_manager(backend, None, lambda batch: None).started) == 2
+
+
+@pytest.fixture
+def queued_tasks(settings, monkeypatch) -> list[int]:
+    """Submissions ask for job manager runs; each task they queue is recorded, not sent."""
+    from backend.jobs import tasks
+
+    settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.run_job_manager, "apply_async", lambda *a, **k: queued.append(1))
+    return queued
+
+
+def test_submissions_while_a_run_goes_round_queue_no_task_and_that_run_starts_them(
+    world, backend, redis_namespace, queued_tasks
+):
+    first = submit_many(world, 2)
+    assert queued_tasks == [1]  # the two requests before a run collapse into one task
+    redis_client().delete(triggers.job_manager_requested_key())  # as the task does
+    during: list[str] = []
+
+    def deploy(batch: list[tuple[int, int]]) -> None:
+        if not during:  # submitted while the run holds its lease
+            during.extend(submit_many(world, 3))
+
+    summary = manager.run_job_manager(backend, None, deploy)
+
+    assert queued_tasks == [1]
+    assert sorted(summary.started) == sorted(first + during)
+    assert summary.rounds == 2 and not summary.over_budget
+
+
+def test_a_request_just_after_a_run_let_its_lease_go_queues_a_task(
+    world, backend, redis_namespace, queued_tasks
+):
+    manager.run_job_manager(backend, None, lambda batch: None)
+
+    triggers.request_job_manager_run()
+
+    assert queued_tasks == [1]

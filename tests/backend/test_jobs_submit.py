@@ -270,6 +270,34 @@ def test_anonymous_cannot_submit(world, anonymous):
     assert not Job.objects.exists()
 
 
+def test_a_submission_costs_a_few_queries_however_many_jobs_exist(
+    world, django_assert_max_num_queries
+):
+    # The VC, its quota (with the GPU type and whether a node fits a worker), the owner's
+    # Unix account; the job and its event, in one savepoint here (a transaction live).
+    client = world.client(world.member)
+    for _ in range(3):
+        assert submit(client, gpus_per_worker=1).status_code == 201
+
+    with django_assert_max_num_queries(7):
+        response = submit(client, gpus_per_worker=1)
+
+    assert response.status_code == 201
+    assert response.json()["status"] == "queued"
+    assert response.json()["array"] is None
+
+
+def test_an_array_of_a_hundred_costs_the_queries_of_a_few_jobs(
+    world, django_assert_max_num_queries
+):
+    client = world.client(world.member)
+    with django_assert_max_num_queries(13):
+        response = submit(client, gpus_per_worker=1, array={"count": 100})
+
+    assert response.status_code == 201
+    assert Job.objects.filter(array__array_id=response.json()["array"]).count() == 100
+
+
 # --- Idempotency-Key -----------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ attempt after the start timeout."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -269,7 +270,11 @@ def test_a_pod_stuck_pulling_its_image_ends_the_attempt_after_the_start_timeout(
     assert Job.objects.get(pk=job.pk).status in (JobStatus.SCHEDULING, JobStatus.RUNNING)
     assert gpus_used(world) == 8
 
-    backend.clock.now += backend.settings.start_timeout_seconds + 1
+    # The start timeout counts from the pod's creation (which a loaded machine may put
+    # seconds after the clock was made): move the clock to just past it.
+    created = fake.get("pods", name, NAMESPACE)["metadata"]["creationTimestamp"]
+    created_at = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    backend.clock.now = created_at.timestamp() + backend.settings.start_timeout_seconds + 1
     jobs.run()
 
     job.refresh_from_db()

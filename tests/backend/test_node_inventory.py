@@ -16,10 +16,11 @@ from backend.clusters.models import Node
 from backend.clusters.removal import remove_drained_nodes
 from backend.jobs.lifecycle import sync_nodes
 from backend.jobs.models import Job, JobStatus, StopOutcome
+from jobmanager.backends.base import BackendNode
 from jobmanager.backends.local import LocalBackend
 from repairmanager.planning import NodeFacts, observe
 from repairmanager.rules import load_rules
-from repairmanager.states import NodeState
+from repairmanager.states import RepairState
 from tests.backend.jobs_support import JobManager
 from tests.jobmanager.test_local_backend import wait_for
 
@@ -187,11 +188,34 @@ def test_a_node_the_backend_has_never_reported_is_waited_for_not_failed(world, t
     )
 
     facts = [
-        NodeFacts("a100-9", NodeState.IN_SERVICE, 8, None, False, fresh.ready_reason),
-        NodeFacts("a100-1", NodeState.IN_SERVICE, 8, 1000.0, False, "NotReady"),
+        NodeFacts("a100-9", RepairState.IN_SERVICE, 8, None, False, fresh.ready_reason),
+        NodeFacts("a100-1", RepairState.IN_SERVICE, 8, 1000.0, False, "NotReady"),
     ]
     observed = observe(load_rules(), facts, None, 1010.0)
 
     assert [(o.rule.name, o.node) for o in observed.observations] == [
         ("backend-not-ready", "a100-1")
     ]
+
+
+# --- a node the backend reports and the database lacks ------------------------------------
+
+
+def test_a_node_the_backend_reports_is_registered_and_shown_free(world, tmp_path):
+    class OneMoreNode(LocalBackend):
+        def nodes(self):
+            return [
+                *registered_nodes(),
+                BackendNode("h100-1", "H100", 4, 96_000, 1024 * 1024, {"rack": "r9"}),
+            ]
+
+    changed = sync_nodes(OneMoreNode(tmp_path / "state", tmp_path / "logs", cgroup_root=None))
+
+    assert "h100-1" in changed
+    listed = world.client(world.member).get(f"{NODES}h100-1/").json()
+    assert (listed["gpu_type"], listed["gpus"], listed["cpus"], listed["labels"]) == (
+        "H100", 4, 96.0, {"rack": "r9"}
+    )  # fmt: skip
+    assert (listed["ready"], listed["gpus_free"]) == (True, 4)
+    h100 = world.client(world.member).get("/api/v1/gpu-types/").json()
+    assert {"name": "H100", "cpus_per_gpu": 24.0, "memory_per_gpu": 256 * 1024} in h100

@@ -9,10 +9,11 @@ import pytest
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.core.models import OutgoingEmail
+from backend.core.outbox import queue_email, send_pending_emails
 from backend.jobs.models import JobStatus
-from backend.repairs.mail import queue_email, send_pending_emails
 from backend.repairs.manager import repair_pass
-from backend.repairs.models import NodeFault, NodeRepairEvent, OutgoingEmail
+from backend.repairs.models import NodeFault, NodeRepairEvent
 from jobmanager.backends.memory import MemoryBackend
 from repairmanager.rules import load_rules
 from tests.backend.jobs_support import JobManager, make_job
@@ -163,3 +164,24 @@ def test_a_bad_safety_valve_share_stops_the_process_with_a_clear_message(
         env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0)
     monkeypatch.setenv("TRAINYARD_REPAIR_MAX_OUT_SHARE", "0.25")
     assert env_float("TRAINYARD_REPAIR_MAX_OUT_SHARE", 0.1, 0.0, 1.0) == 0.25
+
+
+def test_a_node_taken_out_asks_for_a_job_manager_run_itself_not_by_a_signal(
+    world, redis_namespace, settings, django_capture_on_commit_callbacks, monkeypatch
+):
+    from backend.jobs import tasks
+    from backend.repairs.actions import move_node
+
+    settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
+    runs = []
+    monkeypatch.setattr(tasks.run_job_manager, "apply_async", lambda *a, **k: runs.append(1))
+    node = world.nodes[0]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        node.labels = {"rack": "r9"}
+        node.save()  # a bare save is no action: nothing is asked of the job manager
+    assert runs == []
+
+    with django_capture_on_commit_callbacks(execute=True):
+        move_node(node, RepairState.OUT_OF_POOL, "ECC errors")
+    assert runs == [1]

@@ -98,9 +98,12 @@ def test_a_terminal_session_gets_a_tty_of_the_client_s_size(
     key = registered_key(host_tmp, world.member)
     job = running_pod_job(world, fake_kubernetes, host_tmp)
     argv = ssh_argv(k8s_gateway, key, login(job), "-tt", "-o", "SetEnv=LANG=C")
+    # The exec API takes no size: it comes on the resize channel once the command runs, as
+    # with kubectl, so a busy machine can run `stty size` first (0 0). Wait for it.
+    sized = """'until [ "$(stty size)" != "0 0" ]; do sleep 0.05; done; stty size; tty'"""
 
     result = subprocess.run(
-        ["script", "-qec", " ".join([*argv, "'stty size; tty'"]), "/dev/null"],
+        ["script", "-qec", " ".join([*argv, sized]), "/dev/null"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

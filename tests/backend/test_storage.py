@@ -301,3 +301,62 @@ def test_beat_queues_the_scans_that_are_due_and_retries_an_abandoned_one(world, 
     assert queued == [root.pk]  # never scanned since the stuck one; fresh is not due
     stuck.refresh_from_db()
     assert stuck.status == RunStatus.FAILED and "abandoned" in stuck.error
+
+
+@pytest.fixture
+def tasks_run_in_process():
+    """Tasks asked for run at once in this process (a worker imports the tasks modules
+    and so knows each task by its name; here the import does that)."""
+    import backend.storage.tasks  # noqa: F401
+    from backend.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def test_a_scan_asked_for_runs_once_the_request_commits(
+    world, root, tasks_run_in_process, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = world.client(world.staff).post(f"/api/v1/storage/roots/{root.name}/scan/")
+        assert not Scan.objects.exists()  # queued on commit, not before
+
+    assert response.status_code == 202
+    assert response.json() == {"detail": "Scan of shared queued."}
+    scans = world.client(world.member).get("/api/v1/storage/scans/").json()["results"]
+    assert [(scan["root"], scan["status"], scan["files_seen"]) for scan in scans] == [
+        ("shared", "done", 8)
+    ]
+
+
+def test_only_cluster_admins_ask_for_scans_and_dry_runs(
+    world, root, tasks_run_in_process, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        scan = world.client(world.vc_admin).post(f"/api/v1/storage/roots/{root.name}/scan/")
+        dry_run = world.client(world.member).post(
+            f"/api/v1/storage/roots/{root.name}/expiry-dry-run/"
+        )
+
+    assert (scan.status_code, dry_run.status_code) == (403, 403)
+    assert scan.json()["detail"] == "Only cluster admins can change storage roots."
+    assert queued == [] and not Scan.objects.exists()
+
+
+def test_a_dry_run_of_a_root_without_a_policy_is_refused(world, root):
+    response = world.client(world.staff).post(f"/api/v1/storage/roots/{root.name}/expiry-dry-run/")
+
+    assert response.status_code == 400
+    assert response.json() == {"expiry_days": ["This root has no expiry policy."]}
+
+
+def test_cluster_admins_change_and_remove_roots(world, root):
+    admin = world.client(world.staff)
+
+    changed = admin.patch(f"/api/v1/storage/roots/{root.name}/", {"expiry_days": 30}, format="json")
+    removed = admin.delete(f"/api/v1/storage/roots/{root.name}/")
+
+    assert changed.status_code == 200 and changed.json()["expiry_days"] == 30
+    assert removed.status_code == 204
+    assert world.client(world.member).get("/api/v1/storage/roots/").json() == []

@@ -19,12 +19,14 @@ def names(response) -> list[str]:
 
 
 def run_job(world, vc, node: str, gpus: int, workers: int = 1, **fields):
-    """A running job holding `gpus` GPUs per worker, every worker on `node`."""
+    """A running job holding `gpus` GPUs per worker, every worker on `node` (each on GPUs
+    of its own, as the scheduler places them)."""
     cpus, memory = 8 * gpus, 64 * GIB * gpus
     placement = [
-        {"node": node, "gpus": list(range(gpus)), "cpus": cpus, "memory": memory}
-        for _ in range(workers)
-    ]
+        {"node": node, "gpus": list(range(i * gpus, (i + 1) * gpus)), "cpus": cpus,
+         "memory": memory}
+        for i in range(workers)
+    ]  # fmt: skip
     return JobFactory(
         owner=world.member, vc=vc, gpu_type=world.a100, status=JobStatus.RUNNING,
         workers=workers, gpus_per_worker=gpus, cpus_per_worker=cpus,

@@ -219,6 +219,12 @@ def submit(page: Page, name: str, command: str, workers: str = "1", gpus: str = 
     page.get_by_label("Workers").fill(workers)
     page.get_by_label("GPUs per worker").fill(gpus)
     page.get_by_label("Command").fill(command)
+    # As a user would, click once the form has settled: the VC's limits are in and the
+    # server has judged this very form (the button does not move under the pointer).
+    expect(page.get_by_text("at most 7d 0h")).to_be_visible()
+    availability = page.get_by_role("complementary", name="Availability")
+    answered = availability.get_by_role("status").and_(availability.locator(".ok, .warning"))
+    expect(answered).to_be_visible()
     page.get_by_role("button", name="Submit job").click()
     expect(page.get_by_role("heading", name=re.compile(name))).to_be_visible()
 

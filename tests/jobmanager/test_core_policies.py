@@ -9,14 +9,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jobmanager.core.las import time_queued
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.queues import las_level
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import Placement, Policy, QueuedJob, RunningJob, Snapshot
 from jobmanager.core.timeline import SimulatedCluster
-from jobmanager.simulate import ClusterSpec, SyntheticSpec, generate, measure, replay
+from jobmanager.simulate import (
+    ClusterSpec,
+    SyntheticSpec,
+    Trace,
+    TraceJob,
+    generate,
+    measure,
+    replay,
+)
 from jobmanager.simulate.cluster import split_quotas
 from jobmanager.simulate.engine import ReplayOptions
+from jobmanager.simulate.metrics import job_rows
 from tests.jobmanager.core_builders import decide, nodes, queued, reasons, running, started, vc
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -233,6 +243,34 @@ def test_a_backfilled_job_never_delays_a_reservation(case):
         assert first_start[job_id] <= shadow + 1e-6, f"{job_id} started after its reservation"
 
 
+def running_on(cluster, gpus: list[int], running_job) -> list[RunningJob]:
+    """Jobs of ``gpus`` GPUs each, packed onto ``cluster`` while they fit, made running by
+    ``running_job(index, spec, placement)``."""
+    placing = ClusterState(cluster)
+    busy = []
+    for index, count in enumerate(gpus):
+        spec = queued(f"r{index}", gpus=count)
+        placement = placing.place(spec.shape)
+        if placement is not None:
+            busy.append(running_job(index, spec, placement))
+    return busy
+
+
+def assert_no_gpu_given_twice(decisions, busy: list[RunningJob]) -> None:
+    """No GPU is given to two starts, nor to a start while a job not preempted holds it."""
+    placed = [worker for start in decisions.starts for worker in start.placement]
+    preempted = {p.job_id for p in decisions.preemptions}
+    held = {
+        (worker.node, gpu)
+        for job in busy
+        if job.id not in preempted
+        for worker in job.placement
+        for gpu in worker.gpus
+    }
+    given_now = [(worker.node, gpu) for worker in placed for gpu in worker.gpus]
+    assert len(given_now) == len(set(given_now)) and not set(given_now) & held
+
+
 @EXAMPLES
 @given(
     st.lists(st.sampled_from((1, 2, 4)), min_size=1, max_size=10),
@@ -245,20 +283,14 @@ def test_las_preempts_only_preemptible_jobs_of_a_later_queue(gpus, runs, preempt
     twice; and passes at one instant settle."""
     cluster = nodes(2)
     thresholds = (1000.0, 20_000.0)
-    placing = ClusterState(cluster)
-    busy = []
-    for index, count in enumerate(gpus):
-        spec = queued(f"r{index}", gpus=count)
-        placement = placing.place(spec.shape)
-        if placement is None:
-            continue
-        busy.append(
-            RunningJob(
-                spec.id, "a", spec.shape, placement, started_at=0.0,
-                preemptible=preemptible_every > 0 and index % (preemptible_every + 1) == 0,
-                attained=float(runs[index] * 1000),
-            )
-        )  # fmt: skip
+    busy = running_on(
+        cluster, gpus,
+        lambda index, spec, placement: RunningJob(
+            spec.id, "a", spec.shape, placement, started_at=0.0,
+            preemptible=preemptible_every > 0 and index % (preemptible_every + 1) == 0,
+            attained=float(runs[index] * 1000),
+        ),
+    )  # fmt: skip
     waiting = [
         queued(f"q{index}", gpus=count, at=float(index), preemptible=True)
         for index, count in enumerate(gpus)
@@ -282,16 +314,7 @@ def test_las_preempts_only_preemptible_jobs_of_a_later_queue(gpus, runs, preempt
         assert las_level(victim.attained_at(snapshot.now), thresholds) > las_level(
             beneficiary.attained, thresholds
         )
-    placed = [worker for start in decisions.starts for worker in start.placement]
-    held = {
-        (worker.node, gpu)
-        for job in busy
-        if job.id not in {p.job_id for p in decisions.preemptions}
-        for worker in job.placement
-        for gpu in worker.gpus
-    }
-    given_now = [(worker.node, gpu) for worker in placed for gpu in worker.gpus]
-    assert len(given_now) == len(set(given_now)) and not set(given_now) & held
+    assert_no_gpu_given_twice(decisions, busy)
 
 
 @pytest.mark.parametrize("policy", list(Policy))
@@ -308,3 +331,132 @@ def test_every_job_of_a_stream_that_leaves_capacity_starts_within_bounds(policy)
     metrics = measure(result)
     assert metrics.completed == len(trace.jobs)
     assert metrics.max_queue_delay < 24 * 3600
+
+
+@EXAMPLES
+@given(
+    st.lists(st.sampled_from((1, 2, 4)), min_size=1, max_size=10),
+    st.lists(st.integers(0, 40), min_size=10, max_size=10),
+    st.lists(st.sampled_from((0.0, 0.0, 3000.0, 9000.0)), min_size=10, max_size=10),
+    st.booleans(),
+)
+def test_an_overdue_job_goes_first_and_preempts_only_jobs_that_were_not(
+    gpus, runs, waited, preempted_only
+):
+    """Least attained service with a wait limit, on a busy node pair: a job queued past the
+    limit in all (with ``preempted_only``: and that has run before) may preempt a job of
+    any queue, but never one that was itself overdue when it started; a job not overdue
+    preempts only as its queue does; no GPU is given twice; and while an overdue job
+    waits, no job that is not overdue starts unless it is smaller."""
+    cluster = nodes(2)
+    thresholds = (1000.0, 20_000.0)
+    limit = 5000.0
+    busy = running_on(
+        cluster, gpus,
+        lambda index, spec, placement: RunningJob(
+            spec.id, "a", spec.shape, placement, started_at=1000.0, preemptible=True,
+            queued_at=1000.0 - waited[index], attained=float(runs[index] * 1000),
+        ),
+    )  # fmt: skip
+    waiting = [
+        queued(
+            f"q{index}", gpus=count, at=4000.0 - waited[-1 - index], preemptible=True,
+            attained=float(runs[-1 - index] * 100),
+        )
+        for index, count in enumerate(gpus)
+    ]  # fmt: skip
+    snapshot = Snapshot(
+        now=4000.0,
+        nodes=cluster,
+        vcs=(vc("a", 8, Policy.LAS),),
+        running=tuple(busy),
+        queued=tuple(waiting),
+        las_thresholds=thresholds,
+        las_quantum=0.0,
+        las_wait_limit=limit,
+        las_limit_preempted_only=preempted_only,
+    )
+    decisions = schedule(snapshot)
+
+    def overdue(job: QueuedJob) -> bool:
+        if preempted_only and job.attained <= 0:
+            return False
+        return time_queued(job, snapshot.now) >= limit
+
+    by_id = {job.id: job for job in busy}
+    queued_by_id = {job.id: job for job in waiting}
+    for preemption in decisions.preemptions:
+        victim = by_id[preemption.job_id]
+        beneficiary = queued_by_id[preemption.for_job]
+        # Was it overdue when it started: queued that long before it, less what it ran.
+        held = victim.attained / victim.shape.total.gpus
+        started_overdue = victim.started_at - victim.queue_position - held >= limit
+        assert not started_overdue or (preempted_only and victim.attained <= 0)
+        if not overdue(beneficiary):
+            assert las_level(victim.attained_at(snapshot.now), thresholds) > las_level(
+                beneficiary.attained, thresholds
+            )
+    assert_no_gpu_given_twice(decisions, busy)
+    overdue_waiting = [
+        job
+        for job in waiting
+        if overdue(job)
+        and job.id not in {start.job_id for start in decisions.starts}
+        and job.id not in decisions.claims
+    ]
+    if overdue_waiting:
+        smallest = min(job.shape.total.gpus for job in overdue_waiting)
+        for start in decisions.starts:
+            job = queued_by_id[start.job_id]
+            assert overdue(job) or job.shape.total.gpus < smallest
+
+
+@EXAMPLES
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 20),  # submitted, in units of 300 s
+            st.sampled_from((300.0, 1800.0, 7200.0, 30_000.0)),
+            st.sampled_from((1, 1, 2, 4, 8)),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from((None, 3600.0, 20_000.0)),
+    st.sampled_from((0.0, 120.0)),
+    st.booleans(),
+)
+def test_las_with_a_wait_limit_runs_every_job_and_counts_every_wait(
+    jobs, limit, overhead, preempted_only
+):
+    """A random stream of preemptible jobs under least attained service with a wait limit
+    and a restart overhead, on two 8-GPU nodes: every job completes; a job's time queued
+    (every wait) is at least its first wait, equal to it if it was never preempted; a job
+    is never preempted after it started overdue."""
+    trace = Trace.of(
+        "random",
+        [
+            TraceJob(f"j{index}", "a", at * 300.0, duration, count)
+            for index, (at, duration, count) in enumerate(jobs)
+        ],
+    )
+    cluster = ClusterSpec(nodes=2, gpus_per_node=8)
+    options = ReplayOptions(
+        preemptible=True,
+        checkpoint_interval=600.0,
+        las_thresholds=(1800.0,),
+        las_quantum=600.0,
+        las_wait_limit=limit,
+        las_limit_preempted_only=preempted_only,
+        restart_overhead=overhead,
+    )
+
+    result = replay(trace, cluster, {"a": 16}, Policy.LAS, Placement.PACK, options=options)
+
+    assert all(end is not None for end in result.ended)
+    for row in job_rows(result):
+        assert row["queued"] >= row["wait"] - 1e-6
+        if row["preemptions"] == 0:
+            assert row["queued"] == pytest.approx(row["wait"])
+        else:
+            assert row["jct"] >= row["duration"] + row["queued"] - 1e-6

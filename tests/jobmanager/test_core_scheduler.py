@@ -474,9 +474,9 @@ def test_thousands_of_borrowers_do_not_slow_the_victim_search_down():
         queued("many", "d", gpus=1, workers=600, at=300),
     ]
     vcs = [vc("a", 4000, Policy.RF), vc("b", 0), vc("c", 8000), vc("d", 600)]
-    began = time.perf_counter()
+    began = time.process_time()  # this process's CPU: what other load on the host leaves alone
     decisions = decide(cluster, vcs, busy, jobs)
-    elapsed = time.perf_counter() - began
+    elapsed = time.process_time() - began
     wide = {p.job_id for p in decisions.preemptions if p.for_job == "wide"}
     assert len(wide) == 16 * 8
     assert len(preempted(decisions)) == 16 * 8 + 100 + 600
@@ -500,9 +500,9 @@ def test_a_search_bound_to_fail_gives_up_fast_however_many_borrowers():
         for index in range(50)
         for rank in range(20)
     ]
-    began = time.perf_counter()
+    began = time.process_time()  # this process's CPU: what other load on the host leaves alone
     decisions = decide(cluster, vcs, busy, jobs)
-    elapsed = time.perf_counter() - began
+    elapsed = time.process_time() - began
     assert preempted(decisions) == set()
     assert len(decisions.waits) == 1000
     assert elapsed < 1.0

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -535,3 +536,65 @@ def test_backend_nodes_given_as_objects_are_used_as_they_are(tmp_path):
     backend = LocalBackend(tmp_path / "s", tmp_path / "l", nodes=[node], cgroup_root=None)
 
     assert backend.nodes() == [node]
+
+
+def test_an_inventory_asked_at_every_call_is_asked_once_while_pinned(host_tmp):
+    # The registered nodes are a database query: a batch of deployments (in threads)
+    # asks once, and a node registered after the batch is seen by the next one.
+    declared = [BackendNode("local-0", "A100", 8, 16000, 65536, declared=True)]
+    asked: list[int] = []
+
+    def inventory() -> list[BackendNode]:
+        asked.append(1)
+        return list(declared)
+
+    backend = LocalBackend(host_tmp / "state", host_tmp / "logs", nodes=inventory, cgroup_root=None)
+    jobs = [launch("true") for _ in range(3)]
+    with backend.nodes_pinned():
+        for job in jobs:
+            backend.deploy(job)
+    assert len(asked) == 1
+    for job in jobs:
+        wait_for(ended(backend, job.job_id), "the job to end")
+        backend.remove(job.job_id)
+
+    declared.append(BackendNode("local-1", "A100", 8, 16000, 65536, declared=True))
+    assert [node.name for node in backend.nodes()] == ["local-0", "local-1"]
+    assert len(asked) == 2
+
+
+def test_the_init_finds_every_descendant_with_or_without_the_kernel_s_children_files(
+    monkeypatch,
+):
+    # A shell and its two sleeps, the shell started from a thread that stays alive (its
+    # children are listed under that thread's task, not the process's first): both ways
+    # of looking find all three.
+    from jobmanager.backends import local_init
+
+    started: list[subprocess.Popen] = []
+    ready, checked = threading.Event(), threading.Event()
+
+    def from_a_thread() -> None:
+        started.append(subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"],
+                                        stdout=subprocess.PIPE))  # fmt: skip
+        ready.set()
+        checked.wait(DEADLINE_SECONDS)
+
+    thread = threading.Thread(target=from_a_thread)
+    thread.start()
+    ready.wait(DEADLINE_SECONDS)
+    tree = started[0]
+    try:
+        assert tree.stdout.readline() == b"up\n"  # both sleeps forked
+        below = {tree.pid, *(child.pid for child in psutil.Process(tree.pid).children())}
+        assert len(below) == 3
+        assert local_init.descendants(os.getpid()) >= below
+        monkeypatch.setattr(local_init.os.path, "exists", lambda path: False)
+        assert local_init.descendants(os.getpid()) >= below
+    finally:
+        checked.set()
+        for pid in psutil.Process(tree.pid).children():
+            pid.kill()
+        tree.kill()
+        tree.wait()
+        thread.join()

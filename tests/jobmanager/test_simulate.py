@@ -30,6 +30,7 @@ from jobmanager.simulate import (
     split_quotas,
 )
 from jobmanager.simulate.cli import main
+from jobmanager.simulate.engine import ReplayOptions
 
 ITP_DIR = Path("/work/shared/traces/itp")
 CLUSTER01 = ITP_DIR / "cluster01.csv"
@@ -323,6 +324,31 @@ def test_a_borrower_is_preempted_for_its_lenders_job_and_runs_again_in_full():
     assert metrics.preemptions == 1
     # b2's first 10 s are busy too, though lost: 4*(100 + 10 + 100 + 50) of 8*160
     assert metrics.utilisation_makespan == pytest.approx(4 * 260 / (8 * 160))
+
+
+def test_time_queued_counts_the_wait_after_a_preemption_and_restarts_cost_their_overhead():
+    # As above: b2 runs 0-10, is preempted, waits 10-60 and runs again in full; with a
+    # restart overhead of 5 s it holds its GPUs 5 s longer before it makes progress.
+    trace = trace_of(
+        ("b1", "b", 0.0, 100.0, 4),
+        ("b2", "b", 0.0, 100.0, 4),
+        ("a1", "a", 10.0, 50.0, 4),
+    )
+    quotas = {"a": 4, "b": 4}
+
+    plain = measure(run(trace, TWO_NODES, quotas=quotas))
+    result = replay(
+        trace, TWO_NODES, quotas, Policy.FIFO, Placement.PACK,
+        options=ReplayOptions(restart_overhead=5.0),
+    )  # fmt: skip
+    costly = measure(result)
+
+    # The first waits are all 0 but a1's 0; b2 waited 50 s after its preemption.
+    assert plain.max_queue_delay == 0 and plain.max_time_queued == 50
+    assert plain.avg_time_queued == pytest.approx(50 / 3)
+    assert by_id(result, result.ended) == {"b1": 100, "b2": 165, "a1": 60}
+    assert costly.max_time_queued == 50  # the overhead is held GPUs, not queueing
+    assert costly.lost_gpu_hours == pytest.approx(4 * 10 / 3600)
 
 
 @pytest.mark.parametrize("policy", list(Policy))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from repairmanager.planning import NodeFacts, OpenFault, observe, plan
 from repairmanager.prometheus import PrometheusUnavailable, Sample
 from repairmanager.rules import load_rules
-from repairmanager.states import NodeState
+from repairmanager.states import RepairState
 
 RULES = load_rules()
 NOW = 1_000_000.0
@@ -15,7 +15,7 @@ def cluster(count: int = 10, out: tuple[str, ...] = ()) -> list[NodeFacts]:
     return [
         NodeFacts(
             f"gpu-{i:02}",
-            NodeState.OUT_OF_POOL if f"gpu-{i:02}" in out else NodeState.IN_SERVICE,
+            RepairState.OUT_OF_POOL if f"gpu-{i:02}" in out else RepairState.IN_SERVICE,
             8,
             last_heartbeat=NOW - 5,
         )
@@ -76,7 +76,7 @@ def test_prometheus_unreachable_or_empty_takes_no_node_out():
     def unreachable(promql: str) -> list[Sample]:
         raise PrometheusUnavailable("connection refused")
 
-    nodes = [NodeFacts("gpu-00", NodeState.IN_SERVICE, 8, last_heartbeat=NOW - 600)]
+    nodes = [NodeFacts("gpu-00", RepairState.IN_SERVICE, 8, last_heartbeat=NOW - 600)]
     for query in (unreachable, lambda promql: []):
         observed = observe(RULES, nodes, query, NOW)
         assert observed.blind
@@ -103,8 +103,8 @@ def test_a_fault_must_hold_for_its_duration_before_it_fires():
 
 def test_fewer_gpus_than_the_inventory_and_a_silent_node_are_faults():
     nodes = [
-        NodeFacts("gpu-00", NodeState.IN_SERVICE, 8, last_heartbeat=NOW - 5),
-        NodeFacts("gpu-01", NodeState.IN_SERVICE, 8, last_heartbeat=NOW - 121),
+        NodeFacts("gpu-00", RepairState.IN_SERVICE, 8, last_heartbeat=NOW - 5),
+        NodeFacts("gpu-01", RepairState.IN_SERVICE, 8, last_heartbeat=NOW - 121),
     ]
     observed = observe(RULES, nodes, fake_prometheus({}, gpus=7, seen=1), NOW)
     found = {(obs.rule.name, obs.node, obs.detail) for obs in observed.observations}

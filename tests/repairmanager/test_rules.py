@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from repairmanager.rules import Action, Check, RuleError, load_rules, parse_duration, parse_rules
-from repairmanager.states import MoveRefused, NodeState, check_move, out_of_service_cap
+from repairmanager.states import MoveRefused, RepairState, check_move, out_of_service_cap
 
 
 def test_the_shipped_rules_say_what_the_issue_asks():
@@ -48,8 +48,8 @@ def test_durations_read_as_people_write_them():
 def test_the_repair_cycle_allows_only_its_own_steps():
     path = ["in_service", "out_of_pool", "ready_for_repair", "in_repair", "after_repair"]
     for here, there in zip(path, [*path[1:], "in_service"], strict=True):
-        assert check_move(here, there) == NodeState(there)
-    assert check_move("after_repair", "in_repair") == NodeState.IN_REPAIR
+        assert check_move(here, there) == RepairState(there)
+    assert check_move("after_repair", "in_repair") == RepairState.IN_REPAIR
     with pytest.raises(MoveRefused, match="can move to out_of_pool, not to in_repair"):
         check_move("in_service", "in_repair")
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import validate_password
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -8,8 +8,7 @@ from rest_framework import serializers
 from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
 from backend.accounts.unix import account_errors
 from backend.accounts.validators import parse_allowed_network
-
-User = get_user_model()
+from backend.vcs.models import Role
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -105,6 +104,13 @@ class LoginSerializer(serializers.Serializer):
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
 
 
+class MyMembershipSerializer(serializers.Serializer):
+    """A VC one belongs to, and one's role in it."""
+
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     email = serializers.EmailField()
@@ -113,14 +119,15 @@ class MeSerializer(serializers.Serializer):
     unix_account = serializers.SerializerMethodField()
 
     @extend_schema_field(UnixAccountSerializer(allow_null=True))
-    def get_unix_account(self, user: object) -> dict | None:
+    def get_unix_account(self, user: User) -> dict | None:
         account = UnixAccount.objects.filter(user=user).first()
         return UnixAccountSerializer(account).data if account else None
 
-    def get_vcs(self, user: object) -> list[dict[str, str]]:
+    @extend_schema_field(MyMembershipSerializer(many=True))
+    def get_vcs(self, user: User) -> list[dict[str, str]]:
         return [
             {"name": name, "role": role}
-            for name, role in user.memberships.order_by("vc__name").values_list("vc__name", "role")  # type: ignore[attr-defined]
+            for name, role in user.memberships.order_by("vc__name").values_list("vc__name", "role")
         ]
 
 

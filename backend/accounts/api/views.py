@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import authenticate, get_user_model, login, logout
+from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action, api_view, permission_classes
-from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
+from rest_framework.serializers import BaseSerializer
 
 from backend.accounts import actions
+from backend.accounts.api.filters import AllowedIpEventFilter, UserFilter
 from backend.accounts.api.serializers import (
     AllowedIpEventSerializer,
     AllowedIpSerializer,
@@ -26,9 +29,8 @@ from backend.accounts.api.serializers import (
 )
 from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
 from backend.accounts.unix import tenancy
-from backend.core.scoping import TenantScopedViewSet
-
-User = get_user_model()
+from backend.core.permissions import IsClusterAdmin, acting_user
+from backend.core.scoping import ClusterAdminOnlyQuerySet, TenantScopedViewSet
 
 
 class OwnCredentialViewSet(
@@ -53,9 +55,11 @@ class ApiTokenViewSet(OwnCredentialViewSet):
         """Create a token. The answer is the only time its secret is shown."""
         body = ApiTokenSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
-        token, plaintext = actions.create_api_token(request.user, body.validated_data["name"])
-        token.token = plaintext
-        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+        token, plaintext = actions.create_api_token(
+            acting_user(request), body.validated_data["name"]
+        )
+        created = {**NewApiTokenSerializer(token).data, "token": plaintext}
+        return Response(created, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:
         actions.revoke_api_token(instance)
@@ -67,14 +71,17 @@ class SshKeyViewSet(OwnCredentialViewSet):
     queryset = SshKey.objects.all()
     serializer_class = SshKeySerializer
 
-    def perform_create(self, serializer: SshKeySerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[SshKey]) -> None:
         data = serializer.validated_data
         try:
             serializer.instance = actions.add_ssh_key(
-                self.request.user, data["public_key"], data.get("name", "")
+                acting_user(self.request), data["public_key"], data.get("name", "")
             )
         except ValueError as error:
             raise serializers.ValidationError({"public_key": [str(error)]}) from error
+
+    def perform_destroy(self, instance: SshKey) -> None:
+        actions.remove_ssh_key(instance)
 
 
 class AllowedIpViewSet(OwnCredentialViewSet):
@@ -83,11 +90,11 @@ class AllowedIpViewSet(OwnCredentialViewSet):
     queryset = AllowedIp.objects.all()
     serializer_class = AllowedIpSerializer
 
-    def perform_create(self, serializer: AllowedIpSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[AllowedIp]) -> None:
         data = serializer.validated_data
         try:
             serializer.instance = actions.add_allowed_ip(
-                self.request.user,
+                acting_user(self.request),
                 data["address"],
                 description=data.get("description", ""),
                 expires_at=data.get("expires_at"),
@@ -105,22 +112,24 @@ class AllowedIpEventViewSet(mixins.ListModelMixin, TenantScopedViewSet):
 
     queryset = AllowedIpEvent.objects.all()
     serializer_class = AllowedIpEventSerializer
-    filterset_fields = ["kind"]
+    filterset_class = AllowedIpEventFilter
 
 
 class UserViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, GenericViewSet
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TenantScopedViewSet
 ):
     """Users, managed by cluster admins."""
 
-    queryset = User.objects.select_related("unix_account").order_by("username")
+    queryset: QuerySet[User] = (
+        ClusterAdminOnlyQuerySet(User).select_related("unix_account").order_by("username")
+    )
     serializer_class = UserSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsAuthenticated, IsClusterAdmin]
     lookup_field = "username"
     lookup_value_regex = r"[\w.@+-]+"
-    filterset_fields = ["is_active", "is_staff"]
+    filterset_class = UserFilter
 
-    def perform_create(self, serializer: UserSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[User]) -> None:
         data = serializer.validated_data
         serializer.instance = actions.create_user(
             data["username"],
@@ -141,8 +150,8 @@ class UserViewSet(
             current = UnixAccount.objects.filter(user=user).first()
             body = UnixAccountSerializer(current, data=request.data)
             body.is_valid(raise_exception=True)
-            account = actions.set_unix_account(user, **body.validated_data)
-            return Response(UnixAccountSerializer(account).data)
+            stored = actions.set_unix_account(user, **body.validated_data)
+            return Response(UnixAccountSerializer(stored).data)
         if request.method == "DELETE":
             actions.remove_unix_account(user)
             return Response(status=status.HTTP_204_NO_CONTENT)

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action, api_view
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from backend.accounts.unix import tenancy
 from backend.clusters import actions, removal
+from backend.clusters.api.filters import NodeFilter
 from backend.clusters.api.serializers import (
+    ClusterSummarySerializer,
     GpuTypeSerializer,
     NodeSerializer,
     NodeUpdateSerializer,
+    VcUsageSerializer,
 )
 from backend.clusters.capacity import cluster_summary, node_capacities
 from backend.clusters.models import GpuType, Node
+from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
 from backend.core.scoping import TenantScopedViewSet
 from backend.vcs.resources import every_vc_usage
 
@@ -32,11 +39,10 @@ class ClusterInventoryViewSet(
     """Part of the cluster's inventory: anyone signed in reads; only cluster admins write."""
 
     lookup_field = "name"
-
-    def check_permissions(self, request: Request) -> None:
-        super().check_permissions(request)
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not request.user.is_staff:
-            raise PermissionDenied("Only cluster admins can change the cluster.")
+    permission_classes = [
+        IsAuthenticated,
+        IsClusterAdminOrReadOnly.saying("Only cluster admins can change the cluster."),
+    ]
 
 
 class GpuTypeViewSet(ClusterInventoryViewSet):
@@ -47,8 +53,13 @@ class GpuTypeViewSet(ClusterInventoryViewSet):
     pagination_class = None
     filterset_class = None
 
-    def perform_create(self, serializer: GpuTypeSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[GpuType]) -> None:
         serializer.instance = actions.create_gpu_type(**serializer.validated_data)
+
+    def perform_update(self, serializer: BaseSerializer[GpuType]) -> None:
+        gpu_type = serializer.instance
+        assert gpu_type is not None  # an update's serializer holds the object found
+        serializer.instance = actions.update_gpu_type(gpu_type, serializer.validated_data)
 
 
 class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
@@ -56,7 +67,7 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
 
     queryset = Node.objects.all()
     serializer_class = NodeSerializer
-    filterset_fields = ["gpu_type__name", "schedulable", "repair_state"]
+    filterset_class = NodeFilter
     ordering = ["name"]
 
     def refine_queryset(self, queryset):
@@ -67,17 +78,19 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
             return NodeUpdateSerializer
         return NodeSerializer
 
-    def get_serializer_context(self) -> dict:
-        context = super().get_serializer_context()
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
         if self.request.method == "GET":
             context["free_gpus"] = {c.node.name: c.free_gpus for c in node_capacities()}
         return context
 
-    def perform_create(self, serializer: NodeSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Node]) -> None:
         serializer.instance = actions.register_node(**serializer.validated_data)
 
-    def perform_update(self, serializer: NodeSerializer) -> None:
-        serializer.instance = actions.update_node(serializer.instance, serializer.validated_data)
+    def perform_update(self, serializer: BaseSerializer[Node]) -> None:
+        node = serializer.instance
+        assert node is not None  # an update's serializer holds the object found
+        serializer.instance = actions.update_node(node, serializer.validated_data)
 
     @extend_schema(responses={204: None, 202: NodeSerializer})
     def destroy(self, request: Request, name: str) -> Response:
@@ -85,7 +98,7 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
         drained (202), and goes once its jobs have ended (moved to other nodes after the
         drain deadline). 409 where the cluster backend reports its own nodes."""
         node = self.get_object()
-        if removal.request_node_removal(node, request.user):
+        if removal.request_node_removal(node, acting_user(request)):
             return Response(status=status.HTTP_204_NO_CONTENT)
         node.refresh_from_db()
         data = NodeSerializer(node, context=self.get_serializer_context()).data
@@ -106,7 +119,7 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(responses=ClusterSummarySerializer)
 @api_view(["GET"])
 def cluster_summary_view(request: Request) -> Response:
     """Per GPU type: nodes, GPUs/CPUs/memory total, used and free, and how many schedulable
@@ -118,7 +131,7 @@ def cluster_summary_view(request: Request) -> Response:
     )
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(responses=VcUsageSerializer)
 @api_view(["GET"])
 def vc_usage_view(request: Request) -> Response:
     """Per VC and GPU type: quota, GPUs in use and GPUs waiting jobs ask for (aggregates:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.contrib.auth.models import User
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from backend.accounts.actions import unix_account_of
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
-from backend.core.fields import MemoryField
+from backend.core.fields import MemoryField, StringListJSONField, StringMapJSONField
+from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
-from backend.jobs.models import Job, JobArray, JobAttempt, JobEvent, JobType
+from backend.jobs.models import FailureClass, Job, JobArray, JobAttempt, JobEvent, JobType
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
     BIDI_CONTROLS,
@@ -32,7 +35,6 @@ from backend.jobs.submission import (
     visible_vc_for_submission,
 )
 from backend.vcs.models import Quota
-from backend.vcs.permissions import is_vc_admin
 
 MAX_DAY_BUCKETS = 400
 MAX_SPAN_DAYS = 3660
@@ -63,6 +65,11 @@ class ExposedPortSerializer(serializers.Serializer):
         return name
 
 
+@extend_schema_field(ExposedPortSerializer(many=True))
+class ExposedPortsJSONField(serializers.JSONField):
+    """A job's exposed ports as stored: a list of {"name", "port"}."""
+
+
 MAX_ARRAY_TASKS = 10_000
 
 
@@ -80,11 +87,11 @@ class JobArraySpecSerializer(serializers.Serializer):
     )
 
     def validate_tasks(self, tasks: list) -> list[dict[str, str]]:
-        errors = {}
+        errors: dict[str, list[str]] = {}  # by task index (JSON keys are strings)
         for index, env in enumerate(tasks):
             found = check_env(env)
             if found:
-                errors[index] = found
+                errors[str(index)] = found
         if errors:
             raise serializers.ValidationError(errors)
         return tasks
@@ -115,7 +122,7 @@ class JobSubmitSerializer(serializers.Serializer):
         max_digits=8, decimal_places=3, min_value=Decimal("0.001"), required=False
     )
     memory_per_worker = MemoryField(required=False)
-    env = serializers.JSONField(required=False, default=dict)
+    env = StringMapJSONField(required=False, default=dict)
     working_dir = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     data_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     output_path = serializers.CharField(max_length=1000, required=False, allow_blank=True)
@@ -136,12 +143,23 @@ class JobSubmitSerializer(serializers.Serializer):
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
     max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
     array = JobArraySpecSerializer(required=False, help_text="Submit a job array.")
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When the job must have finished; the answer says whether it is "
+        "predicted to (deadline_forecast), and the scheduler favours deadlines it can meet.",
+    )
 
     def validate_vc(self, name: str):
         vc = visible_vc_for_submission(self.context["request"].user, name)
         if vc is None:
             raise serializers.ValidationError(f"No virtual cluster named {name!r} of yours.")
         return vc
+
+    def validate_deadline(self, deadline: datetime | None) -> datetime | None:
+        if deadline is not None and deadline <= timezone.now():
+            raise serializers.ValidationError("The deadline has passed.")
+        return deadline
 
     def validate_name(self, name: str) -> str:
         errors = check_name(name)
@@ -224,7 +242,7 @@ class JobSubmitSerializer(serializers.Serializer):
             )
         return gpu_type
 
-    def _check_owner_and_paths(self, user: object, attrs: dict) -> None:
+    def _check_owner_and_paths(self, user: User, attrs: dict) -> None:
         """The owner needs a Unix account wherever jobs run as their owners, and every
         path must lie under a root the owner may use (backend.jobs.paths)."""
         account = None
@@ -277,7 +295,7 @@ class JobSubmitSerializer(serializers.Serializer):
         cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
         memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
         priority = attrs["priority"]
-        if priority > MEMBER_MAX_PRIORITY and not is_vc_admin(user, vc.id):
+        if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
             raise serializers.ValidationError(
                 {"priority": [f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."]}
             )
@@ -308,6 +326,7 @@ class JobSubmitSerializer(serializers.Serializer):
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
             max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
+            deadline=attrs.get("deadline"),
         )
         errors = check_request(spec.as_request(), quota)
         if errors:
@@ -317,7 +336,7 @@ class JobSubmitSerializer(serializers.Serializer):
         task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
         for index, task_env in enumerate(task_envs):
             if task_env and (size_errors := check_launch_size(spec.command, spec.env | task_env)):
-                raise serializers.ValidationError({"array": {"tasks": {index: size_errors}}})
+                raise serializers.ValidationError({"array": {"tasks": {str(index): size_errors}}})
         return {"spec": spec, "task_envs": task_envs}
 
 
@@ -342,6 +361,19 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
     array = serializers.CharField(
         source="array.array_id", read_only=True, allow_null=True, default=None
     )
+    # Blank until the job fails (a read-only field from the model would lose allow_blank).
+    failure_class = serializers.ChoiceField(
+        choices=FailureClass.choices, allow_blank=True, read_only=True
+    )
+    # JSON columns, answered as stored; the schema says what they hold.
+    env = StringMapJSONField(read_only=True)
+    node_selector = StringMapJSONField(
+        read_only=True, help_text="Labels the node of every worker must carry."
+    )
+    ports = ExposedPortsJSONField(
+        read_only=True,
+        help_text='Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}].',
+    )
 
     class Meta:
         model = Job
@@ -354,7 +386,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "failure_class",
             "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
             "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
-            "array", "array_index",
+            "array", "array_index", "deadline", "deadline_forecast",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -423,7 +455,8 @@ class JobSummarySerializer(JobSerializer):
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
             "exit_code", "failure_class", "borrowing", "estimated_start_at", "submitted_at",
-            "started_at", "finished_at", "updated_at", "array", "array_index",
+            "started_at", "finished_at", "updated_at", "array", "array_index", "deadline",
+            "deadline_forecast",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -447,6 +480,20 @@ class JobBatchSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+class JobBatchItemSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    ok = serializers.BooleanField()
+    status = serializers.CharField(required=False, help_text="The job's status after the action.")
+    error = serializers.CharField(required=False, help_text="Why the action was not applied.")
+
+
+class JobBatchResultSerializer(serializers.Serializer):
+    """POST /api/v1/jobs/batch/'s answer: one result per job id, in the order asked."""
+
+    action = serializers.ChoiceField(choices=BATCH_ACTIONS)
+    results = JobBatchItemSerializer(many=True)
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
 
@@ -456,6 +503,8 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class JobAttemptSerializer(serializers.ModelSerializer):
+    nodes = StringListJSONField(read_only=True, help_text="The nodes its workers ran on.")
+
     class Meta:
         model = JobAttempt
         fields = [
@@ -515,6 +564,16 @@ class GpuHoursRowSerializer(serializers.Serializer):
     idle_gpu_hours = serializers.FloatField(allow_null=True)
     borrowed_gpu_hours = serializers.FloatField()
     used_unavailable_reason = serializers.CharField()
+
+
+class GpuHoursSerializer(serializers.Serializer):
+    """GET /api/v1/usage/gpu-hours/'s answer: the period asked for and its rows."""
+
+    group_by = serializers.ChoiceField(choices=GROUPS)
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    bucket = serializers.ChoiceField(choices=BUCKETS, allow_null=True)
+    results = GpuHoursRowSerializer(many=True)
 
 
 class JobArraySubmittedSerializer(serializers.Serializer):

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action, api_view
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from backend.core.exceptions import ActionRefused
+from backend.core.pagination import StandardPagination
+from backend.core.permissions import IsOwner, IsVcAdmin, Rule, acting_user
 from backend.core.scoping import TenantScopedViewSet
 from backend.core.spreadsheets import csv_response
 from backend.jobs import actions
@@ -23,13 +26,14 @@ from backend.jobs.api.filters import JobFilter
 from backend.jobs.api.serializers import (
     ExposedPortSerializer,
     GpuHoursQuerySerializer,
-    GpuHoursRowSerializer,
+    GpuHoursSerializer,
     GpuUtilisationSerializer,
     JobActionSerializer,
     JobArrayActionResultSerializer,
     JobArraySerializer,
     JobArraySubmittedSerializer,
     JobAttemptSerializer,
+    JobBatchResultSerializer,
     JobBatchSerializer,
     JobDetailSerializer,
     JobEventSerializer,
@@ -41,31 +45,28 @@ from backend.jobs.api.serializers import (
     LogTailSerializer,
     StartPreviewSerializer,
 )
+from backend.jobs.forecast import forecast_job
 from backend.jobs.insight import job_endpoints, preview_start
 from backend.jobs.logs import job_log_dir, job_log_files, read_log_chunk, stream_full_log
 from backend.jobs.metrics import job_gpu_utilisation
-from backend.jobs.models import Job, JobArray
-from backend.vcs.permissions import is_vc_admin
+from backend.jobs.models import Job, JobArray, JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_IDEMPOTENCY_KEY = 200
 
 
-def _require_vc_admin(user: object, job: Job, what: str) -> None:
-    if not is_vc_admin(user, job.vc_id):
-        raise PermissionDenied(f"Only an admin of VC {job.vc.name} can {what}.")
-
-
-def _approve(job: Job, user: object, reason: str) -> Job:
-    _require_vc_admin(user, job, "approve jobs")
-    return actions.approve_job(job, user, reason)
-
-
-JOB_ACTIONS: dict[str, Callable[[Job, object, str], Job]] = {
+JOB_ACTIONS: dict[str, Callable[[Job, User | None, str], Job]] = {
     "kill": actions.kill_job,
     "pause": actions.pause_job,
     "resume": actions.resume_job,
-    "approve": _approve,
+    "approve": actions.approve_job,
+}
+
+# Who may, beyond those who see the job (its owner, its VC's admins, cluster admins).
+JOB_ACTION_PERMISSIONS: dict[str, tuple[type[Rule], ...]] = {
+    "approve": (IsVcAdmin.saying("Only an admin of VC {vc} can approve jobs."),),
+    "partial_update": (IsVcAdmin.saying("Only an admin of VC {vc} can change priorities."),),
+    "ports": (IsOwner.saying("Only the job's owner may expose its ports."),),
 }
 
 
@@ -77,9 +78,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     filterset_class = JobFilter
     ordering_fields = ["submitted_at", "started_at", "finished_at", "priority", "name", "status"]
     ordering = ["-submitted_at", "-id"]
+    action_permissions = dict(JOB_ACTION_PERMISSIONS)
 
     def refine_queryset(self, queryset):
         return queryset.select_related("owner", "vc", "gpu_type")
+
+    def _shown(self, job: Job) -> Response:
+        """The job as its summary, read again (through the visible queryset) after a change."""
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(responses=JobSummarySerializer(many=True))
     def list(self, request: Request) -> Response:
@@ -88,8 +94,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         # A page is read as rows of exactly the columns it shows, not as model instances
         # with their owner, VC and GPU type: building those was most of a list's cost.
         jobs = self.filter_queryset(self.get_queryset())
-        page = self.paginator.paginate_rows(jobs, JobSummarySerializer.row_lookups(), request, self)
-        return self.get_paginated_response(JobSummarySerializer.represent_rows(page))
+        paginator = self.paginator
+        assert isinstance(paginator, StandardPagination)  # the project's, for every list
+        page = paginator.paginate_rows(jobs, JobSummarySerializer.row_lookups(), request, self)
+        # list(): represent_rows takes a list of Mappings, the page is a list of dicts
+        return self.get_paginated_response(JobSummarySerializer.represent_rows(list(page)))
 
     def filter_queryset(self, queryset):
         # Without query parameters the filters change nothing but the order, which a single
@@ -124,7 +133,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 {IDEMPOTENCY_HEADER: [f"At most {MAX_IDEMPOTENCY_KEY} characters."]}
             )
         if key:
-            earlier = actions.find_idempotent_submission(request.user, key)
+            earlier = actions.find_idempotent_submission(acting_user(request), key)
             if earlier:
                 return self._submitted(earlier, replayed=True)
         submission = JobSubmitSerializer(data=request.data, context={"request": request})
@@ -135,7 +144,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                     {IDEMPOTENCY_HEADER: ["A job array cannot be submitted with a key."]}
                 )
             array, job_ids = actions.submit_job_array(
-                request.user,
+                acting_user(request),
                 submission.validated_data["spec"],
                 submission.validated_data["task_envs"],
             )
@@ -144,8 +153,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 status=status.HTTP_201_CREATED,
             )
         job, created = actions.submit_job(
-            request.user, submission.validated_data["spec"], idempotency_key=key
+            acting_user(request), submission.validated_data["spec"], idempotency_key=key
         )
+        if created and job.deadline is not None and job.status == JobStatus.QUEUED:
+            # The answer says whether it is predicted to make its deadline.
+            job = forecast_job(job)
         return self._submitted(job, replayed=not created)
 
     @extend_schema(request=JobSubmitSerializer, responses=StartPreviewSerializer)
@@ -155,7 +167,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         would: the submission's body, validated as a submission; nothing is stored."""
         submission = JobSubmitSerializer(data=request.data, context={"request": request})
         submission.is_valid(raise_exception=True)
-        preview = preview_start(submission.validated_data["spec"], request.user.id)
+        preview = preview_start(submission.validated_data["spec"], acting_user(request).id)
         return Response(StartPreviewSerializer(preview).data)
 
     @extend_schema(responses=JobDetailSerializer)
@@ -167,7 +179,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
 
     def _submitted(self, job: Job, replayed: bool) -> Response:
         if replayed:
-            job = self.refine_queryset(Job.objects.filter(pk=job.pk)).get()
+            job = self.get_queryset().get(pk=job.pk)
         response = Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -177,20 +189,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def partial_update(self, request: Request, id: str) -> Response:
         """Change a job's priority within its VC (VC admins)."""
         job = self.get_object()
-        _require_vc_admin(request.user, job, "change priorities")
         change = JobPrioritySerializer(data=request.data)
         change.is_valid(raise_exception=True)
-        job = actions.set_job_priority(job, change.validated_data["priority"], request.user)
+        job = actions.set_job_priority(job, change.validated_data["priority"], acting_user(request))
         return Response(JobSerializer(job).data)
 
     def _act(self, request: Request, name: str) -> Response:
         job = self.get_object()
         body = JobActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = JOB_ACTIONS[name](job, request.user, body.validated_data["reason"])
-        return Response(
-            JobSerializer(self.refine_queryset(Job.objects.filter(pk=job.pk)).get()).data
-        )
+        job = JOB_ACTIONS[name](job, acting_user(request), body.validated_data["reason"])
+        return self._shown(job)
 
     @extend_schema(request=JobActionSerializer, responses=JobSerializer)
     @action(detail=True, methods=["post"])
@@ -222,18 +231,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         """Expose one more port of the job in its owner's browser, under
         /endpoints/<job>/<name>/ (the owner only)."""
         job = self.get_object()
-        if job.owner_id != request.user.pk:
-            raise PermissionDenied("Only the job's owner may expose its ports.")
         body = ExposedPortSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         job = actions.expose_port(
-            job, body.validated_data["name"], body.validated_data["port"], request.user
+            job, body.validated_data["name"], body.validated_data["port"], acting_user(request)
         )
-        return Response(
-            JobSerializer(self.refine_queryset(Job.objects.filter(pk=job.pk)).get()).data
-        )
+        return self._shown(job)
 
-    @extend_schema(request=JobBatchSerializer)
+    @extend_schema(request=JobBatchSerializer, responses=JobBatchResultSerializer)
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
         """Apply one action to many jobs; each id is answered on its own."""
@@ -244,18 +249,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             job.job_id: job
             for job in self.get_queryset().filter(job_id__in=body.validated_data["ids"])
         }
+        rules = [rule() for rule in JOB_ACTION_PERMISSIONS.get(name, ())]
         results = []
         for job_id in dict.fromkeys(body.validated_data["ids"]):
             job = visible.get(job_id)
             if job is None:
                 results.append({"id": job_id, "ok": False, "error": "Not found."})
                 continue
+            refusal = next(filter(None, (rule.refusal(request, self, job) for rule in rules)), None)
+            if refusal:
+                results.append({"id": job_id, "ok": False, "error": refusal})
+                continue
             try:
                 with transaction.atomic():
-                    job = JOB_ACTIONS[name](job, request.user, reason)
-            except (ActionRefused, PermissionDenied) as refusal:
-                message = getattr(refusal, "message", None) or str(refusal.detail)
-                results.append({"id": job_id, "ok": False, "error": message})
+                    job = JOB_ACTIONS[name](job, acting_user(request), reason)
+            except ActionRefused as refused:
+                results.append({"id": job_id, "ok": False, "error": refused.message})
             else:
                 results.append({"id": job_id, "ok": True, "status": job.status})
         return Response({"action": name, "results": results})
@@ -349,7 +358,7 @@ def _gpu_hours_rows(request: Request) -> tuple[dict, list[dict]]:
     return asked, rows
 
 
-@extend_schema(parameters=[GpuHoursQuerySerializer], responses=GpuHoursRowSerializer(many=True))
+@extend_schema(parameters=[GpuHoursQuerySerializer], responses=GpuHoursSerializer)
 @api_view(["GET"])
 def gpu_hours_view(request: Request) -> Response:
     """Booked, used, idle and borrowed GPU-hours of the jobs one may see (one's own, a VC
@@ -374,7 +383,7 @@ def gpu_hours_export_view(request: Request) -> HttpResponse:
     return csv_response(rows, GPU_HOURS_COLUMNS, "gpu-hours.csv")
 
 
-JOB_ARRAY_ACTIONS: dict[str, Callable[[JobArray, object, str], int]] = {
+JOB_ARRAY_ACTIONS: dict[str, Callable[[JobArray, User | None, str], int]] = {
     "kill": actions.kill_job_array,
     "pause": actions.pause_job_array,
     "resume": actions.resume_job_array,
@@ -398,20 +407,22 @@ class JobArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
     def list(self, request: Request) -> Response:
         """Arrays I may see, newest first."""
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        _attach_counts(page)
+        assert page is not None  # the project's pagination pages every list
+        _attach_counts(page, Job.objects.visible_to(request.user))
         return self.get_paginated_response(JobArraySerializer(page, many=True).data)
 
     def retrieve(self, request: Request, id: str) -> Response:
         """The array and its tasks counted by status."""
         array = self.get_object()
-        _attach_counts([array])
+        _attach_counts([array], Job.objects.visible_to(request.user))
         return Response(JobArraySerializer(array).data)
 
     def _act(self, request: Request, name: str) -> Response:
         array = self.get_object()
         body = JobActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        changed = JOB_ARRAY_ACTIONS[name](array, request.user, body.validated_data["reason"])
+        user = acting_user(request)
+        changed = JOB_ARRAY_ACTIONS[name](array, user, body.validated_data["reason"])
         return Response({"array": array.array_id, "action": name, "changed": changed})
 
     @extend_schema(request=JobActionSerializer, responses=JobArrayActionResultSerializer)
@@ -433,11 +444,12 @@ class JobArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         return self._act(request, "resume")
 
 
-def _attach_counts(arrays: list[JobArray]) -> None:
-    """Each array's jobs counted by status, in one query for them all."""
+def _attach_counts(arrays: list[JobArray], jobs: QuerySet[Job]) -> None:
+    """Each array's jobs (of ``jobs``: those the user sees) counted by status, in one
+    query for them all."""
     counts: dict[int, dict[str, int]] = {array.pk: {} for array in arrays}
     rows = (
-        Job.objects.filter(array_id__in=list(counts))
+        jobs.filter(array_id__in=list(counts))
         .order_by()
         .values("array_id", "status")
         .annotate(jobs=Count("id"))

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from backend.clusters.models import Node, RepairState
 from backend.repairs.manager import HELD_BACK
 from backend.repairs.models import NodeFault, NodeRepairEvent
-from repairmanager.states import NEXT_STATES, NodeState
+from repairmanager.states import NEXT_STATES
 
 
 class NodeRepairEventSerializer(serializers.ModelSerializer):
@@ -17,7 +18,9 @@ class NodeRepairEventSerializer(serializers.ModelSerializer):
 
 
 class NodeFaultSerializer(serializers.ModelSerializer):
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     open = serializers.SerializerMethodField()
     held_back = serializers.SerializerMethodField(
         help_text="Open, and the safety valve keeps its node in service (see outcome)."
@@ -53,11 +56,12 @@ class NodeRepairSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
     def get_next_states(self, node: Node) -> list[str]:
-        return sorted(NEXT_STATES[NodeState(node.repair_state)])
+        return sorted(NEXT_STATES[RepairState(node.repair_state)])
 
+    @extend_schema_field(NodeFaultSerializer(many=True))
     def get_open_faults(self, node: Node) -> list[dict]:
         faults = [fault for fault in node.faults.all() if fault.cleared_at is None]
-        return NodeFaultSerializer(faults, many=True).data
+        return list(NodeFaultSerializer(faults, many=True).data)
 
 
 class NodeRepairDetailSerializer(NodeRepairSerializer):

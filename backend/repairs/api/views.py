@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import django_filters
+from django.db import transaction
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from backend.clusters.models import Node
+from backend.core.permissions import IsClusterAdmin
 from backend.core.scoping import TenantScopedViewSet
 from backend.repairs import actions
+from backend.repairs.api.filters import NodeFaultFilter, NodeRepairFilter
 from backend.repairs.api.serializers import (
     NodeFaultSerializer,
     NodeMoveSerializer,
@@ -29,8 +31,11 @@ class NodeRepairViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenant
 
     queryset = Node.objects.all()
     lookup_field = "name"
-    filterset_fields = ["repair_state"]
+    filterset_class = NodeRepairFilter
     ordering = ["name"]
+    action_permissions = {
+        "move": (IsClusterAdmin.saying("Only cluster admins move nodes through repair."),),
+    }
 
     def refine_queryset(self, queryset):
         queryset = queryset.prefetch_related("faults")
@@ -46,29 +51,21 @@ class NodeRepairViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenant
     @action(detail=True, methods=["post"])
     def move(self, request: Request, name: str) -> Response:
         """Move the node one step through the repair cycle by hand (cluster admins)."""
-        if not request.user.is_staff:
-            raise PermissionDenied("Only cluster admins move nodes through repair.")
         node = self.get_object()
         serializer = NodeMoveSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         to_state = serializer.validated_data["to_state"]
         reason = serializer.validated_data.get("reason") or f"moved to {to_state} by hand"
+        actor = request.user if request.user.is_authenticated else None
         try:
-            actions.move_node(node, to_state, reason, actor=request.user)
+            # The answer is the node as this move left it: the repair cycle it sets off
+            # (validation after a repair, say) waits for the commit, so cannot overtake it.
+            with transaction.atomic():
+                actions.move_node(node, to_state, reason, actor=actor)
+                moved = NodeRepairDetailSerializer(self.get_queryset().get(pk=node.pk)).data
         except MoveRefused as refused:
             raise ValidationError({"to_state": [str(refused)]}) from None
-        return Response(NodeRepairDetailSerializer(self.get_queryset().get(pk=node.pk)).data)
-
-
-class NodeFaultFilter(django_filters.FilterSet):
-    open = django_filters.BooleanFilter(
-        field_name="cleared_at", lookup_expr="isnull", label="Only faults that still hold."
-    )
-    node = django_filters.CharFilter(field_name="node__name")
-
-    class Meta:
-        model = NodeFault
-        fields = ["open", "node", "rule", "severity"]
+        return Response(moved)
 
 
 class NodeFaultViewSet(mixins.ListModelMixin, TenantScopedViewSet):

@@ -71,7 +71,10 @@ class StorageRootSerializer(serializers.ModelSerializer):
 
 
 class ScanSerializer(serializers.ModelSerializer):
-    root = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Declared fields leave the class (DRF's metaclass), so this is no Field.root.
+    root: serializers.SlugRelatedField[StorageRoot] = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = Scan
@@ -82,7 +85,7 @@ class ScanSerializer(serializers.ModelSerializer):
 
 
 class UsageSerializer(serializers.ModelSerializer):
-    root = serializers.CharField(source="scan.root.name")
+    root = serializers.CharField(source="scan.root.name")  # type: ignore[assignment]  # not Field.root, as above
     snapshot_at = serializers.DateTimeField(source="scan.finished_at")
     user = serializers.CharField(source="user.username", default=None)
     vc = serializers.CharField(source="vc.name", default=None)
@@ -96,7 +99,7 @@ class UsageSerializer(serializers.ModelSerializer):
 
 
 class LargestPathSerializer(serializers.ModelSerializer):
-    root = serializers.CharField(source="scan.root.name")
+    root = serializers.CharField(source="scan.root.name")  # type: ignore[assignment]  # not Field.root, as above
     snapshot_at = serializers.DateTimeField(source="scan.finished_at")
     user = serializers.CharField(source="user.username", default=None)
     vc = serializers.CharField(source="vc.name", default=None)
@@ -107,7 +110,10 @@ class LargestPathSerializer(serializers.ModelSerializer):
 
 
 class ExpiryRunSerializer(serializers.ModelSerializer):
-    root = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Declared fields leave the class (DRF's metaclass), so this is no Field.root.
+    root: serializers.SlugRelatedField[StorageRoot] = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = ExpiryRun
@@ -119,7 +125,7 @@ class ExpiryRunSerializer(serializers.ModelSerializer):
 
 
 class ExpiringFileSerializer(serializers.ModelSerializer):
-    root = serializers.CharField(source="run.root.name")
+    root = serializers.CharField(source="run.root.name")  # type: ignore[assignment]  # not Field.root, as above
     report_at = serializers.DateTimeField(source="run.started_at")
     user = serializers.CharField(source="user.username", default=None)
     vc = serializers.CharField(source="vc.name", default=None)
@@ -130,3 +136,9 @@ class ExpiringFileSerializer(serializers.ModelSerializer):
             "root", "report_at", "path", "bytes", "last_used_at", "expires_at", "expired",
             "uid", "user", "vc",
         ]  # fmt: skip
+
+
+class QueuedSerializer(serializers.Serializer):
+    """A background run was queued: what, in words."""
+
+    detail = serializers.CharField()

@@ -4,7 +4,8 @@ VC admins their VCs', cluster admins all. Usage exports as CSV."""
 
 from __future__ import annotations
 
-import django_filters
+from collections.abc import Callable
+
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -12,18 +13,29 @@ from drf_spectacular.utils import extend_schema
 from kombu.exceptions import OperationalError
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.exceptions import APIException
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
-from backend.core.filters import IdFilter
+from backend.core.permissions import IsClusterAdminOrReadOnly
 from backend.core.scoping import TenantScopedViewSet
 from backend.core.spreadsheets import csv_response
-from backend.storage import actions, tasks
+from backend.storage import actions
+from backend.storage.api.filters import (
+    ExpiringFileFilter,
+    ExpiryRunFilter,
+    LargestPathFilter,
+    ScanFilter,
+    StorageRootFilter,
+    UsageFilter,
+)
 from backend.storage.api.serializers import (
     ExpiringFileSerializer,
     ExpiryRunSerializer,
     LargestPathSerializer,
+    QueuedSerializer,
     ScanSerializer,
     StorageRootSerializer,
     UsageSerializer,
@@ -36,7 +48,6 @@ from backend.storage.models import (
     Scan,
     StorageRoot,
     Usage,
-    UsageKind,
 )
 
 
@@ -53,23 +64,34 @@ class StorageRootViewSet(
     queryset = StorageRoot.objects.all()
     serializer_class = StorageRootSerializer
     lookup_field = "name"
-    filterset_fields = ["kind"]
+    filterset_class = StorageRootFilter
     pagination_class = None
+    permission_classes = [
+        IsAuthenticated,
+        IsClusterAdminOrReadOnly.saying("Only cluster admins can change storage roots."),
+    ]
 
-    def check_permissions(self, request: Request) -> None:
-        super().check_permissions(request)
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not request.user.is_staff:
-            raise PermissionDenied("Only cluster admins can change storage roots.")
+    def perform_create(self, serializer: BaseSerializer[StorageRoot]) -> None:
+        serializer.instance = actions.create_storage_root(**serializer.validated_data)
 
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    def perform_update(self, serializer: BaseSerializer[StorageRoot]) -> None:
+        assert serializer.instance is not None  # an update has its object
+        serializer.instance = actions.update_storage_root(
+            serializer.instance, serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: StorageRoot) -> None:
+        actions.delete_storage_root(instance)
+
+    @extend_schema(request=None, responses={202: QueuedSerializer})
     @action(detail=True, methods=["post"])
     def scan(self, request: Request, name: str) -> Response:
         """Scan the root now (in the background); follow it in /storage/scans/."""
         root = self.get_object()
-        _queue(tasks.scan_root, root.pk)
+        _queue(actions.request_scan, root)
         return Response({"detail": f"Scan of {root.name} queued."}, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: QueuedSerializer})
     @action(detail=True, methods=["post"], url_path="expiry-dry-run")
     def expiry_dry_run(self, request: Request, name: str) -> Response:
         """List what the expiry policy would delete now, deleting nothing; the report is
@@ -80,7 +102,7 @@ class StorageRootViewSet(
                 {"expiry_days": ["This root has no expiry policy."]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        _queue(tasks.expire_root, root.pk, dry_run=True)
+        _queue(actions.request_expiry_dry_run, root)
         return Response(
             {"detail": f"Expiry dry run of {root.name} queued."}, status=status.HTTP_202_ACCEPTED
         )
@@ -91,10 +113,11 @@ class ServiceUnavailable(APIException):
     default_detail = "The task queue cannot be reached; try again."
 
 
-def _queue(task, *args: object, **kwargs: object) -> None:
-    """Queue a task, or answer 503 when the broker cannot be reached."""
+def _queue(request_work: Callable[[StorageRoot], None], root: StorageRoot) -> None:
+    """Ask for background work on the root, or answer 503 when the broker cannot be
+    reached (the request commits nothing, so the work is queued at once)."""
     try:
-        task.delay(*args, **kwargs)
+        request_work(root)
     except OperationalError as error:
         raise ServiceUnavailable(f"Could not queue the work ({error}); try again.") from error
 
@@ -104,7 +127,7 @@ class ScanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
 
     queryset = Scan.objects.all()
     serializer_class = ScanSerializer
-    filterset_fields = {"root__name": ["exact"], "status": ["exact"]}
+    filterset_class = ScanFilter
 
     def refine_queryset(self, queryset: QuerySet) -> QuerySet:
         return queryset.select_related("root")
@@ -115,33 +138,10 @@ class ExpiryRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantS
 
     queryset = ExpiryRun.objects.all()
     serializer_class = ExpiryRunSerializer
-    filterset_fields = {"root__name": ["exact"], "dry_run": ["exact"]}
+    filterset_class = ExpiryRunFilter
 
     def refine_queryset(self, queryset: QuerySet) -> QuerySet:
         return queryset.select_related("root")
-
-
-class SnapshotFilter(django_filters.FilterSet):
-    root = django_filters.CharFilter(field_name="scan__root__name")
-    user = django_filters.CharFilter(field_name="user__username")
-    vc = django_filters.CharFilter(field_name="vc__name")
-    scan = IdFilter(
-        field_name="scan_id", help_text="A past scan; by default the newest of each root."
-    )
-
-
-class UsageFilter(SnapshotFilter):
-    kind = django_filters.ChoiceFilter(choices=UsageKind.choices)
-
-    class Meta:
-        model = Usage
-        fields = ["root", "kind", "user", "vc", "scan"]
-
-
-class LargestPathFilter(SnapshotFilter):
-    class Meta:
-        model = LargestPath
-        fields = ["root", "user", "vc", "scan"]
 
 
 class SnapshotRowsViewSet(mixins.ListModelMixin, TenantScopedViewSet):
@@ -180,19 +180,6 @@ class LargestPathViewSet(SnapshotRowsViewSet):
     serializer_class = LargestPathSerializer
     filterset_class = LargestPathFilter
     ordering = ["-bytes"]
-
-
-class ExpiringFileFilter(django_filters.FilterSet):
-    root = django_filters.CharFilter(field_name="run__root__name")
-    user = django_filters.CharFilter(field_name="user__username")
-    vc = django_filters.CharFilter(field_name="vc__name")
-    run = IdFilter(
-        field_name="run_id", help_text="A past run; by default each root's newest dry run."
-    )
-
-    class Meta:
-        model = ExpiringFile
-        fields = ["root", "user", "vc", "expired", "run"]
 
 
 class ExpiringFileViewSet(mixins.ListModelMixin, TenantScopedViewSet):

@@ -3,8 +3,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from backend.clusters.api.serializers import FragmentSerializer
 from backend.clusters.models import GpuType
 from backend.core.fields import MemoryField
 from backend.vcs.models import Membership, Quota, Role, SchedulingPolicy, VirtualCluster
@@ -30,10 +32,46 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
+    @extend_schema_field(serializers.ChoiceField(choices=Role.choices, allow_null=True))
     def get_my_role(self, vc: VirtualCluster) -> str | None:
         roles: dict[int, str] = self.context.get("roles", {})
         user = self.context["request"].user
         return roles.get(vc.id) or ("admin" if user.is_staff else None)
+
+
+class ResourcesSerializer(serializers.Serializer):
+    """GPUs, CPUs (as numbers of CPUs) and memory (MiB)."""
+
+    gpus = serializers.IntegerField()
+    cpus = serializers.FloatField()
+    memory = serializers.IntegerField()
+
+
+class VcResourcesSerializer(serializers.Serializer):
+    """A VC's quota, use, queued demand and free share of one GPU type."""
+
+    gpu_type = serializers.CharField()
+    quota = ResourcesSerializer()
+    used = ResourcesSerializer()
+    queued = ResourcesSerializer()
+    free = ResourcesSerializer(help_text="What it may still start as guaranteed work.")
+    running_jobs = serializers.IntegerField()
+    queued_jobs = serializers.IntegerField()
+    borrowed_gpus = serializers.IntegerField()
+    cluster_idle_gpus = serializers.IntegerField(
+        help_text="Idle GPUs it could borrow now, as preemptible work."
+    )
+    fragmentation = FragmentSerializer(many=True)
+
+
+class VirtualClusterDetailSerializer(VirtualClusterSerializer):
+    """A VC's detail: its settings and its resources per GPU type (documentation only:
+    the views add ``resources`` to what VirtualClusterSerializer answers)."""
+
+    resources = VcResourcesSerializer(many=True, read_only=True)
+
+    class Meta(VirtualClusterSerializer.Meta):
+        fields = [*VirtualClusterSerializer.Meta.fields, "resources"]
 
 
 class VirtualClusterCreateSerializer(serializers.ModelSerializer):
@@ -176,3 +214,18 @@ class QueuedJobSerializer(serializers.Serializer):
     submitted_at = serializers.DateTimeField()
     not_before = serializers.DateTimeField(allow_null=True, help_text="Retry back-off until.")
     estimated_start_at = serializers.DateTimeField(allow_null=True)
+
+
+class DeadlineWindowSerializer(serializers.Serializer):
+    days = serializers.IntegerField(min_value=1, max_value=365, default=7)
+
+
+class DeadlineSummarySerializer(serializers.Serializer):
+    """How the VC's deadlines fared (jobs submitted with a deadline)."""
+
+    since = serializers.DateTimeField()
+    ended = serializers.IntegerField(help_text="Jobs with a deadline that ended since then.")
+    met = serializers.IntegerField(help_text="Of those, finished successfully by it.")
+    met_rate = serializers.FloatField(allow_null=True, help_text="met / ended.")
+    pending = serializers.IntegerField(help_text="Jobs with a deadline waiting or running.")
+    predicted_late = serializers.IntegerField(help_text="Of those, predicted to miss it.")

@@ -2,35 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from backend.core.permissions import (
+    IsClusterAdmin,
+    IsClusterAdminOnceFoundOrReadOnly,
+    IsVcAdmin,
+    IsVcAdminOrReadOnly,
+)
 from backend.core.scoping import TenantScopedViewSet
+from backend.jobs.forecast import deadline_summary
 from backend.jobs.insight import vc_queue
 from backend.vcs import actions
 from backend.vcs.api.serializers import (
+    DeadlineSummarySerializer,
+    DeadlineWindowSerializer,
     MembershipChangeSerializer,
     MembershipSerializer,
     QueuedJobSerializer,
     QuotaListSerializer,
     QuotaOutSerializer,
     VirtualClusterCreateSerializer,
+    VirtualClusterDetailSerializer,
     VirtualClusterSerializer,
     VirtualClusterSettingsSerializer,
 )
 from backend.vcs.models import Membership, VirtualCluster
-from backend.vcs.permissions import is_vc_admin
 from backend.vcs.resources import vc_resources
 
-
-def _require_cluster_admin(user: object, what: str) -> None:
-    if not getattr(user, "is_staff", False):
-        raise PermissionDenied(f"Only cluster admins can {what}.")
+CHANGE_MEMBERS = "Only an admin of VC {vc} can change members."
 
 
 class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
@@ -39,9 +47,18 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     lookup_field = "name"
     filterset_class = None
     ordering = ["name"]
+    action_permissions = {
+        "create": (IsClusterAdmin.saying("Only cluster admins can create virtual clusters."),),
+        "partial_update": (IsVcAdmin.saying("Only an admin of VC {vc} can change its settings."),),
+        "quotas": (
+            IsClusterAdminOnceFoundOrReadOnly.saying("Only cluster admins can set quotas."),
+        ),
+        "members": (IsVcAdminOrReadOnly.saying(CHANGE_MEMBERS),),
+        "remove_member": (IsVcAdmin.saying(CHANGE_MEMBERS),),
+    }
 
-    def get_serializer_context(self) -> dict:
-        context = super().get_serializer_context()
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
         user = self.request.user
         if user.is_authenticated:
             context["roles"] = dict(
@@ -49,16 +66,11 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
             )
         return context
 
-    def _require_admin(self, vc: VirtualCluster, what: str) -> None:
-        if not is_vc_admin(self.request.user, vc.id):
-            raise PermissionDenied(f"Only an admin of VC {vc.name} can {what}.")
-
     @extend_schema(
-        request=VirtualClusterCreateSerializer, responses={201: VirtualClusterSerializer}
+        request=VirtualClusterCreateSerializer, responses={201: VirtualClusterDetailSerializer}
     )
     def create(self, request: Request) -> Response:
         """Create a VC (cluster admins)."""
-        _require_cluster_admin(request.user, "create virtual clusters")
         body = VirtualClusterCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         vc = actions.create_vc(**body.validated_data)
@@ -67,16 +79,18 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
             status=status.HTTP_201_CREATED,
         )
 
+    @extend_schema(responses=VirtualClusterDetailSerializer)
     def retrieve(self, request: Request, name: str) -> Response:
         """A VC's settings and, per GPU type, its quota, use, queued demand and free share."""
         vc = self.get_object()
         return Response(self.get_serializer(vc).data | {"resources": vc_resources(vc)})
 
-    @extend_schema(request=VirtualClusterSettingsSerializer, responses=VirtualClusterSerializer)
+    @extend_schema(
+        request=VirtualClusterSettingsSerializer, responses=VirtualClusterDetailSerializer
+    )
     def partial_update(self, request: Request, name: str) -> Response:
         """Change the VC's settings (VC admins)."""
         vc = self.get_object()
-        self._require_admin(vc, "change its settings")
         body = VirtualClusterSettingsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         vc = actions.update_vc_settings(vc, dict(body.validated_data))
@@ -91,7 +105,6 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         """The VC's quotas per GPU type; PUT replaces them all (cluster admins)."""
         vc = self.get_object()
         if request.method == "PUT":
-            _require_cluster_admin(request.user, "set quotas")
             if not isinstance(request.data, list):
                 raise ValidationError(
                     {"detail": 'Send a list such as [{"gpu_type": "A100", "gpus": 8}].'}
@@ -110,6 +123,17 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         vc = self.get_object()
         return Response(QueuedJobSerializer(vc_queue(vc), many=True).data)
 
+    @extend_schema(parameters=[DeadlineWindowSerializer], responses=DeadlineSummarySerializer)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def deadlines(self, request: Request, name: str) -> Response:
+        """The share of the VC's jobs with a deadline that met it, of those that ended in
+        the last ``days`` days (default 7), and how many still ahead are predicted late."""
+        vc = self.get_object()
+        window = DeadlineWindowSerializer(data=request.query_params)
+        window.is_valid(raise_exception=True)
+        summary = deadline_summary(vc, window.validated_data["days"])
+        return Response(DeadlineSummarySerializer(summary).data)
+
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
     @extend_schema(
         methods=["POST"], request=MembershipChangeSerializer, responses=MembershipSerializer
@@ -119,7 +143,6 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         """The VC's members and roles; POST adds one or changes their role (VC admins)."""
         vc = self.get_object()
         if request.method == "POST":
-            self._require_admin(vc, "change members")
             body = MembershipChangeSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             membership = actions.set_membership(
@@ -139,8 +162,7 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     def remove_member(self, request: Request, name: str, username: str) -> Response:
         """Remove a member from the VC (VC admins). Their jobs stay."""
         vc = self.get_object()
-        self._require_admin(vc, "change members")
-        membership = get_object_or_404(Membership, vc=vc, user__username=username)
+        membership = get_object_or_404(vc.memberships, user__username=username)
         actions.remove_membership(vc, membership.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

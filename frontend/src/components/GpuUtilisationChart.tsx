@@ -1,19 +1,5 @@
 /** A job's GPU utilisation over time, one line per GPU (SVG, no library). */
-
-export interface GpuSeries {
-  attempt: number;
-  node: string;
-  gpu: number;
-  points: [number, number][]; // [unix seconds, utilisation %]
-}
-
-export interface GpuUtilisation {
-  available: boolean;
-  message: string;
-  step_seconds: number;
-  series: GpuSeries[];
-  mean: number | null;
-}
+import type { GpuUtilisation } from "../api";
 
 const COLOURS = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#65a30d"];
 

@@ -1,12 +1,6 @@
 import { useEffect, useRef, useState } from "react";
-import { ApiError, api } from "../api";
-
-interface Tail {
-  text: string;
-  next_offset: number;
-  size: number;
-  complete: boolean;
-}
+import { ApiError } from "../api";
+import { getLogTail } from "../endpoints";
 
 /** One worker's log, followed live until the job has ended and all of it was read. */
 export function LogViewer({ jobId, workers }: { jobId: string; workers: number }) {
@@ -27,7 +21,7 @@ export function LogViewer({ jobId, workers }: { jobId: string; workers: number }
     async function poll() {
       try {
         const query = offset === null ? "" : `&offset=${offset}`;
-        const tail = await api<Tail>(`jobs/${jobId}/log/tail/?worker=${worker}${query}`);
+        const tail = await getLogTail(jobId, `worker=${worker}${query}`);
         if (stopped) return;
         offset = tail.next_offset;
         if (tail.text) setText((previous) => (previous + tail.text).slice(-1_000_000));

@@ -1,19 +1,13 @@
 import { useState, type FormEvent } from "react";
-import { ApiError, api, type FieldErrors } from "../api";
-import { Empty, ErrorBox, Field, Loading, useApi } from "../components/common";
+import { ApiError, type FieldErrors, type RequestSchemas, type Schemas } from "../api";
+import { Empty, ErrorBox, Field, Loading } from "../components/common";
+import { addAllowedIp, removeAllowedIp, useAllowedIps } from "../endpoints";
 import { when } from "../format";
 
-interface AllowedIp {
-  id: number;
-  network: string;
-  description: string;
-  created_at: string;
-  expires_at: string | null;
-  expired: boolean;
-}
+type AllowedIp = Schemas["AllowedIp"];
 
 export function AllowedIpsPage() {
-  const ips = useApi<AllowedIp[]>("me/allowed-ips/");
+  const ips = useAllowedIps();
   const [address, setAddress] = useState("");
   const [description, setDescription] = useState("");
   const [expires, setExpires] = useState("");
@@ -25,10 +19,10 @@ export function AllowedIpsPage() {
     event.preventDefault();
     setAdded("");
     setFailure(null);
-    const body: Record<string, string> = { address, description };
+    const body: RequestSchemas["AllowedIpRequest"] = { address, description };
     if (expires) body.expires_at = new Date(expires).toISOString();
     try {
-      const ip = await api<AllowedIp>("me/allowed-ips/", { method: "POST", body });
+      const ip = await addAllowedIp(body);
       setErrors({});
       setAddress("");
       setDescription("");
@@ -44,7 +38,7 @@ export function AllowedIpsPage() {
   async function remove(ip: AllowedIp) {
     if (!window.confirm(`Delete ${ip.network}? Connections from it will be refused.`)) return;
     try {
-      await api(`me/allowed-ips/${ip.id}/`, { method: "DELETE" });
+      await removeAllowedIp(ip.id);
       ips.reload();
     } catch (reason) {
       setFailure(reason);

@@ -1,34 +1,12 @@
-import type { ClusterRow, Page, Tenancy } from "../api";
-import { Empty, ErrorBox, Loading, useApi } from "../components/common";
+import { Empty, ErrorBox, Loading } from "../components/common";
+import { useClusterSummary, useNodes, useVcUsage } from "../endpoints";
 import { FragmentationChart } from "../components/FragmentationChart";
 import { memory, when } from "../format";
 
-interface NodeRow {
-  name: string;
-  gpu_type: string;
-  gpus: number;
-  cpus: number;
-  memory: number;
-  schedulable: boolean;
-  repair_state: string;
-  ready: boolean;
-  ready_reason: string;
-  last_heartbeat: string | null;
-  gpus_free: number | null;
-}
-
-interface VcUsage {
-  vc: string;
-  gpu_type: string;
-  quota_gpus: number;
-  used_gpus: number;
-  queued_gpus: number;
-}
-
 export function ClusterPage() {
-  const summary = useApi<{ gpu_types: ClusterRow[]; tenancy?: Tenancy }>("cluster/summary/", 15000);
-  const nodes = useApi<Page<NodeRow>>("nodes/?page_size=500&ordering=name", 30000);
-  const usage = useApi<{ vcs: VcUsage[] }>("cluster/vc-usage/", 30000);
+  const summary = useClusterSummary(15000);
+  const nodes = useNodes("page_size=500&ordering=name", 30000);
+  const usage = useVcUsage(30000);
   const rows = summary.data?.gpu_types ?? [];
   return (
     <section>
@@ -147,7 +125,7 @@ export function ClusterPage() {
                     {node.gpus_free ?? "?"} / {node.gpus}
                   </td>
                   <td>{Number(node.cpus)}</td>
-                  <td>{memory(node.memory)}</td>
+                  <td>{memory(Number(node.memory))}</td>
                   <td>{node.schedulable ? "yes" : "cordoned"}</td>
                   <td>{node.repair_state.replaceAll("_", " ")}</td>
                   <td title={node.ready_reason}>{node.ready ? "ready" : `not ready${node.ready_reason ? `: ${node.ready_reason}` : ""}`}</td>

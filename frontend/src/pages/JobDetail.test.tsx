@@ -43,7 +43,8 @@ describe("a job's page", () => {
     const attempts = await screen.findByRole("table", { name: "Attempts" });
     expect(within(attempts).getByText("infrastructure (xid-79)")).toBeInTheDocument();
     expect(within(attempts).getByText("user (python-syntax-error)")).toBeInTheDocument();
-    expect(await screen.findByLabelText("Log")).toHaveTextContent("SyntaxError: invalid syntax");
+    // The log arrives after the page: wait for its text, as a reader would.
+    await waitFor(() => expect(screen.getByLabelText("Log")).toHaveTextContent("SyntaxError: invalid syntax"));
     expect(screen.getByRole("link", { name: "Download full log" })).toHaveAttribute("href", "/api/v1/jobs/f1/log/");
     expect(screen.getByRole("link", { name: "Clone" })).toHaveAttribute("href", "/submit?clone=f1");
     expect(screen.queryByLabelText("Endpoints")).not.toBeInTheDocument();
@@ -143,5 +144,34 @@ describe("a job's page", () => {
     expect(await screen.findByLabelText("Spec")).toBeInTheDocument();
     expect(screen.queryByRole("heading", { name: "GPU utilisation" })).not.toBeInTheDocument();
     expect(screen.queryByRole("alert")).not.toBeInTheDocument();
+  });
+
+  it("says whether a waiting job is predicted to make its deadline, and whether an ended one made it", async () => {
+    const queued = {
+      ...FAILED, id: "d1", status: "queued", exit_code: null, failure_class: "", started_at: null,
+      finished_at: null, deadline: "2026-11-29T12:00:00Z", deadline_forecast: false,
+    };
+    const ended = { ...FAILED, id: "d2", status: "finished", exit_code: 0, failure_class: "", deadline: "2026-11-29T12:00:00Z", deadline_forecast: true };
+    for (const job of [queued, ended]) {
+      fakeApi({
+        [`GET /api/v1/jobs/${job.id}/`]: job,
+        [`GET /api/v1/jobs/${job.id}/events/`]: [],
+        [`GET /api/v1/jobs/${job.id}/attempts/`]: [],
+        [`GET /api/v1/jobs/${job.id}/log/tail/`]: { text: "", next_offset: 0, size: 0, complete: true },
+      });
+      const { unmount } = renderPage(<JobDetailPage />, `/jobs/${job.id}`, "/jobs/:id");
+      const verdict = job === queued ? "predicted to miss it" : "met";
+      expect(await screen.findByLabelText("Deadline")).toHaveTextContent(`(${verdict})`);
+      unmount();
+    }
+    fakeApi({
+      "GET /api/v1/jobs/f1/": FAILED,
+      "GET /api/v1/jobs/f1/events/": [],
+      "GET /api/v1/jobs/f1/attempts/": [],
+      "GET /api/v1/jobs/f1/log/tail/": { text: "", next_offset: 0, size: 0, complete: true },
+    });
+    renderPage(<JobDetailPage />, "/jobs/f1", "/jobs/:id");
+    expect(await screen.findByLabelText("Spec")).toBeInTheDocument();
+    expect(screen.queryByLabelText("Deadline")).not.toBeInTheDocument();
   });
 });

@@ -1,46 +1,28 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
-import { api, type Job } from "../api";
+import type { Job, Schemas } from "../api";
 import { useMe } from "../auth";
-import { ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
-import { type GpuUtilisation, GpuUtilisationChart } from "../components/GpuUtilisationChart";
-import { type GpuHoursRow, hours } from "./Usage";
+import { ErrorBox, Loading, StatusBadge } from "../components/common";
+import { GpuUtilisationChart } from "../components/GpuUtilisationChart";
+import { actOnJob, exposePort, type JobAction, useJob, useJobAttempts, useJobEvents, useJobGpuHours, useJobMetrics } from "../endpoints";
+import { hours } from "./Usage";
 import { LogViewer } from "../components/LogViewer";
 import { duration, memory, timeLeft, when } from "../format";
-
-interface JobEvent {
-  from_status: string;
-  to_status: string;
-  actor: string;
-  reason: string;
-  created_at: string;
-}
-
-interface Attempt {
-  number: number;
-  started_at: string | null;
-  ended_at: string | null;
-  nodes: string[];
-  exit_code: number | null;
-  failure_class: string;
-  failure_rule: string;
-  message: string;
-}
 
 const ACTIVE = ["unapproved", "queued", "scheduling", "running", "pausing", "killing"];
 
 export function JobDetailPage() {
   const { id = "" } = useParams();
-  const job = useApi<Job>(`jobs/${id}/`, 3000);
+  const job = useJob(id, 3000);
   const active = job.data ? ACTIVE.includes(job.data.status) : true;
-  const events = useApi<JobEvent[]>(`jobs/${id}/events/`, active ? 3000 : 0);
-  const attempts = useApi<Attempt[] | { results: Attempt[] }>(`jobs/${id}/attempts/`, active ? 5000 : 0);
+  const events = useJobEvents(id, active ? 3000 : 0);
+  const attempts = useJobAttempts(id, active ? 5000 : 0);
   // GPU utilisation, once the job has run, while metrics exist (the chart is left out otherwise).
   const ran = Boolean(job.data?.started_at || job.data?.attempt);
-  const metrics = useApi<GpuUtilisation>(ran ? `jobs/${id}/metrics/` : null, active ? 30000 : 0);
+  const metrics = useJobMetrics(ran ? id : null, active ? 30000 : 0);
   const since = job.data?.submitted_at;
-  const gpuHours = useApi<{ results: GpuHoursRow[] }>(
-    ran && since ? `usage/gpu-hours/?group_by=job&job=${id}&since=${encodeURIComponent(since)}` : null,
+  const gpuHours = useJobGpuHours(
+    ran && since ? `group_by=job&job=${id}&since=${encodeURIComponent(since)}` : null,
     active ? 60000 : 0,
   );
   const [actionError, setActionError] = useState<unknown>(null);
@@ -63,7 +45,7 @@ export function JobDetailPage() {
     event.preventDefault();
     setExposeError(null);
     try {
-      await api(`jobs/${id}/ports/`, { method: "POST", body: { name: exposing.name, port: Number(exposing.port) } });
+      await exposePort(id, { name: exposing.name, port: Number(exposing.port) });
       setExposing({ name: "", port: "" });
       job.reload();
     } catch (reason) {
@@ -71,10 +53,10 @@ export function JobDetailPage() {
     }
   }
 
-  async function act(action: string) {
+  async function act(action: JobAction) {
     setActionError(null);
     try {
-      await api(`jobs/${id}/${action}/`, { method: "POST", body: {} });
+      await actOnJob(id, action);
       job.reload();
       events.reload();
     } catch (reason) {
@@ -86,7 +68,7 @@ export function JobDetailPage() {
   if (!job.data) return <ErrorBox error={job.error} retry={job.reload} />;
   const j = job.data;
   const left = timeLeft(j);
-  const attemptRows = attempts.data ? (Array.isArray(attempts.data) ? attempts.data : attempts.data.results) : [];
+  const attemptRows = attempts.data ?? [];
   const endpoints = j.endpoints ?? {};
 
   return (
@@ -213,6 +195,14 @@ export function JobDetailPage() {
               <dd>{when(j.estimated_start_at)}</dd>
             </>
           )}
+          {j.deadline && (
+            <>
+              <dt>Deadline</dt>
+              <dd aria-label="Deadline">
+                {when(j.deadline)} ({deadlineVerdict(j)})
+              </dd>
+            </>
+          )}
           {j.exit_code !== null && (
             <>
               <dt>Exit code</dt>
@@ -325,7 +315,7 @@ export function JobDetailPage() {
 }
 
 /** Booked, used and idle GPU-hours of the job's attempts so far. */
-function GpuHoursLine({ row }: { row: GpuHoursRow }) {
+function GpuHoursLine({ row }: { row: Schemas["GpuHoursRow"] }) {
   return (
     <p aria-label="GPU-hours">
       GPU-hours: <strong>{hours(row.booked_gpu_hours)}</strong> booked, {hours(row.used_gpu_hours)} used,{" "}
@@ -334,4 +324,16 @@ function GpuHoursLine({ row }: { row: GpuHoursRow }) {
       {row.used_gpu_hours === null && <span className="muted"> (used and idle unknown: {row.used_unavailable_reason})</span>}
     </p>
   );
+}
+
+/** Whether the job made its deadline, or, until it ends, whether it is predicted to. */
+function deadlineVerdict(job: Job): string {
+  if (!job.deadline) return "";
+  if (job.finished_at) {
+    const met = job.status === "finished" && Date.parse(job.finished_at) <= Date.parse(job.deadline);
+    return met ? "met" : "missed";
+  }
+  if (job.deadline_forecast === true) return "predicted to make it";
+  if (job.deadline_forecast === false) return "predicted to miss it";
+  return "no forecast yet";
 }

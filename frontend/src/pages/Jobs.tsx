@@ -1,8 +1,9 @@
 import { useEffect, useState } from "react";
 import { Link, useSearchParams } from "react-router";
-import { api, type BatchResult, type Job, type Page } from "../api";
+import type { BatchResult, JobSummary as Job } from "../api";
 import { useMe } from "../auth";
-import { Empty, ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
+import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
+import { actOnJobArray, actOnJobs, type JobAction, useJobs } from "../endpoints";
 import { duration, when } from "../format";
 import { timeLeft } from "../format";
 
@@ -48,7 +49,7 @@ function statusCounts(tasks: Job[]): string {
   return [...counts].map(([status, count]) => `${count} ${status}`).join(", ");
 }
 
-/** The API query for the jobs list, from the page's own URL (so a view can be shared). */
+/** The API query string for the jobs list, from the page's own URL (so a view can be shared). */
 export function jobsQuery(params: URLSearchParams): string {
   const query = new URLSearchParams();
   for (const key of FILTERS) {
@@ -56,13 +57,13 @@ export function jobsQuery(params: URLSearchParams): string {
     if (value) query.set(key, value);
   }
   if (!query.has("page_size")) query.set("page_size", "50");
-  return `jobs/?${query.toString()}`;
+  return query.toString();
 }
 
 export function JobsPage() {
   const me = useMe();
   const [params, setParams] = useSearchParams();
-  const jobs = useApi<Page<Job>>(jobsQuery(params), 10000);
+  const jobs = useJobs(jobsQuery(params), 10000);
   const [selected, setSelected] = useState<Set<string>>(new Set());
   const [results, setResults] = useState<{ action: string; results: BatchResult[] } | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
@@ -82,10 +83,10 @@ export function JobsPage() {
     setParams(next);
   }
 
-  async function actOnArray(action: string) {
+  async function actOnArray(action: "kill" | "pause" | "resume") {
     setActionError(null);
     try {
-      const answer = await api<{ changed: number }>(`job-arrays/${arrayId}/${action}/`, { method: "POST", body: {} });
+      const answer = await actOnJobArray(arrayId ?? "", action);
       setResults({ action: `${action} array ${arrayId}`, results: [{ id: arrayId ?? "", ok: true, status: `${answer.changed} jobs changed` }] });
       jobs.reload();
     } catch (reason) {
@@ -93,13 +94,10 @@ export function JobsPage() {
     }
   }
 
-  async function act(action: string) {
+  async function act(action: JobAction) {
     setActionError(null);
     try {
-      const answer = await api<{ action: string; results: BatchResult[] }>("jobs/batch/", {
-        method: "POST",
-        body: { action, ids: [...selected] },
-      });
+      const answer = await actOnJobs({ action, ids: [...selected] });
       setResults(answer);
       setSelected(new Set());
       jobs.reload();
@@ -211,7 +209,7 @@ export function JobsPage() {
           <span>
             Job array <strong>{arrayId}</strong>: its tasks only. <Link to="/jobs">All jobs</Link>
           </span>
-          {["kill", "pause", "resume"].map((action) => (
+          {(["kill", "pause", "resume"] as const).map((action) => (
             <button type="button" key={action} onClick={() => actOnArray(action)}>
               {action[0].toUpperCase() + action.slice(1)} array
             </button>
@@ -220,7 +218,7 @@ export function JobsPage() {
       )}
       <div className="toolbar" role="toolbar" aria-label="Act on selected jobs">
         <span>{selected.size} selected</span>
-        {["kill", "pause", "resume", "approve"].map((action) => (
+        {(["kill", "pause", "resume", "approve"] as const).map((action) => (
           <button type="button" key={action} disabled={!selected.size} onClick={() => act(action)}>
             {action[0].toUpperCase() + action.slice(1)}
           </button>

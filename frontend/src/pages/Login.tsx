@@ -1,6 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { useLocation, useNavigate } from "react-router";
-import { ApiError, api, type FieldErrors, type Me } from "../api";
+import { ApiError, type FieldErrors, type Me } from "../api";
+import { logIn } from "../endpoints";
 import { Field } from "../components/common";
 
 export function LoginPage({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
@@ -17,7 +18,7 @@ export function LoginPage({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
     setBusy(true);
     setError("");
     try {
-      const me = await api<Me>("/api/v1/auth/login/", { method: "POST", body: { username, password } });
+      const me = await logIn({ username, password });
       onSignedIn(me);
       navigate(next && next.startsWith("/") ? next : "/jobs", { replace: true });
     } catch (reason) {

@@ -1,18 +1,13 @@
 import { useEffect, useState } from "react";
-import { api, type GpuType, type Page, type Vc } from "../api";
 import { useMe } from "../auth";
-import { ErrorBox, Loading, useApi } from "../components/common";
-
-interface Quota {
-  gpu_type: string;
-  gpus: number;
-}
+import { ErrorBox, Loading } from "../components/common";
+import { setVcQuotas, useGpuTypes, useVcQuotas, useVcs } from "../endpoints";
 
 /** Cluster admins set each VC's GPUs per GPU type (CPUs and memory follow the t-shirt size). */
 export function QuotasPage() {
   const me = useMe();
-  const vcs = useApi<Page<Vc>>(me.is_cluster_admin ? "vcs/?page_size=500" : null);
-  const types = useApi<GpuType[] | Page<GpuType>>(me.is_cluster_admin ? "gpu-types/" : null);
+  const vcs = useVcs(me.is_cluster_admin ? "page_size=500" : null);
+  const types = useGpuTypes(me.is_cluster_admin);
   if (!me.is_cluster_admin) {
     return (
       <section>
@@ -23,7 +18,7 @@ export function QuotasPage() {
       </section>
     );
   }
-  const typeNames = types.data ? (Array.isArray(types.data) ? types.data : types.data.results).map((t) => t.name) : [];
+  const typeNames = (types.data ?? []).map((t) => t.name);
   return (
     <section>
       <h1>Quotas</h1>
@@ -56,7 +51,7 @@ export function QuotasPage() {
 }
 
 function QuotaRow({ vc, typeNames }: { vc: string; typeNames: string[] }) {
-  const quotas = useApi<Quota[]>(`vcs/${vc}/quotas/`);
+  const quotas = useVcQuotas(vc);
   const [values, setValues] = useState<Record<string, string>>({});
   const [message, setMessage] = useState("");
   const [failure, setFailure] = useState<unknown>(null);
@@ -71,7 +66,7 @@ function QuotaRow({ vc, typeNames }: { vc: string; typeNames: string[] }) {
       .filter(([, gpus]) => gpus.trim() !== "")
       .map(([gpu_type, gpus]) => ({ gpu_type, gpus: Number(gpus) }));
     try {
-      await api(`vcs/${vc}/quotas/`, { method: "PUT", body });
+      await setVcQuotas(vc, body);
       setMessage("Saved.");
       quotas.reload();
     } catch (reason) {

@@ -1,42 +1,12 @@
 import { useState } from "react";
-import { ApiError, api, type FieldErrors, type Page } from "../api";
+import { ApiError, type FieldErrors, type NodeFault as Fault, type NodeRepair as RepairNode, type Schemas } from "../api";
+
+// One of next_states, which the schema gives as plain strings.
+type RepairState = Schemas["RepairStateEnum"];
 import { useMe } from "../auth";
-import { ErrorBox, Loading, useApi } from "../components/common";
+import { ErrorBox, Loading } from "../components/common";
+import { moveNode, useNodeFaults, useNodeRepair, useNodeRepairs } from "../endpoints";
 import { when } from "../format";
-
-interface Fault {
-  id: number;
-  node: string | null;
-  rule: string;
-  fault: string;
-  detail: string;
-  severity: string;
-  action: string;
-  first_seen: string;
-  fired_at: string | null;
-  open: boolean;
-  held_back: boolean;
-  outcome: string;
-}
-
-interface RepairNode {
-  name: string;
-  repair_state: string;
-  next_states: string[];
-  schedulable: boolean;
-  ready: boolean;
-  ready_reason: string;
-  open_faults: Fault[];
-}
-
-interface RepairEvent {
-  from_state: string;
-  to_state: string;
-  reason: string;
-  rule: string;
-  actor: string;
-  created_at: string;
-}
 
 const STATES = ["in_service", "out_of_pool", "ready_for_repair", "in_repair", "after_repair"];
 const STATE_BADGE: Record<string, string> = {
@@ -55,8 +25,8 @@ function words(state: string): string {
  * its open faults and history, what the safety valve holds back, and moves by hand. */
 export function RepairsPage() {
   const me = useMe();
-  const nodes = useApi<Page<RepairNode>>(me.is_cluster_admin ? "node-repairs/?page_size=1000" : null, 10000);
-  const faults = useApi<Page<Fault>>(me.is_cluster_admin ? "node-faults/?open=true&page_size=500" : null, 10000);
+  const nodes = useNodeRepairs(me.is_cluster_admin ? "page_size=1000" : null, 10000);
+  const faults = useNodeFaults(me.is_cluster_admin ? "open=true&page_size=500" : null, 10000);
   const [shown, setShown] = useState<string | null>(null);
   if (!me.is_cluster_admin) {
     return (
@@ -174,10 +144,7 @@ function NodeRow({ node, shown, toggle, moved }: { node: RepairNode; shown: bool
     setErrors({});
     setFailure(null);
     try {
-      const answer = await api<RepairNode>(`node-repairs/${node.name}/move/`, {
-        method: "POST",
-        body: { to_state: chosen, reason },
-      });
+      const answer = await moveNode(node.name, { to_state: chosen as RepairState, reason });
       setDone(`Moved to ${words(answer.repair_state)}.`);
       setReason("");
       moved();
@@ -249,7 +216,7 @@ function NodeRow({ node, shown, toggle, moved }: { node: RepairNode; shown: bool
 }
 
 function History({ name }: { name: string }) {
-  const detail = useApi<RepairNode & { history: RepairEvent[] }>(`node-repairs/${name}/`);
+  const detail = useNodeRepair(name);
   if (detail.loading && !detail.data) return <Loading what={`the history of ${name}`} />;
   const events = detail.data?.history ?? [];
   return (

@@ -1,20 +1,13 @@
 import { useState, type FormEvent } from "react";
-import { ApiError, api, type FieldErrors } from "../api";
-import { Empty, ErrorBox, Field, Loading, useApi } from "../components/common";
+import { ApiError, type FieldErrors, type Schemas } from "../api";
+import { Empty, ErrorBox, Field, Loading } from "../components/common";
+import { addSshKey, removeSshKey, useSshKeys } from "../endpoints";
 import { when } from "../format";
 
-interface SshKey {
-  id: number;
-  name: string;
-  public_key: string;
-  key_type: string;
-  bits: number | null;
-  fingerprint: string;
-  created_at: string;
-}
+type SshKey = Schemas["SshKey"];
 
 export function SshKeysPage() {
-  const keys = useApi<SshKey[]>("me/ssh-keys/");
+  const keys = useSshKeys();
   const [name, setName] = useState("");
   const [publicKey, setPublicKey] = useState("");
   const [errors, setErrors] = useState<FieldErrors>({});
@@ -26,7 +19,7 @@ export function SshKeysPage() {
     setAdded("");
     setFailure(null);
     try {
-      const key = await api<SshKey>("me/ssh-keys/", { method: "POST", body: { name, public_key: publicKey } });
+      const key = await addSshKey({ name, public_key: publicKey });
       setErrors({});
       setName("");
       setPublicKey("");
@@ -41,7 +34,7 @@ export function SshKeysPage() {
   async function remove(key: SshKey) {
     if (!window.confirm(`Delete the key ${key.name || key.fingerprint}? Jobs started later will not have it.`)) return;
     try {
-      await api(`me/ssh-keys/${key.id}/`, { method: "DELETE" });
+      await removeSshKey(key.id);
       keys.reload();
     } catch (reason) {
       setFailure(reason);

@@ -1,71 +1,31 @@
 import { useState } from "react";
 import { useSearchParams } from "react-router";
-import { api, type Page } from "../api";
+import type { Schemas } from "../api";
 import { useMe } from "../auth";
-import { Empty, ErrorBox, Loading, useApi } from "../components/common";
+import { Empty, ErrorBox, Loading } from "../components/common";
+import {
+  actOnStorageRoot,
+  useExpiringFiles,
+  useExpiryRuns,
+  useLargestPaths,
+  useScans,
+  useStorageRoots,
+  useStorageUsage,
+} from "../endpoints";
 import { size, when } from "../format";
 
-interface StorageRoot {
-  name: string;
-  path: string;
-  kind: string;
-  expiry_days: number | null;
-  warn_days: number;
-}
-
-interface Scan {
-  id: number;
-  root: string;
-  status: "running" | "done" | "failed";
-  started_at: string;
-  finished_at: string | null;
-  files_seen: number;
-  bytes_seen: number;
-  error: string;
-}
-
-interface UsageRow {
-  snapshot_at: string;
-  kind: string;
-  key: string;
-  user: string | null;
-  vc: string | null;
-  bytes: number;
-  files: number;
-}
-
-interface LargestPath {
-  path: string;
-  bytes: number;
-  user: string | null;
-}
-
-interface ExpiringFile {
-  report_at: string;
-  path: string;
-  bytes: number;
-  last_used_at: string;
-  expires_at: string;
-  expired: boolean;
-  user: string | null;
-}
-
-interface ExpiryRun {
-  id: number;
-  status: string;
-  started_at: string;
-  expire_before: string;
-}
+type StorageRoot = Schemas["StorageRoot"];
+type Scan = Schemas["Scan"];
 
 /** Usage of storage roots from the storage manager's snapshots, scoped as the API is:
  * people see their own, VC admins their VCs', cluster admins everything. */
 export function StoragePage() {
   const me = useMe();
   const [params, setParams] = useSearchParams();
-  const roots = useApi<StorageRoot[]>("storage/roots/");
+  const roots = useStorageRoots();
   const chosen = params.get("root") ?? roots.data?.[0]?.name ?? null;
   const root = roots.data?.find((one) => one.name === chosen);
-  const scans = useApi<Page<Scan>>(chosen ? `storage/scans/?root__name=${enc(chosen)}&page_size=20` : null, 10000);
+  const scans = useScans(chosen ? `root__name=${enc(chosen)}&page_size=20` : null, 10000);
   const finished = (scans.data?.results ?? []).filter((scan) => scan.status === "done");
   const running = (scans.data?.results ?? []).find((scan) => scan.status === "running");
   const [latest, previous] = finished;
@@ -76,7 +36,7 @@ export function StoragePage() {
     if (!chosen) return;
     setFailure(null);
     try {
-      const answer = await api<{ detail: string }>(`storage/roots/${enc(chosen)}/${what}/`, { method: "POST" });
+      const answer = await actOnStorageRoot(chosen, what);
       setNotice(answer.detail);
       scans.reload();
     } catch (reason) {
@@ -174,9 +134,9 @@ function change(now: number, before: number | undefined): string {
 }
 
 function UsageTable({ root, kind, title, latest, previous }: { root: string; kind: string; title: string; latest: Scan; previous?: Scan }) {
-  const base = `storage/usage/?root=${enc(root)}&kind=${kind}&page_size=200`;
-  const now = useApi<Page<UsageRow>>(`${base}&scan=${latest.id}`);
-  const before = useApi<Page<UsageRow>>(previous ? `${base}&scan=${previous.id}` : null);
+  const base = `root=${enc(root)}&kind=${kind}&page_size=200`;
+  const now = useStorageUsage(`${base}&scan=${latest.id}`);
+  const before = useStorageUsage(previous ? `${base}&scan=${previous.id}` : null);
   const earlier = new Map((before.data?.results ?? []).map((row) => [row.key, row.bytes]));
   const rows = now.data?.results ?? [];
   const total = rows.reduce((sum, row) => sum + row.bytes, 0);
@@ -226,7 +186,7 @@ function UsageTable({ root, kind, title, latest, previous }: { root: string; kin
 }
 
 function LargestPaths({ root }: { root: string }) {
-  const paths = useApi<Page<LargestPath>>(`storage/largest-paths/?root=${enc(root)}&page_size=20`);
+  const paths = useLargestPaths(`root=${enc(root)}&page_size=20`);
   const rows = paths.data?.results ?? [];
   return (
     <>
@@ -263,8 +223,8 @@ function LargestPaths({ root }: { root: string }) {
 }
 
 function Expiry({ root }: { root: StorageRoot }) {
-  const runs = useApi<Page<ExpiryRun>>(`storage/expiry-runs/?root__name=${enc(root.name)}&dry_run=true&page_size=1`);
-  const files = useApi<Page<ExpiringFile>>(`storage/expiring-files/?root=${enc(root.name)}&page_size=100`);
+  const runs = useExpiryRuns(`root__name=${enc(root.name)}&dry_run=true&page_size=1`);
+  const files = useExpiringFiles(`root=${enc(root.name)}&page_size=100`);
   const run = runs.data?.results[0];
   const rows = files.data?.results ?? [];
   return (

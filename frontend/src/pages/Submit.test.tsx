@@ -98,6 +98,19 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ command: "python train.py", env: { EPOCHS: "3" }, workers: 1 });
   });
 
+  it("sends a deadline as a time, and shows the server's refusal on its field", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { deadline: ["The deadline has passed."] }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
+    fireEvent.change(screen.getByLabelText("Deadline"), { target: { value: "2026-12-02T09:30" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    const refusal = await screen.findByText("The deadline has passed.");
+    expect(refusal.closest(".field")).toContainElement(screen.getByLabelText("Deadline"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ deadline: new Date("2026-12-02T09:30").toISOString() });
+  });
+
   it("submits a job array of N tasks and goes to its jobs", async () => {
     const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { array: "arr1", size: 3, jobs: ["a", "b", "c"] }] });
     renderPage(<SubmitPage />, "/submit");

@@ -1,8 +1,9 @@
 import { useEffect, useMemo, useRef, useState, type FormEvent } from "react";
 import { useNavigate, useSearchParams } from "react-router";
-import { ApiError, api, type ClusterRow, type FieldErrors, type GpuType, type Job, type SubmittedArray, type Vc } from "../api";
+import { ApiError, type FieldErrors, type Schemas, type Vc } from "../api";
 import { useMe } from "../auth";
-import { ErrorBox, Field, Loading, useApi } from "../components/common";
+import { ErrorBox, Field, Loading } from "../components/common";
+import { getVc, previewJob, submitJob, useClusterSummary, useGpuTypes, useJob, useVc } from "../endpoints";
 import { FragmentationChart } from "../components/FragmentationChart";
 import { duration, memory, when } from "../format";
 import {
@@ -18,12 +19,6 @@ import {
   type SubmitForm,
 } from "./submitModel";
 
-interface Preview {
-  can_start_now: boolean;
-  reason: string | null;
-  estimated_start_at: string | null;
-}
-
 export function SubmitPage() {
   const me = useMe();
   const [params] = useSearchParams();
@@ -35,19 +30,19 @@ export function SubmitPage() {
   const [busy, setBusy] = useState(false);
   const navigate = useNavigate();
 
-  const clone = useApi<Job>(cloneId ? `jobs/${cloneId}/` : null);
+  const clone = useJob(cloneId);
   useEffect(() => {
     if (clone.data) setForm(formFromJob(clone.data));
   }, [clone.data]);
 
-  const loadedVc = useApi<Vc>(form.vc ? `vcs/${form.vc}/` : null);
+  const loadedVc = useVc(form.vc || null);
   // Only the chosen VC's answer: while another VC's is still shown, its GPU types are not
   // this one's.
   const vc = { ...loadedVc, data: loadedVc.data?.name === form.vc ? loadedVc.data : undefined };
-  const gpuTypes = useApi<GpuType[] | { results: GpuType[] }>("gpu-types/");
-  const cluster = useApi<{ gpu_types: ClusterRow[] }>("cluster/summary/", 15000);
+  const gpuTypes = useGpuTypes();
+  const cluster = useClusterSummary(15000);
   const allTypes = useMemo(
-    () => (gpuTypes.data ? (Array.isArray(gpuTypes.data) ? gpuTypes.data : gpuTypes.data.results) : []),
+    () => gpuTypes.data ?? [],
     [gpuTypes.data],
   );
   const typeList = useMemo(() => {
@@ -64,7 +59,7 @@ export function SubmitPage() {
   useEffect(() => {
     if (!choosing) return;
     const controller = new AbortController();
-    Promise.all(vcNames.split(",").map((name) => api<Vc>(`vcs/${name}/`, { signal: controller.signal })))
+    Promise.all(vcNames.split(",").map((name) => getVc(name, controller.signal)))
       .then(setMyVcs)
       .catch(() => setMyVcs([]));
     return () => controller.abort();
@@ -100,13 +95,13 @@ export function SubmitPage() {
     [form, gpuTypeName, gpusPerWorker],
   );
   const bodyKey = JSON.stringify(body);
-  const [preview, setPreview] = useState<{ key: string; answer: Preview | null }>({ key: "", answer: null });
+  const [preview, setPreview] = useState<{ key: string; answer: Schemas["StartPreview"] | null }>({ key: "", answer: null });
   const [previewMissing, setPreviewMissing] = useState(false);
   useEffect(() => {
     if (!form.vc || !form.command.trim() || previewMissing) return;
     const controller = new AbortController();
     const timer = window.setTimeout(() => {
-      api<Preview>("jobs/preview/", { method: "POST", body: JSON.parse(bodyKey), signal: controller.signal })
+      previewJob(JSON.parse(bodyKey), controller.signal)
         .then((answer) => setPreview({ key: bodyKey, answer }))
         .catch((reason) => {
           if ((reason as Error).name === "AbortError") return;
@@ -158,7 +153,7 @@ export function SubmitPage() {
     setBusy(true);
     setFailure(null);
     try {
-      const answer = await api<Job | SubmittedArray>("jobs/", { method: "POST", body });
+      const answer = await submitJob(body);
       navigate("jobs" in answer ? `/jobs?array=${answer.array}` : `/jobs/${answer.id}`);
     } catch (reason) {
       const fields = reason instanceof ApiError ? { ...reason.fields } : {};
@@ -305,6 +300,9 @@ export function SubmitPage() {
               hint={vc.data ? `at most ${duration(vc.data.max_wall_time)} (${maxMinutes} min) in VC ${vc.data.name}` : undefined}
             >
               <input id="f-wall_minutes" type="number" min={1} max={maxMinutes} value={form.wall_minutes} onChange={(e) => set("wall_minutes", e.target.value)} />
+            </Field>
+            <Field label="Deadline" name="deadline" errors={errors} hint="optional: the job's page says whether it is predicted to make it">
+              <input id="f-deadline" type="datetime-local" value={form.deadline} onChange={(e) => set("deadline", e.target.value)} />
             </Field>
             <Field label="Tasks" name="tasks" errors={errors} hint="more than 1: a job array, each task with its TRAINYARD_ARRAY_INDEX">
               <input id="f-tasks" type="number" min={1} max={10000} value={form.tasks} onChange={(e) => set("tasks", e.target.value)} />

@@ -1,23 +1,10 @@
 import { useSearchParams } from "react-router";
 import { useMe } from "../auth";
-import { Empty, ErrorBox, Loading, useApi } from "../components/common";
+import type { Schemas } from "../api";
+import { Empty, ErrorBox, Loading } from "../components/common";
+import { useGpuHours } from "../endpoints";
 
-export interface GpuHoursRow {
-  key: string;
-  bucket?: string;
-  booked_gpu_hours: number;
-  used_gpu_hours: number | null;
-  idle_gpu_hours: number | null;
-  borrowed_gpu_hours: number;
-  used_unavailable_reason: string;
-}
-
-interface GpuHours {
-  group_by: string;
-  since: string;
-  until: string;
-  results: GpuHoursRow[];
-}
+type GpuHoursRow = Schemas["GpuHoursRow"];
 
 const PALETTE = ["#2f6fb3", "#e07b39", "#3a9d5d", "#b8485a", "#7d5ba6", "#c29d2d", "#4aa3b5", "#8c6d46"];
 
@@ -43,8 +30,8 @@ export function UsagePage() {
   const vc = params.get("vc") ?? "";
   const range = monthRange(params.get("month"));
   const scope = `since=${enc(range.since)}&until=${enc(range.until)}${vc ? `&vc=${enc(vc)}` : ""}`;
-  const series = useApi<GpuHours>(`usage/gpu-hours/?group_by=${vc ? "user" : "vc"}&bucket=day&measure=false&${scope}`);
-  const perUser = useApi<GpuHours>(`usage/gpu-hours/?group_by=user&${scope}`);
+  const series = useGpuHours(`group_by=${vc ? "user" : "vc"}&bucket=day&measure=false&${scope}`);
+  const perUser = useGpuHours(`group_by=user&${scope}`);
   const choose = (changes: Record<string, string>) => {
     const next = { vc, month: range.label, ...changes };
     setParams(Object.fromEntries(Object.entries(next).filter(([, value]) => value)));

@@ -1,30 +1,17 @@
 import { Link, NavLink, useParams } from "react-router";
-import type { Job, Page, Vc } from "../api";
+import type { Schemas, Vc } from "../api";
 import { isVcAdmin, useMe } from "../auth";
-import { Empty, ErrorBox, Loading, StatusBadge, useApi } from "../components/common";
+import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
+import { useJobs, useVc, useVcQueue } from "../endpoints";
 import { duration, memory, when } from "../format";
 import { VcSettings } from "./VcSettings";
 
-interface QueueEntry {
-  position: number;
-  job_id: string;
-  name: string;
-  owner: string;
-  gpu_type: string;
-  workers: number;
-  gpus_per_worker: number;
-  priority: number;
-  submitted_at: string;
-  status: string;
-  status_message: string;
-  insight_message?: string;
-  estimated_start_at: string | null;
-}
+type QueueEntry = Schemas["QueuedJob"];
 
 export function VcPage({ tab }: { tab: "overview" | "settings" }) {
   const { name = "" } = useParams();
   const me = useMe();
-  const vc = useApi<Vc>(`vcs/${name}/`, tab === "overview" ? 10000 : 0);
+  const vc = useVc(name, tab === "overview" ? 10000 : 0);
   const admin = isVcAdmin(me, name);
   return (
     <section>
@@ -54,10 +41,10 @@ export function VcPage({ tab }: { tab: "overview" | "settings" }) {
 }
 
 function VcOverview({ vc }: { vc: Vc }) {
-  const queue = useApi<QueueEntry[]>(`vcs/${vc.name}/queue/`, 10000);
+  const queue = useVcQueue(vc.name, 10000);
   // Servers without the queue endpoint: the VC's waiting jobs, oldest first.
-  const fallback = useApi<Page<Job>>(
-    queue.error ? `jobs/?vc=${vc.name}&status=queued&status=unapproved&ordering=submitted_at&page_size=100` : null,
+  const fallback = useJobs(
+    queue.error ? `vc=${vc.name}&status=queued&status=unapproved&ordering=submitted_at&page_size=100` : null,
   );
   const entries: QueueEntry[] =
     queue.data ??
@@ -70,10 +57,13 @@ function VcOverview({ vc }: { vc: Vc }) {
       workers: job.workers,
       gpus_per_worker: job.gpus_per_worker,
       priority: job.priority,
+      preemptible: job.preemptible,
       submitted_at: job.submitted_at,
+      not_before: null,
       status: job.status,
       status_message: job.status_message,
-      insight_message: job.insight_message,
+      // The jobs list carries no insight; the status message says why it waits.
+      insight_message: "",
       estimated_start_at: job.estimated_start_at,
     }));
   return (

@@ -1,13 +1,8 @@
 import { useState, type FormEvent } from "react";
-import { ApiError, api, type FieldErrors, type Vc } from "../api";
-import { ErrorBox, Field, useApi } from "../components/common";
+import { ApiError, type FieldErrors, type Vc } from "../api";
+import { ErrorBox, Field } from "../components/common";
+import { removeVcMember, setVcMember, updateVc, useVcMembers } from "../endpoints";
 import { duration } from "../format";
-
-interface Member {
-  username: string;
-  email: string;
-  role: "member" | "admin";
-}
 
 /** The settings a VC admin changes, and the VC's members and roles. */
 export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
@@ -46,7 +41,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         interactive_idle_warn_minutes: orNull(values.interactive_idle_warn_minutes),
         interactive_idle_kill_minutes: Number(values.interactive_idle_kill_minutes),
       };
-      const updated = await api<Vc>(`vcs/${vc.name}/`, { method: "PATCH", body });
+      const updated = await updateVc(vc.name, body);
       setErrors({});
       setSaved(`Saved: policy ${updated.policy}, jobs run at most ${duration(updated.max_wall_time)}.`);
       onSaved();
@@ -129,16 +124,16 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
 }
 
 function Members({ vc }: { vc: string }) {
-  const members = useApi<Member[]>(`vcs/${vc}/members/`);
+  const members = useVcMembers(vc);
   const [username, setUsername] = useState("");
   const [role, setRole] = useState<"member" | "admin">("member");
   const [errors, setErrors] = useState<FieldErrors>({});
   const [failure, setFailure] = useState<unknown>(null);
 
-  async function change(name: string, newRole: string) {
+  async function change(name: string, newRole: "member" | "admin") {
     setFailure(null);
     try {
-      await api(`vcs/${vc}/members/`, { method: "POST", body: { username: name, role: newRole } });
+      await setVcMember(vc, { username: name, role: newRole });
       setErrors({});
       setUsername("");
       members.reload();
@@ -151,7 +146,7 @@ function Members({ vc }: { vc: string }) {
   async function remove(name: string) {
     if (!window.confirm(`Remove ${name} from VC ${vc}? Their jobs stay.`)) return;
     try {
-      await api(`vcs/${vc}/members/${name}/`, { method: "DELETE" });
+      await removeVcMember(vc, name);
       members.reload();
     } catch (reason) {
       setFailure(reason);
@@ -177,7 +172,7 @@ function Members({ vc }: { vc: string }) {
               <td>{member.username}</td>
               <td>{member.email}</td>
               <td>
-                <select aria-label={`Role of ${member.username}`} value={member.role} onChange={(e) => change(member.username, e.target.value)}>
+                <select aria-label={`Role of ${member.username}`} value={member.role} onChange={(e) => change(member.username, e.target.value as "member" | "admin")}>
                   <option value="member">member</option>
                   <option value="admin">admin</option>
                 </select>

@@ -1,5 +1,7 @@
 // The submit form's values, how they become a submission, and why a job may not start now.
-import type { ClusterRow, GpuType, Job, Vc } from "../api";
+import type { ClusterRow, GpuType, Job, RequestSchemas, Vc } from "../api";
+
+type Submission = RequestSchemas["JobSubmitRequest"];
 
 export interface SubmitForm {
   vc: string;
@@ -21,6 +23,8 @@ export interface SubmitForm {
   ports: string;
   /** How many jobs of this spec to submit as one job array ("1": a single job). */
   tasks: string;
+  /** When it must have finished, as a datetime-local input gives it ("": none). */
+  deadline: string;
 }
 
 export function emptyForm(vc: string): SubmitForm {
@@ -43,6 +47,7 @@ export function emptyForm(vc: string): SubmitForm {
     wall_minutes: "",
     ports: "",
     tasks: "1",
+    deadline: "",
   };
 }
 
@@ -69,6 +74,7 @@ export function formFromJob(job: Job): SubmitForm {
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
     ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
     tasks: "1",
+    deadline: "", // an earlier job's deadline has most likely passed
   };
 }
 
@@ -122,17 +128,17 @@ export function parseEnv(text: string): { env: Record<string, string>; bad: stri
 }
 
 /** The body of POST /api/v1/jobs/: only what the user filled in, numbers as numbers. */
-export function submission(form: SubmitForm): Record<string, unknown> {
-  const body: Record<string, unknown> = {
+export function submission(form: SubmitForm): Submission {
+  const body: Submission = {
     vc: form.vc,
-    type: form.type,
+    type: form.type as Submission["type"],
     command: form.command,
     workers: Number(form.workers),
     gpus_per_worker: Number(form.gpus_per_worker),
     preemptible: form.preemptible,
     env: parseEnv(form.env).env,
   };
-  const text: (keyof SubmitForm)[] = ["name", "gpu_type", "image", "data_path", "output_path"];
+  const text = ["name", "gpu_type", "image", "data_path", "output_path"] as const;
   for (const key of text) if (String(form[key]).trim()) body[key] = String(form[key]).trim();
   if (form.cpus_per_worker.trim()) body.cpus_per_worker = Number(form.cpus_per_worker);
   if (form.memory_per_worker.trim()) {
@@ -141,6 +147,7 @@ export function submission(form: SubmitForm): Record<string, unknown> {
   }
   if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
+  if (form.deadline) body.deadline = new Date(form.deadline).toISOString();
   const { ports } = parsePorts(form.ports);
   if (ports.length) body.ports = ports;
   const tasks = Number(form.tasks.trim() || "1");

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
@@ -18,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--email", default="")
         parser.add_argument("--name", default="", help="Token name (default: cli-<timestamp>).")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         username = str(options["username"])
         user = get_user_model().objects.filter(username=username).first()
         if user is None:

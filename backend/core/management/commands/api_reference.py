@@ -96,7 +96,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--output", help="Write to this file instead of standard output.")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         spec = SchemaGenerator().get_schema(request=None, public=True)
         reference = render_reference(spec)
         if options["output"]:

@@ -2,9 +2,10 @@
 
 Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
 embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker,
-Celery beat and the SSH gateway (on TRAINYARD_SSH_PORT), and stops them all on Ctrl-C. The
-banner says how jobs are isolated: as their owners' accounts (root), or all as this account
-(single-user mode), and the gateway's host key fingerprint.
+Celery beat, the SSH gateway (on TRAINYARD_SSH_PORT) and, for the local backend,
+``watch_job_ends`` and the resident spawner of workers' inits (``local_spawner``), and
+stops them all on Ctrl-C. The banner says how jobs are isolated: as their owners' accounts
+(root), or all as this account (single-user mode), and the gateway's host key fingerprint.
 
 It supervises its children as an init system would: one that dies (a crash, the OOM
 killer, kill -9) is logged and started again after a backoff (1 s, doubling up to 30 s;
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
@@ -47,11 +49,13 @@ class Child:
         self.restart_at = 0.0
         self.failures = 0
 
-    def start(self) -> None:
-        self.process = subprocess.Popen(
+    def start(self) -> subprocess.Popen:
+        """Start the process; returns it (also kept as ``process``)."""
+        self.process = process = subprocess.Popen(
             self.command, env=self.env, cwd=self.cwd, start_new_session=True
         )
         self.started_at = time.monotonic()
+        return process
 
     def exited(self) -> int | None:
         """The exit status when the process has just been found dead (then forgotten)."""
@@ -101,7 +105,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("TRAINYARD_PORT", 8000)))
         parser.add_argument("--no-demo", action="store_true", help="Do not seed demo data.")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
@@ -132,6 +136,11 @@ class Command(BaseCommand):
             child_env["TRAINYARD_LOCAL_NOTIFY_SOCKET"] = str(
                 settings.TRAINYARD_LOCAL_STATE_DIR / "ends.sock"
             )
+        if local and not settings.TRAINYARD_LOCAL_SPAWNER_SOCKET:
+            # Workers' inits are forked by the resident spawner, not started afresh.
+            child_env["TRAINYARD_LOCAL_SPAWNER_SOCKET"] = str(
+                settings.TRAINYARD_LOCAL_STATE_DIR / "spawner.sock"
+            )
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         # The health server (backend/core/health.py) on the next port, unless told where.
@@ -156,6 +165,8 @@ class Command(BaseCommand):
         children = [
             Child(name, command, child_env, settings.BASE_DIR) for name, command in commands.items()
         ]
+        if local and "TRAINYARD_LOCAL_SPAWNER_SOCKET" in child_env:
+            children.append(self._spawner(child_env["TRAINYARD_LOCAL_SPAWNER_SOCKET"]))
         for child in children:
             child.start()
         stopping = False
@@ -178,8 +189,8 @@ class Command(BaseCommand):
                             f"(restart {child.failures})."
                         )
                     if child.process is None and time.monotonic() >= child.restart_at:
-                        child.start()
-                        self.stderr.write(f"{child.name} restarted (pid {child.process.pid}).")
+                        process = child.start()
+                        self.stderr.write(f"{child.name} restarted (pid {process.pid}).")
                 if not banner_shown and _answers(f"http://{bind}/healthz"):
                     self._print_banner(bind, demo=not options["no_demo"], declared=declared)
                     banner_shown = True
@@ -190,6 +201,15 @@ class Command(BaseCommand):
             for child in children:
                 child.wait()
             del redis
+
+    def _spawner(self, socket_path: str) -> Child:
+        """The resident spawner of inits, isolated as the inits are (``python -I -S``, the
+        init's bare environment: nothing of the portal's settings or secrets)."""
+        from jobmanager.backends.local import INIT_ENV, SPAWNER_SCRIPT
+
+        settings.TRAINYARD_LOCAL_STATE_DIR.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-I", "-S", str(SPAWNER_SCRIPT), "--socket", socket_path]
+        return Child("spawner", command, dict(INIT_ENV), settings.BASE_DIR)
 
     def _print_banner(self, bind: str, demo: bool, declared: bool = False) -> None:
         host, port = bind.rsplit(":", 1)

@@ -4,6 +4,7 @@ where jobs run as their owners, the demo users' Unix accounts."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -12,6 +13,7 @@ from django.db import transaction
 from backend.accounts.actions import unix_account_of
 from backend.accounts.unix import NoUnixAccount, accounts_required
 from backend.clusters.models import GpuType, Node
+from backend.jobs.triggers import run_job_manager_after_commit
 from backend.vcs.actions import QuotaSpec, set_membership, set_vc_quotas
 from backend.vcs.models import Role, VirtualCluster
 
@@ -48,7 +50,7 @@ class Command(BaseCommand):
     help = "Create a demo cluster (idempotent): GPU types, nodes, VCs with quotas, users."
 
     @transaction.atomic
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         gpu_types = {}
         for name, cpus, memory in GPU_TYPES:
             gpu_types[name], _ = GpuType.objects.get_or_create(
@@ -66,6 +68,7 @@ class Command(BaseCommand):
                         "labels": {"declared": "true", "rack": f"r{(index + 1) // 2}"},
                     },
                 )
+        run_job_manager_after_commit()  # the nodes may let queued jobs start
         vcs = {}
         for name, description, quotas in VCS:
             vcs[name], created = VirtualCluster.objects.get_or_create(

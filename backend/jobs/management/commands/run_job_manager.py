@@ -7,6 +7,7 @@ several job managers against each other.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runs", type=int, default=1, help="How many runs, one after another.")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         backend = get_backend()
         for _ in range(int(options["runs"])):
             summary = manager.run_job_manager(

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from backend.jobs.tasks import request_job_manager_run
+from backend.jobs.triggers import request_job_manager_run
 from jobmanager.backends.local_ends import EndListener
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = "Ask for a job manager run whenever a local-backend worker ends."
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         path = settings.TRAINYARD_LOCAL_NOTIFY_SOCKET
         if not path:
             raise CommandError("TRAINYARD_LOCAL_NOTIFY_SOCKET is not set.")

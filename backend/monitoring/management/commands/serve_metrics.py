@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from socketserver import ThreadingMixIn
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -57,7 +58,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=9808)
         parser.add_argument("--with-database", action="store_true", help="the gauges too")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         app = metrics_app(bool(options["with_database"]))
         server = make_server(
             str(options["host"]), int(options["port"]), app, _ThreadingServer, _QuietHandler

@@ -1,0 +1,36 @@
+"""Fair share between a VC's users: the user with the least decayed usage goes first.
+
+Past usage comes with the snapshot (decayed by the caller); what running jobs ran since
+they started is added, and a job started in the pass counts as FAIR_SHARE_START_SECONDS
+of its GPUs, so that one user's sweep does not take every start of a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobmanager.core.pass_state import PassState
+from jobmanager.core.snapshot import Policy, QueuedJob, VcState
+
+# Fair share: a job started in this pass counts as this many seconds of its GPUs.
+FAIR_SHARE_START_SECONDS = 3600.0
+
+
+def load_usage(state: PassState) -> None:
+    """Each (VC, user)'s usage at the start of the pass, if any VC shares fairly."""
+    snapshot = state.snapshot
+    if any(vc.policy == Policy.FAIR_SHARE for vc in snapshot.vcs):
+        for key, amount in snapshot.usage.items():
+            state.usage[key] += amount
+        for key in state.summary.gpus:
+            state.usage[key] += state.summary.ran(key, snapshot.now)
+
+
+def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
+    return (state.usage[(vc.name, job.user)],)
+
+
+def charge_start(state: PassState, vc: VcState, job: QueuedJob) -> None:
+    """A job started in this pass counts against its user's share from now on."""
+    if vc.policy == Policy.FAIR_SHARE:
+        state.usage[(vc.name, job.user)] += job.shape.total.gpus * FAIR_SHARE_START_SECONDS

@@ -1,0 +1,137 @@
+"""Least attained service (Tiresias): a few discrete queues by attained GPU-time, with
+preemption of preemptible work only.
+
+A VC's jobs go by their LAS queue (jobmanager.core.queues.las_level); a job that waited
+past the starvation guard and some times what it ran goes first again (Tiresias's
+STARVE_LIMIT). A job that cannot start may preempt its VC's preemptible jobs of a later
+queue that have run a quantum since they (re)started, so that jobs are not preempted
+back and forth.
+
+With a wait limit (Snapshot.las_wait_limit), a job that has spent that long queued since
+its submission, all its waits after preemptions included, is *overdue*: it goes before
+every other job and may preempt any job of its VC that has run a quantum, except jobs
+that were overdue when they started, which least attained service no longer preempts.
+So no job waits much more than the limit in all, however often it was preempted. With
+Snapshot.las_limit_preempted_only the limit binds only jobs that have run before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobmanager.core.outcomes import preempt, wait
+from jobmanager.core.pass_state import PassState, VcQueue
+from jobmanager.core.preemption import Borrowers, fewest_victims
+from jobmanager.core.queues import las_level
+from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot
+
+# Jobs per VC and pass that look for LAS victims.
+LAS_PREEMPTION_TRIES = 64
+
+
+# The LAS level of an overdue job: before the first queue, and a preemptor of every level.
+OVERDUE = -1
+
+
+def time_queued(job: QueuedJob, now: float) -> float:
+    """Seconds the job has waited since its submission, over all its waits: what it did
+    not spend holding its GPUs (its attained GPU-seconds over its GPUs)."""
+    return now - job.queued_at - job.attained / max(job.shape.total.gpus, 1)
+
+
+def wait_limit(snapshot: Snapshot, expected_wait: float | None) -> float | None:
+    """How long a job may wait in all before it is overdue: the wait limit, or the wait
+    factor times its expected wait if that is longer; None: no bound."""
+    limit = snapshot.las_wait_limit
+    factor = snapshot.las_wait_factor
+    if factor is not None and expected_wait is not None:
+        scaled = factor * expected_wait
+        limit = scaled if limit is None else max(limit, scaled)
+    return limit
+
+
+def is_overdue(snapshot: Snapshot, job: QueuedJob) -> bool:
+    """Whether the job has waited past its wait limit, all its waits together."""
+    if snapshot.las_limit_preempted_only and job.attained <= 0:
+        return False
+    limit = wait_limit(snapshot, job.expected_wait)
+    return limit is not None and time_queued(job, snapshot.now) >= limit
+
+
+def was_overdue(snapshot: Snapshot, running: RunningJob) -> bool:
+    """Whether the running job was overdue when it (last) started: then least attained
+    service does not preempt it."""
+    limit = wait_limit(snapshot, running.expected_wait)
+    if limit is None or (snapshot.las_limit_preempted_only and running.attained <= 0):
+        return False
+    held = running.attained / max(running.shape.total.gpus, 1)
+    return running.started_at - running.queue_position - held >= limit
+
+
+def las_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
+    """A job's place in a LAS VC's queue: its queue by attained service, or first if it
+    has waited too long."""
+    if is_overdue(snapshot, job):
+        return (OVERDUE,)
+    # Waited too long (past the guard, and some times what it ran: Tiresias's
+    # STARVE_LIMIT): first again, whatever it ran.
+    ran = job.attained / max(job.shape.total.gpus, 1)
+    guard = max(snapshot.starvation_seconds, snapshot.las_starve_factor * ran)
+    if snapshot.now - job.waiting_from >= guard:
+        return (0,)
+    return (las_level(job.attained, snapshot.las_thresholds),)
+
+
+def preempt_for_less_attained(state: PassState, queue: VcQueue, job: QueuedJob) -> bool:
+    """Least attained service: make room for the job by preempting its VC's preemptible
+    jobs of a later LAS queue that have run a quantum since they (re)started; True if
+    a place is kept for it."""
+    if queue.las_tries >= LAS_PREEMPTION_TRIES:
+        return False
+    queue.las_tries += 1
+    # By what it ran, not where waiting moved it: a job let ahead for having waited
+    # long takes what is free first, but preempts only as its queue would.
+    snapshot = state.snapshot
+    level = (
+        OVERDUE if is_overdue(snapshot, job) else las_level(job.attained, snapshot.las_thresholds)
+    )
+    pool = state.las_victims.get((queue.vc.name, level))
+    if pool is None:
+        now = snapshot.now
+        pool = Borrowers(
+            (
+                running
+                for running in state.summary.preemptible.values()
+                if running.vc == queue.vc.name
+                and running.id not in state.preempted
+                and now - running.started_at >= snapshot.las_quantum
+                and las_level(running.attained_at(now), snapshot.las_thresholds) > level
+                and not was_overdue(snapshot, running)
+            ),
+            now,
+        )
+        state.las_victims[(queue.vc.name, level)] = pool
+    if not pool.held:
+        return False
+    victims = fewest_victims(state.cluster, pool, job)
+    if not victims:
+        return False
+    kept = state.cluster.claim(job.shape, victims)
+    if kept is None:
+        raise RuntimeError(f"the victims chosen for job {job.id} do not make room for it")
+    state.decisions.claims[job.id] = kept
+    preempt(
+        state,
+        victims,
+        job,
+        f"preempted by least attained service: job {job.id} of VC {queue.vc.name} "
+        + ("has waited past the wait limit" if level == OVERDUE else "has run less"),
+    )
+    wait(
+        state,
+        queue,
+        job,
+        f"starts once {len(victims)} preempted job(s) have released their GPUs",
+        blocks=False,
+    )
+    return True

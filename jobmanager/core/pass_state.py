@@ -1,0 +1,81 @@
+"""The state of one scheduling pass (jobmanager.core.scheduler), shared by its policies."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from jobmanager.core.placement import ClusterState
+from jobmanager.core.preemption import Borrowers
+from jobmanager.core.queues import QueueBook
+from jobmanager.core.reservations import Reservation
+from jobmanager.core.running import QuotaUse, RunningSummary
+from jobmanager.core.snapshot import (
+    Decisions,
+    JobShape,
+    QueuedJob,
+    Snapshot,
+    VcState,
+    WorkerPlacement,
+)
+
+
+@dataclass
+class VcQueue:
+    """One VC's queue during a pass."""
+
+    vc: VcState
+    blocker: QueuedJob | None = None  # the job that holds the queue back
+    blocker_reason: str = ""
+    dead: set[JobShape] = field(default_factory=set)  # shapes phase one gave up on
+    reservation: Reservation | None = None
+    las_tries: int = 0
+
+
+@dataclass
+class PassState:
+    """What one pass knows and has decided so far."""
+
+    snapshot: Snapshot
+    cluster: ClusterState
+    borrowers: Borrowers
+    book: QueueBook
+    decisions: Decisions = field(default_factory=Decisions)
+    guaranteed_use: QuotaUse = field(default_factory=QuotaUse)
+    interactive_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Free capacity and borrowers only shrink during a pass, so a shape that could not be
+    # placed, or found no victims, cannot later in the same pass either.
+    unplaceable: set[JobShape] = field(default_factory=set)
+    no_victims: set[tuple[JobShape, str | None]] = field(default_factory=set)
+    judged: set[str] = field(default_factory=set)  # decided in phase one
+    reservations: list[Reservation] = field(default_factory=list)
+    # Shapes that wait for a reservation: jobs left to read for one short enough.
+    backfill_budget: dict[JobShape, int] = field(default_factory=dict)
+    # What holds resources, by expected end, for reservations (built when first needed).
+    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
+    preempted: set[str] = field(default_factory=set)
+    started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
+    usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
+    lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
+    summary: RunningSummary = field(default_factory=RunningSummary)
+
+    def starved(self, job: QueuedJob) -> bool:
+        """Whether the job has waited past runnable first's starvation guard."""
+        return self.snapshot.now - job.queued_at >= self.snapshot.starvation_seconds
+
+
+def others_holds(state: PassState, queue: VcQueue, lift: bool) -> None:
+    """Guaranteed work of one VC is not held back by other VCs' reservations (their quota
+    guarantees it); phase two and the VC's own later jobs respect them."""
+    for reservation in state.reservations:
+        if reservation.job.vc != queue.vc.name:
+            if lift:
+                reservation.lift(state.cluster)
+            else:
+                reservation.hold(state.cluster)
+
+
+def explain_no_fit(state: PassState, job: QueuedJob) -> str:
+    return state.cluster.explain_no_fit(job.shape) if state.snapshot.explain else ""

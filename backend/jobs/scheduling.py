@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -66,7 +67,7 @@ QUEUED_COLUMNS = (
     "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
-    "insight_message", "owner__username", "deadline",
+    "insight_message", "owner__username", "deadline", "pk",
 )  # fmt: skip
 
 
@@ -102,9 +103,12 @@ def load_cluster_state() -> ClusterState:
     return ClusterState.of(load_nodes(), load_running())
 
 
-def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None = None) -> Snapshot:
+def load_snapshot(
+    now: datetime | None = None, insights: dict[str, tuple[int, str]] | None = None
+) -> Snapshot:
     """Nodes, VCs with quotas, jobs holding resources and jobs ready to start; with
-    ``insights``, each ready job's current insight message is put there by job id."""
+    ``insights``, each ready job's primary key and current insight message are put there
+    by job id."""
     now = now or timezone.now()
     nodes = load_nodes()
     quotas: dict[int, dict[str, Resources]] = defaultdict(dict)
@@ -130,7 +134,7 @@ def load_snapshot(now: datetime | None = None, insights: dict[str, str] | None =
     )
     rows = list(ready.order_by().values(*QUEUED_COLUMNS))
     if insights is not None:
-        insights.update((row["job_id"], row["insight_message"]) for row in rows)
+        insights.update((row["job_id"], (row["pk"], row["insight_message"])) for row in rows)
     queued = tuple(queued_job(row, estimates) for row in rows)
     return Snapshot(
         now=now.timestamp(),
@@ -254,7 +258,7 @@ def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
     started = time.perf_counter()
     with transaction.atomic():
         lease.fence()
-        insights: dict[str, str] = {}
+        insights: dict[str, tuple[int, str]] = {}
         decisions = schedule(load_snapshot(insights=insights))
         applied = apply_decisions(decisions, insights)
     SCHEDULER_PASS_SECONDS.observe(time.perf_counter() - started)
@@ -262,7 +266,9 @@ def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
     return decisions, applied
 
 
-def apply_decisions(decisions: Decisions, insights: dict[str, str] | None = None) -> Applied:
+def apply_decisions(
+    decisions: Decisions, insights: dict[str, tuple[int, str]] | None = None
+) -> Applied:
     """Apply one pass's decisions (inside the pass's transaction) in a bounded number of
     queries: the jobs locked at once, written in one bulk update, their events in one
     insert. A job that changed meanwhile (killed, paused) is left alone."""
@@ -337,29 +343,60 @@ def _record_claims(decisions: Decisions) -> None:
 
 
 def _record_insights(
-    decisions: Decisions, now: datetime, insights: dict[str, str] | None = None
+    decisions: Decisions, now: datetime, insights: dict[str, tuple[int, str]] | None = None
 ) -> int:
     """Each waiting job's reason, written only where it changed (a pass over thousands of
-    waiting jobs must not rewrite them all). ``insights``: the messages the snapshot read
-    (in this transaction), else they are read here."""
+    waiting jobs must not rewrite them all). ``insights``: the primary keys and messages
+    the snapshot read (in this transaction), else they are read here."""
     reasons = {wait.job_id: f"Waiting: {wait.reason}." for wait in decisions.waits}
     if insights is not None:
-        current = [(job_id, insights[job_id]) for job_id in reasons if job_id in insights]
+        current = [(job_id, *insights[job_id]) for job_id in reasons if job_id in insights]
     else:
         ids = list(reasons)
         current = []
         for chunk in range(0, len(ids), 1000):
             current += Job.objects.filter(
                 job_id__in=ids[chunk : chunk + 1000], status=JobStatus.QUEUED
-            ).values_list("job_id", "insight_message")
+            ).values_list("job_id", "pk", "insight_message")
     # One update per distinct reason (a pass has a handful), not one per job.
-    by_reason: dict[str, list[str]] = defaultdict(list)
-    for job_id, message in current:
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    for job_id, pk, message in current:
         if message != reasons[job_id]:
-            by_reason[reasons[job_id]].append(job_id)
-    for reason, job_ids in by_reason.items():
-        for chunk in range(0, len(job_ids), 1000):
-            Job.objects.filter(
-                job_id__in=job_ids[chunk : chunk + 1000], status=JobStatus.QUEUED
-            ).update(insight_message=reason, updated_at=now)
-    return sum(len(job_ids) for job_ids in by_reason.values())
+            by_reason[reasons[job_id]].append(pk)
+    for reason, pks in by_reason.items():
+        for rows in rows_by_key(pks):
+            Job.objects.filter(rows, status=JobStatus.QUEUED).update(
+                insight_message=reason, updated_at=now
+            )
+    return sum(len(pks) for pks in by_reason.values())
+
+
+# A run of consecutive primary keys this long is matched as a range, not listed.
+KEY_RUN = 16
+KEYS_PER_QUERY = 1000  # listed keys in one condition
+RANGES_PER_QUERY = 100
+
+
+def rows_by_key(pks: list[int]) -> Iterator[Q]:
+    """Conditions matching exactly the rows with these primary keys, few enough that each
+    makes one short query: runs of consecutive keys (an array's jobs are stored one after
+    another) as ranges, which the database walks in key order instead of looking each key
+    up, and the other keys listed."""
+    keys = sorted(set(pks))
+    ranges: list[tuple[int, int]] = []
+    single: list[int] = []
+    start = 0
+    for index in range(1, len(keys) + 1):
+        if index == len(keys) or keys[index] != keys[index - 1] + 1:
+            if index - start >= KEY_RUN:
+                ranges.append((keys[start], keys[index - 1]))
+            else:
+                single += keys[start:index]
+            start = index
+    for chunk in range(0, len(ranges), RANGES_PER_QUERY):
+        condition = Q()
+        for low, high in ranges[chunk : chunk + RANGES_PER_QUERY]:
+            condition |= Q(pk__range=(low, high))
+        yield condition
+    for chunk in range(0, len(single), KEYS_PER_QUERY):
+        yield Q(pk__in=single[chunk : chunk + KEYS_PER_QUERY])

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from backend.core.redis import redis_client
 from backend.jobs import lifecycle, manager, triggers
 from backend.jobs.models import Job, JobEvent, JobStatus
+from backend.jobs.scheduling import rows_by_key
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit
 
@@ -128,6 +129,33 @@ def test_a_round_applies_its_decisions_in_a_bounded_number_of_queries(
     queries_of_a_round(1)  # the first run records its fencing token's row
     assert queries_of_a_round(30) == queries_of_a_round(2)
     assert JobEvent.objects.filter(to_status=JobStatus.SCHEDULING).count() == 33
+
+
+def test_waiting_jobs_reasons_are_written_to_exactly_their_rows_in_few_queries(
+    world, backend, redis_namespace
+):
+    job_ids = submit_many(world, 60)
+    pks = sorted(Job.objects.filter(job_id__in=job_ids).values_list("pk", flat=True))
+    chosen = pks[:20] + pks[25:26] + pks[30:34] + pks[40:]  # two long runs, five others
+    conditions = list(rows_by_key(chosen))
+    assert len(conditions) == 2  # the runs as ranges in one query, the rest listed in one
+    matched = [
+        pk
+        for condition in conditions
+        for pk in Job.objects.filter(condition).values_list("pk", flat=True)
+    ]
+    assert sorted(matched) == chosen
+
+    summary = manager.run_job_manager(backend, None, lambda batch: None)
+    waiting = Job.objects.filter(status=JobStatus.QUEUED)
+    assert summary.waiting == waiting.count() > 0
+    assert all(
+        message.startswith("Waiting: ")
+        for message in waiting.values_list("insight_message", flat=True)
+    )
+    assert not Job.objects.exclude(status=JobStatus.QUEUED).filter(
+        insight_message__startswith="Waiting"
+    )
 
 
 def test_a_run_past_its_budget_leaves_its_request_for_the_next(

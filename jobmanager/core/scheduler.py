@@ -185,7 +185,9 @@ def _walk(
 def _phase_one(state: PassState, queue: VcQueue) -> None:
     """Start the VC's guaranteed work in order; leave the rest to the second phase."""
     explain = state.snapshot.explain
-    walk = _walk(state, queue, state.judged, lambda shape: not explain and shape in queue.dead)
+    # A shape given up on is dropped whole, with or without reasons: its jobs are judged,
+    # and explained, in phase two (so ten thousand waiting jobs are not read twice).
+    walk = _walk(state, queue, state.judged, lambda shape: shape in queue.dead)
     others_holds(state, queue, lift=True)
     state.lifted = queue
     state.unplaceable.clear()

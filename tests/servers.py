@@ -17,6 +17,7 @@ from urllib.parse import quote
 import requests
 from django.db import connection
 
+from tests.deadlines import deadline_after
 from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +44,9 @@ def session_database_url() -> str:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds (times
+    the suite's deadline scale: tests/deadlines.py)."""
+    deadline = deadline_after(timeout)
     while time.monotonic() < deadline:
         if condition():
             return

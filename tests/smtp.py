@@ -17,6 +17,7 @@ from email.message import Message
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.deadlines import deadline_after
 from tests.servers import free_port
 
 
@@ -42,7 +43,7 @@ class Inbox:
 
     def wait_for(self, count: int, timeout: float = 10) -> list[Message]:
         """The messages, once at least ``count`` have arrived (polled, with a deadline)."""
-        deadline = time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         while len(self.messages) < count:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{len(self.messages)} emails arrived, not {count}")

@@ -38,6 +38,7 @@ from jobmanager.backends.k8s_manifests import (
     service_name,
 )
 from jobmanager.backends.kubernetes import KubernetesBackend
+from tests.deadlines import deadline_after
 
 pytest_plugins = ["tests.k8s_fake"]
 
@@ -125,7 +126,7 @@ def states(backend, job_id: str = JOB) -> list[tuple[str, int | None]]:
 
 def wait_until(condition, seconds: float = 10.0) -> None:
     """Poll a condition a thread makes true, with a deadline."""
-    deadline = time.monotonic() + seconds
+    deadline = deadline_after(seconds)
     while not condition():
         assert time.monotonic() < deadline, "the condition did not come true in time"
         time.sleep(0.01)

@@ -29,6 +29,7 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
+from tests.deadlines import deadline_after
 from tests.jobmanager.conftest import NODES
 from tests.unix_accounts import job_account, owned_directory
 
@@ -38,7 +39,7 @@ T = TypeVar("T")
 
 def wait_for(condition: Callable[[], T], what: str, deadline: float = DEADLINE_SECONDS) -> T:
     """Poll ``condition`` until it returns something true; fail after ``deadline`` s."""
-    give_up = time.monotonic() + deadline
+    give_up = deadline_after(deadline)
     while True:
         value = condition()
         if value:

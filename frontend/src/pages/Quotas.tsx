@@ -85,7 +85,10 @@ function QuotaRow({ vc, typeNames }: { vc: string; typeNames: string[] }) {
             aria-label={`${vc} ${name} GPUs`}
             value={values[name] ?? ""}
             placeholder="none"
-            onChange={(e) => setValues({ ...values, [name]: e.target.value })}
+            onChange={(e) => {
+              const value = e.target.value;
+              setValues((current) => ({ ...current, [name]: value }));
+            }}
           />
         </td>
       ))}

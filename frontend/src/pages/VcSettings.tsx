@@ -53,8 +53,11 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     }
   }
 
-  const set = (key: keyof typeof values) => (e: { target: { value: string } }) =>
-    setValues({ ...values, [key]: e.target.value });
+  // From the latest state, not this render's: two changes in one tick both stay.
+  const set = (key: keyof typeof values) => (e: { target: { value: string } }) => {
+    const value = e.target.value;
+    setValues((current) => ({ ...current, [key]: value }));
+  };
 
   return (
     <div className="settings">

@@ -51,6 +51,21 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ vc: "vision", gpu_type: "A100", max_wall_time: 30000 });
   });
 
+  it("sends the GPU type it shows while the cluster's GPU types have not come in", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": VISION,
+      "GET /api/v1/cluster/summary/": SUMMARY,
+      "POST /api/v1/jobs/": [400, { command: ["Give a command to run."] }],
+    });
+    renderPage(<SubmitPage />, "/submit");
+    await screen.findByText(/at most 2h 00m/);
+    expect(screen.getByLabelText("GPU type")).toHaveValue("A100");
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    expect(await screen.findByText("Give a command to run.")).toBeInTheDocument();
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ vc: "vision", gpu_type: "A100" });
+  });
+
   it("refuses environment lines that are not KEY=value before sending anything", async () => {
     const api = fakeApi(BASE);
     renderPage(<SubmitPage />, "/submit");

@@ -77,10 +77,12 @@ export function SubmitPage() {
 
   // The GPU type the form shows is the one it sends: the one chosen if the VC offers it,
   // else the VC's first (derived on each render, so that a submit never races an update).
+  // Until the cluster's GPU types are in, the VC's quotas name the types it offers.
+  const offered = typeList.length
+    ? typeList.map((type) => type.name)
+    : (vc.data?.resources ?? []).map((row) => row.gpu_type);
   const gpuTypeName =
-    typeList.length === 0 || typeList.some((type) => type.name === form.gpu_type)
-      ? form.gpu_type
-      : typeList[0].name;
+    offered.length === 0 || offered.includes(form.gpu_type) ? form.gpu_type : offered[0];
   const gpuType = typeList.find((type) => type.name === gpuTypeName);
   const cpuOnly = gpuTypeName === "cpu"; // a CPU-only type: no GPUs to ask for
   const gpusPerWorker = cpuOnly ? "0" : form.gpus_per_worker;
@@ -211,8 +213,8 @@ export function SubmitPage() {
                   picked.current = true;
                   set("gpu_type", e.target.value);
                 }}>
-                {typeList.map((type) => (
-                  <option key={type.name}>{type.name}</option>
+                {offered.map((name) => (
+                  <option key={name}>{name}</option>
                 ))}
               </select>
             </Field>

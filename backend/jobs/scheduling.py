@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -16,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.core.bulk import rows_by_key
 from backend.jobs.estimates import learned_run_times
 from backend.jobs.lease import Lease
 from backend.jobs.models import (
@@ -369,34 +369,3 @@ def _record_insights(
                 insight_message=reason, updated_at=now
             )
     return sum(len(pks) for pks in by_reason.values())
-
-
-# A run of consecutive primary keys this long is matched as a range, not listed.
-KEY_RUN = 16
-KEYS_PER_QUERY = 1000  # listed keys in one condition
-RANGES_PER_QUERY = 100
-
-
-def rows_by_key(pks: list[int]) -> Iterator[Q]:
-    """Conditions matching exactly the rows with these primary keys, few enough that each
-    makes one short query: runs of consecutive keys (an array's jobs are stored one after
-    another) as ranges, which the database walks in key order instead of looking each key
-    up, and the other keys listed."""
-    keys = sorted(set(pks))
-    ranges: list[tuple[int, int]] = []
-    single: list[int] = []
-    start = 0
-    for index in range(1, len(keys) + 1):
-        if index == len(keys) or keys[index] != keys[index - 1] + 1:
-            if index - start >= KEY_RUN:
-                ranges.append((keys[start], keys[index - 1]))
-            else:
-                single += keys[start:index]
-            start = index
-    for chunk in range(0, len(ranges), RANGES_PER_QUERY):
-        condition = Q()
-        for low, high in ranges[chunk : chunk + RANGES_PER_QUERY]:
-            condition |= Q(pk__range=(low, high))
-        yield condition
-    for chunk in range(0, len(single), KEYS_PER_QUERY):
-        yield Q(pk__in=single[chunk : chunk + KEYS_PER_QUERY])

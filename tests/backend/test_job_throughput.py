@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from backend.core.bulk import rows_by_key
 from backend.core.redis import redis_client
 from backend.jobs import lifecycle, manager, triggers
 from backend.jobs.models import Job, JobEvent, JobStatus
-from backend.jobs.scheduling import rows_by_key
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit
 

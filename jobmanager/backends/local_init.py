@@ -301,7 +301,11 @@ def wait_for_go(descriptor: int) -> bool:
 def redirect_output(log_file: str, confinement: confine.Confinement) -> None:
     """stdout and stderr to the log, which belongs to the job's owner (opened without
     following a link the job may have put in its place); stdin from /dev/null."""
-    log = confine.open_log(str(log_file), confinement.uid, confinement.gid)
+    stdio_to(confine.open_log(str(log_file), confinement.uid, confinement.gid))
+
+
+def stdio_to(log: int) -> None:
+    """stdout and stderr to the open ``log`` (closed here), stdin from /dev/null."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)

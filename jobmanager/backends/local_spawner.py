@@ -159,12 +159,7 @@ def _become_init(
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         os.chdir(request["cwd"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(null)
-        os.close(log_fd)
+        local_init.stdio_to(log_fd)
         code = local_init.main(["--go-fd", str(go_fd), *request["args"]])
     except SystemExit as exit_:  # a usage error: the code parse_args exits with
         code = exit_.code if isinstance(exit_.code, int) else local_init.CANNOT_RUN

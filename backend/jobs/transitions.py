@@ -143,24 +143,16 @@ def transition_all(
     now: datetime | None = None,
     **values: object,
 ) -> None:
-    """Move the (locked) jobs all to ``to_status`` with the same ``values``, in one
-    update, and insert their events. Raises ForbiddenTransition, writing nothing."""
-    if not jobs:
-        return
+    """Move the (locked) jobs all to ``to_status`` with the same ``values``, as
+    ``bulk_transition`` does. Raises ForbiddenTransition, writing nothing."""
     for job in jobs:
         check(job, to_status)
-    now = now or timezone.now()
-    moves = [(job, job.status) for job in jobs]
-    observe_transitions(moves, [to_status] * len(jobs))
-    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(
-        status=to_status, updated_at=now, **values
-    )
     for job in jobs:
-        job.status = to_status
-        job.updated_at = now
         for name, value in values.items():
             setattr(job, name, value)
-    _insert_events(moves, actor, reason, now, None)
+    bulk_transition(
+        [(job, to_status) for job in jobs], actor=actor, reason=reason, fields=values, now=now
+    )
 
 
 def _insert_events(

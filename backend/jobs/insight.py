@@ -5,12 +5,13 @@ running job."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 
 from backend.jobs.actions import JobSpec
+from backend.jobs.forecast import forecast
 from backend.jobs.models import Job, JobStatus, JobType
 from backend.jobs.scheduling import JOB_COLUMNS, load_snapshot, millicpus, queued_job
 from backend.jobs.submission import needs_approval
@@ -18,7 +19,6 @@ from backend.vcs.models import VirtualCluster
 from jobmanager.core import QueuedJob, Resources, schedule
 from jobmanager.core.scheduler import queue_order
 from jobmanager.core.snapshot import JobShape
-from jobmanager.core.timeline import estimate_start_times
 
 PREVIEW_ID = "(preview)"  # no real job id has parentheses
 
@@ -105,11 +105,7 @@ def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
         )
         return StartPreview(False, reason, None)
     wait = next((wait.reason for wait in decisions.waits if wait.job_id == PREVIEW_ID), None)
-    starts = estimate_start_times(
-        snapshot, default_run_time=settings.TRAINYARD_DEFAULT_MAX_WALL_TIME
-    )
-    estimate = starts.get(PREVIEW_ID)
-    when = datetime.fromtimestamp(estimate, tz=UTC).replace(microsecond=0) if estimate else None
+    when = forecast(snapshot).start_of(PREVIEW_ID)
     return StartPreview(False, wait or "It would wait in the queue.", when)
 
 

@@ -5,7 +5,10 @@ A VC's jobs go by their LAS queue (jobmanager.core.queues.las_level); a job that
 past the starvation guard and some times what it ran goes first again (Tiresias's
 STARVE_LIMIT). A job that cannot start may preempt its VC's preemptible jobs of a later
 queue that have run a quantum since they (re)started, so that jobs are not preempted
-back and forth.
+back and forth. With Snapshot.las_within_queue each queue is served in submission order,
+preemptively: a job may also preempt the jobs of its own queue submitted after it, so
+that a job moved down a queue gets its GPUs back from the jobs that reached that queue
+while it waited, instead of waiting for them all to end.
 
 With a wait limit (Snapshot.las_wait_limit), a job that has spent that long queued since
 its submission, all its waits after preemptions included, is *overdue*: it goes before
@@ -17,6 +20,7 @@ Snapshot.las_limit_preempted_only the limit binds only jobs that have run before
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from jobmanager.core.outcomes import preempt, wait
@@ -82,10 +86,36 @@ def las_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
     return (las_level(job.attained, snapshot.las_thresholds),)
 
 
+def _victims(
+    state: PassState, queue: VcQueue, level: int, job: QueuedJob | None
+) -> Iterator[RunningJob]:
+    """The VC's preemptible jobs that have run a quantum since they (re)started and are in
+    a later LAS queue than ``level`` or, given ``job``, in the same queue and submitted
+    after it; never one that was overdue when it started."""
+    snapshot = state.snapshot
+    now = snapshot.now
+    for running in state.summary.preemptible.values():
+        if (
+            running.vc != queue.vc.name
+            or running.id in state.preempted
+            or now - running.started_at < snapshot.las_quantum
+            or was_overdue(snapshot, running)
+        ):
+            continue
+        running_level = las_level(running.attained_at(now), snapshot.las_thresholds)
+        if running_level > level or (
+            job is not None
+            and running_level == level
+            and (-running.priority, running.queue_position) > (-job.priority, job.queued_at)
+        ):
+            yield running
+
+
 def preempt_for_less_attained(state: PassState, queue: VcQueue, job: QueuedJob) -> bool:
     """Least attained service: make room for the job by preempting its VC's preemptible
-    jobs of a later LAS queue that have run a quantum since they (re)started; True if
-    a place is kept for it."""
+    jobs of a later LAS queue (or, with las_within_queue, of its own queue and submitted
+    after it) that have run a quantum since they (re)started; True if a place is kept
+    for it."""
     if queue.las_tries >= LAS_PREEMPTION_TRIES:
         return False
     queue.las_tries += 1
@@ -97,23 +127,15 @@ def preempt_for_less_attained(state: PassState, queue: VcQueue, job: QueuedJob) 
     )
     pool = state.las_victims.get((queue.vc.name, level))
     if pool is None:
-        now = snapshot.now
-        pool = Borrowers(
-            (
-                running
-                for running in state.summary.preemptible.values()
-                if running.vc == queue.vc.name
-                and running.id not in state.preempted
-                and now - running.started_at >= snapshot.las_quantum
-                and las_level(running.attained_at(now), snapshot.las_thresholds) > level
-                and not was_overdue(snapshot, running)
-            ),
-            now,
-        )
+        pool = Borrowers(_victims(state, queue, level, job=None), snapshot.now)
         state.las_victims[(queue.vc.name, level)] = pool
-    if not pool.held:
-        return False
-    victims = fewest_victims(state.cluster, pool, job)
+    victims = fewest_victims(state.cluster, pool, job) if pool.held else []
+    if not victims and snapshot.las_within_queue and level != OVERDUE:
+        # Its own queue is served in submission order: the jobs that reached it after
+        # this one may make room too (a pool of this job's own, since it depends on it).
+        victims = fewest_victims(
+            state.cluster, Borrowers(_victims(state, queue, level, job), snapshot.now), job
+        )
     if not victims:
         return False
     kept = state.cluster.claim(job.shape, victims)

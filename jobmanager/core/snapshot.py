@@ -259,6 +259,10 @@ class Snapshot:
     # True: the wait limit binds only jobs that have run before (preempted ones); a job
     # never started keeps its place by attained service and submission.
     las_limit_preempted_only: bool = False
+    # True: a job may also preempt jobs of its own LAS queue submitted after it (a queue
+    # is served in submission order, preemptively), so that a job moved down a queue
+    # gets its GPUs back from the later jobs that reached that queue while it waited.
+    las_within_queue: bool = False
     # Fair share: each (VC, user)'s decayed past usage in GPU-seconds.
     usage: dict[tuple[str, str], float] = field(default_factory=dict)
     # Backfill by bursts (jobmanager.core.bursts; None: off): the run time each burst's

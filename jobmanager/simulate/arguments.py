@@ -229,6 +229,12 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         help="the LAS wait limit binds only jobs that have run before (preempted ones)",
     )
     jobs.add_argument(
+        "--las-within-queue",
+        action="store_true",
+        help="LAS serves each queue in submission order, preemptively: a job may preempt "
+        "the jobs of its own queue submitted after it",
+    )
+    jobs.add_argument(
         "--deadline-factor",
         type=_positive_float,
         metavar="FACTOR",
@@ -270,6 +276,7 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         las_wait_limit=args.las_wait_limit,
         las_wait_factor=args.las_wait_factor,
         las_limit_preempted_only=args.las_limit_preempted_only,
+        las_within_queue=args.las_within_queue,
         deadline_factor=args.deadline_factor,
         bursts=args.bursts,
         largest_fit_first=args.largest_fit_first,

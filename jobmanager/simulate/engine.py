@@ -52,6 +52,7 @@ class ReplayOptions:
     las_wait_limit: float | None = None  # seconds queued in all before a job is overdue
     las_wait_factor: float | None = None  # or this many times its expected wait
     las_limit_preempted_only: bool = False  # the wait limit binds preempted jobs only
+    las_within_queue: bool = False  # LAS preempts later-submitted jobs of the same queue
     deadline_factor: float | None = None  # jobs get deadline = submit + factor x duration
     # Backfill by bursts (jobmanager.core.bursts): a job joins its kind's burst if
     # submitted within this many seconds of the one before; None: off.
@@ -169,6 +170,7 @@ def replay(
             "las_wait_limit": options.las_wait_limit,
             "las_wait_factor": options.las_wait_factor,
             "las_limit_preempted_only": options.las_limit_preempted_only,
+            "las_within_queue": options.las_within_queue,
             "largest_fit_first": options.largest_fit_first,
             **(
                 {"burst_service": bursts, "burst_guard": options.burst_guard}

@@ -100,6 +100,39 @@ def test_las_runs_the_job_that_has_run_least_first_and_preempts_a_long_runner():
     assert schedule(replace(base, queued=(as_much,))).preemptions == []
 
 
+def test_las_within_queue_gives_a_job_moved_down_back_its_gpus_from_later_jobs():
+    """One 4-GPU node held by a preemptible job of LAS's second queue (18,800 GPU-seconds
+    at 7,200), submitted at 100.
+    A job moved down to that queue after running, submitted at 10, waits: served in
+    submission order within the queue (las_within_queue) it preempts the later job; by
+    default, or if it was submitted after the running job, it waits."""
+    cluster = nodes(1)
+    later = running(
+        "later", "a", ("n00", (0, 1, 2, 3)), started_at=5000.0, preemptible=True,
+        queued_at=100.0, attained=10_000.0,
+    )  # fmt: skip
+    earlier = queued("earlier", gpus=4, at=10.0, preemptible=True, attained=5_000.0)
+    base = Snapshot(
+        now=7200.0,
+        nodes=cluster,
+        vcs=(vc("a", 4, Policy.LAS),),
+        running=(later,),
+        queued=(earlier,),
+        las_thresholds=(3600.0, 8 * 3600.0),
+        las_quantum=1800.0,
+        las_within_queue=True,
+    )
+
+    decisions = schedule(base)
+
+    assert [(p.job_id, p.for_job) for p in decisions.preemptions] == [("later", "earlier")]
+    assert schedule(replace(base, las_within_queue=False)).preemptions == []
+    after = replace(earlier, id="after", queued_at=200.0)
+    assert schedule(replace(base, queued=(after,))).preemptions == []
+    # Not before the running job has run its quantum since it (re)started.
+    assert schedule(replace(base, now=6000.0)).preemptions == []
+
+
 def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep():
     cluster = nodes(1)
     sweep = [queued(f"sweep{index}", gpus=1, at=float(index), user="heavy") for index in range(8)]
@@ -317,6 +350,60 @@ def test_las_preempts_only_preemptible_jobs_of_a_later_queue(gpus, runs, preempt
     assert_no_gpu_given_twice(decisions, busy)
 
 
+@EXAMPLES
+@given(
+    st.lists(st.sampled_from((1, 2, 4)), min_size=1, max_size=10),
+    st.lists(st.integers(1, 40), min_size=10, max_size=10),
+    st.lists(st.integers(0, 40), min_size=10, max_size=10),
+    st.lists(st.integers(0, 100), min_size=10, max_size=10),
+)
+def test_las_within_queue_preempts_only_later_queues_or_later_jobs_of_its_own(
+    gpus, runs, ran_before, submitted
+):
+    """Least attained service served in submission order within each queue, on a busy
+    node pair: every preemption takes a preemptible job of the same VC from a later LAS
+    queue, or from the same queue and submitted after the job it is for; no GPU is
+    given twice."""
+    cluster = nodes(2)
+    thresholds = (1000.0, 20_000.0)
+    busy = running_on(
+        cluster, gpus,
+        lambda index, spec, placement: RunningJob(
+            spec.id, "a", spec.shape, placement, started_at=0.0, preemptible=True,
+            queued_at=float(submitted[index]), attained=float(runs[index] * 500),
+        ),
+    )  # fmt: skip
+    waiting = [
+        queued(
+            f"q{index}", gpus=count, at=float(submitted[-1 - index]), preemptible=True,
+            attained=float(ran_before[index] * 500),
+        )
+        for index, count in enumerate(gpus)
+    ]  # fmt: skip
+    snapshot = Snapshot(
+        now=4000.0,
+        nodes=cluster,
+        vcs=(vc("a", 8, Policy.LAS),),
+        running=tuple(busy),
+        queued=tuple(waiting),
+        las_thresholds=thresholds,
+        las_quantum=0.0,
+        las_within_queue=True,
+    )
+    decisions = schedule(snapshot)
+    by_id = {job.id: job for job in busy}
+    queued_by_id = {job.id: job for job in waiting}
+    for preemption in decisions.preemptions:
+        victim = by_id[preemption.job_id]
+        beneficiary = queued_by_id[preemption.for_job]
+        victim_level = las_level(victim.attained_at(snapshot.now), thresholds)
+        level = las_level(beneficiary.attained, thresholds)
+        assert victim_level > level or (
+            victim_level == level and victim.queue_position > beneficiary.queued_at
+        )
+    assert_no_gpu_given_twice(decisions, busy)
+
+
 @pytest.mark.parametrize("policy", list(Policy))
 def test_every_job_of_a_stream_that_leaves_capacity_starts_within_bounds(policy):
     """A synthetic stream at about half the cluster's capacity, four VCs that lend and
@@ -425,12 +512,14 @@ def test_an_overdue_job_goes_first_and_preempts_only_jobs_that_were_not(
     st.sampled_from((None, 3600.0, 20_000.0)),
     st.sampled_from((0.0, 120.0)),
     st.booleans(),
+    st.booleans(),
 )
 def test_las_with_a_wait_limit_runs_every_job_and_counts_every_wait(
-    jobs, limit, overhead, preempted_only
+    jobs, limit, overhead, preempted_only, within_queue
 ):
     """A random stream of preemptible jobs under least attained service with a wait limit
-    and a restart overhead, on two 8-GPU nodes: every job completes; a job's time queued
+    (and each queue served in submission order, or not) and a restart overhead, on two
+    8-GPU nodes: every job completes; a job's time queued
     (every wait) is at least its first wait, equal to it if it was never preempted; a job
     is never preempted after it started overdue."""
     trace = Trace.of(
@@ -448,6 +537,7 @@ def test_las_with_a_wait_limit_runs_every_job_and_counts_every_wait(
         las_quantum=600.0,
         las_wait_limit=limit,
         las_limit_preempted_only=preempted_only,
+        las_within_queue=within_queue,
         restart_overhead=overhead,
     )
 

@@ -175,7 +175,11 @@ TEMPLATES = [
 
 # --- Database: SQLite under var/ unless DATABASE_URL names a server -----------------------
 DATABASE_URL = env("DATABASE_URL", "") or f"sqlite:///{VAR_DIR / 'trainyard.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Persistent connections, each checked before its first use in a request: after a database
+# restart, a worker's old connection is replaced instead of failing that request with 503.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
 _engine = DATABASES["default"]["ENGINE"]
 if "mysql" in _engine:
     DATABASES["default"]["OPTIONS"] = {

@@ -128,3 +128,32 @@ def test_mariadb_stopped_and_started_answers_503_json_then_resumes_by_itself(
     finally:
         for process in (web, worker, beat):
             kill_process_group(process)
+
+
+def test_the_first_request_after_a_restart_nobody_saw_is_answered(mariadb, tmp_path, redis_url):
+    """MariaDB restarted while the web server's one worker was idle: its kept connection
+    is dead, and the next request still succeeds (the connection is checked and replaced
+    before use, not found dead in the middle of the request)."""
+    mariadb.sql("CREATE DATABASE trainyard CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+    env = servers.live_env(tmp_path, redis_url, "restart") | {
+        "DATABASE_URL": mariadb.url("trainyard"),
+        "TRAINYARD_BACKEND": "memory",
+        "TRAINYARD_MEMORY_BACKEND_STATE": str(tmp_path / "memory-backend.json"),
+    }
+    manage(env, "manage.py", "migrate", "--noinput", "-v0")
+    token = manage(env, "-c", SEED).split()[-1]
+    web, base_url = start_gunicorn(
+        extra_env=env, workers=1, arguments=("--access-logfile", "/dev/null")
+    )
+    headers = {"Authorization": f"Token {token}"}
+    jobs = f"{base_url}/api/v1/jobs/"
+    try:
+        assert requests.get(jobs, headers=headers, timeout=30).status_code == 200
+
+        mariadb.stop()
+        mariadb.start()
+
+        answer = requests.get(jobs, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+    finally:
+        kill_process_group(web)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
 from jobmanager.core.queues import QueueBook
-from jobmanager.core.reservations import Reservation
+from jobmanager.core.reservations import Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
     Decisions,
@@ -60,6 +60,15 @@ class PassState:
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
     lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
     summary: RunningSummary = field(default_factory=RunningSummary)
+    ever_fits: dict[JobShape, bool] = field(default_factory=dict)
+
+    def could_ever_run(self, shape: JobShape) -> bool:
+        """Whether the schedulable nodes, were they empty, could hold the gang (cached:
+        capacity and cordons do not change during a pass)."""
+        known = self.ever_fits.get(shape)
+        if known is None:
+            known = self.ever_fits[shape] = fits_when_empty(self.cluster, shape)
+        return known
 
     def starved(self, job: QueuedJob) -> bool:
         """Whether the job has waited past runnable first's starvation guard."""

@@ -105,6 +105,20 @@ def _eligible(node: FreeNode, shape: JobShape) -> bool:
 NEVER = "never"
 
 
+def fits_when_empty(cluster: ClusterState, shape: JobShape) -> bool:
+    """Whether the schedulable nodes, were they empty, could hold the gang."""
+    ever = 0
+    for node in cluster.nodes.values():
+        if _eligible(node, shape):
+            capacity = node.state.capacity
+            ever += workers_fitting(
+                shape.per_worker, capacity.gpus, capacity.millicpus, capacity.memory
+            )
+            if ever >= shape.workers:
+                return True
+    return False
+
+
 def reserve(
     cluster: ClusterState,
     job: QueuedJob,
@@ -129,17 +143,7 @@ def reserve(
             amounts[name] = here
             fitting[name] = workers_fitting(per_worker, *here)
             total += fitting[name]
-    ever = sum(
-        workers_fitting(
-            per_worker,
-            node.state.capacity.gpus,
-            node.state.capacity.millicpus,
-            node.state.capacity.memory,
-        )
-        for name, node in cluster.nodes.items()
-        if name in amounts
-    )
-    if ever < shape.workers:
+    if not fits_when_empty(cluster, shape):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
     shadow = None
     if total >= shape.workers:

@@ -206,7 +206,9 @@ def _phase_one(state: PassState, queue: VcQueue) -> None:
                 if not job.preemptible:
                     policy = queue.vc.policy
                     if policy == Policy.FIFO or (policy == Policy.RF and state.starved(job)):
-                        break
+                        if state.could_ever_run(job.shape):
+                            break
+                        continue  # it holds nothing back (see outcomes.wait)
                     if policy.reserves and queue.reservation is None:
                         # The VC's first job that cannot start now: the guaranteed work
                         # behind it leaves its place free (it is judged in phase two),

@@ -27,7 +27,16 @@ from jobmanager.simulate import (
 from jobmanager.simulate.cluster import split_quotas
 from jobmanager.simulate.engine import ReplayOptions
 from jobmanager.simulate.metrics import job_rows
-from tests.jobmanager.core_builders import decide, nodes, queued, reasons, running, started, vc
+from tests.jobmanager.core_builders import (
+    decide,
+    node,
+    nodes,
+    queued,
+    reasons,
+    running,
+    started,
+    vc,
+)
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RESERVING = (Policy.BACKFILL, Policy.LAS, Policy.FAIR_SHARE)
@@ -69,6 +78,23 @@ def test_a_job_too_large_for_any_node_holds_nothing_back():
     decisions = decide(cluster, [vc("a", 8, Policy.BACKFILL)], [], queue)
 
     assert started(decisions) == ["small"] and decisions.reservations == {}
+
+
+@pytest.mark.parametrize("preemptible", [False, True])
+@pytest.mark.parametrize("policy", list(Policy))
+def test_a_job_only_cordoned_nodes_could_hold_holds_nothing_back(policy, preemptible):
+    """Three 4-GPU nodes, one cordoned: a 3-worker gang needing a whole node each cannot
+    run until an admin returns the node; even under FIFO the 1-GPU job behind it starts
+    (as it would once the gang is waiting with the node back, it would not)."""
+    cluster = (*nodes(2), node("n02", schedulable=False))
+    gang = queued("gang", gpus=4, workers=3, at=1.0, preemptible=preemptible)
+    queue = [gang, queued("small", gpus=1, at=2.0, preemptible=preemptible)]
+
+    decisions = decide(cluster, [vc("a", 12, policy)], [], queue)
+
+    assert started(decisions) == ["small"]
+    uncordoned = (*nodes(2), node("n02"))
+    assert started(decide(uncordoned, [vc("a", 12, policy)], [], queue)) == ["gang"]
 
 
 def test_las_runs_the_job_that_has_run_least_first_and_preempts_a_long_runner():

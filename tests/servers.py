@@ -17,7 +17,7 @@ from urllib.parse import quote
 import requests
 from django.db import connection
 
-from tests.deadlines import deadline_after
+from tests.deadlines import deadline_after, pauses
 from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,11 +46,11 @@ def session_database_url() -> str:
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll `condition` until it holds; fail naming `what` after `timeout` seconds (times
     the suite's deadline scale: tests/deadlines.py)."""
-    deadline = deadline_after(timeout)
+    deadline, pause = deadline_after(timeout), pauses()
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.05)
+        time.sleep(next(pause))
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

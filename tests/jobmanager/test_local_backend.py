@@ -29,7 +29,7 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
-from tests.deadlines import deadline_after
+from tests.deadlines import deadline_after, pauses
 from tests.jobmanager.conftest import NODES
 from tests.unix_accounts import job_account, owned_directory
 
@@ -39,14 +39,14 @@ T = TypeVar("T")
 
 def wait_for(condition: Callable[[], T], what: str, deadline: float = DEADLINE_SECONDS) -> T:
     """Poll ``condition`` until it returns something true; fail after ``deadline`` s."""
-    give_up = deadline_after(deadline)
+    give_up, pause = deadline_after(deadline), pauses()
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > give_up:
             pytest.fail(f"waited {deadline} s for {what}")
-        time.sleep(0.05)
+        time.sleep(next(pause))
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:

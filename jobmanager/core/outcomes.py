@@ -101,13 +101,9 @@ def wait(
     if running jobs give no expected end to plan it by, blocks its VC)."""
     policy = queue.vc.policy
     if blocks is None:
-        blocks = policy == Policy.FIFO or (policy == Policy.RF and state.starved(job))
+        blocks = state.holds_queue(policy, job)
         if policy.reserves and reservable and queue.reservation is None:
             blocks = not reserve_for(state, queue, job)
-        if blocks and not state.could_ever_run(job.shape):
-            # Its nodes are cordoned or gone: waiting for it would hold the VC until an
-            # admin acts (as Slurm passes over a job whose nodes are not available).
-            blocks = False
         mine = queue.reservation
         if state.snapshot.explain and mine is not None and mine.job.id == job.id:
             when = datetime.fromtimestamp(mine.shadow, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

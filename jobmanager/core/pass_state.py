@@ -13,6 +13,7 @@ from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
     Decisions,
     JobShape,
+    Policy,
     QueuedJob,
     Snapshot,
     VcState,
@@ -69,6 +70,14 @@ class PassState:
         if known is None:
             known = self.ever_fits[shape] = fits_when_empty(self.cluster, shape)
         return known
+
+    def holds_queue(self, policy: Policy, job: QueuedJob) -> bool:
+        """Whether the job, waiting, holds back the VC's jobs behind it by order alone:
+        FIFO's head, or RF's once past the starvation guard. Not a job that no
+        schedulable nodes could hold (cordoned or gone): that would hold the VC until an
+        admin acts, where Slurm passes over a job whose nodes are not available."""
+        ordered = policy == Policy.FIFO or (policy == Policy.RF and self.starved(job))
+        return ordered and self.could_ever_run(job.shape)
 
     def starved(self, job: QueuedJob) -> bool:
         """Whether the job has waited past runnable first's starvation guard."""

@@ -205,10 +205,8 @@ def _phase_one(state: PassState, queue: VcQueue) -> None:
                 # its user made preemptible holds no guaranteed work back.
                 if not job.preemptible:
                     policy = queue.vc.policy
-                    if policy == Policy.FIFO or (policy == Policy.RF and state.starved(job)):
-                        if state.could_ever_run(job.shape):
-                            break
-                        continue  # it holds nothing back (see outcomes.wait)
+                    if state.holds_queue(policy, job):
+                        break
                     if policy.reserves and queue.reservation is None:
                         # The VC's first job that cannot start now: the guaranteed work
                         # behind it leaves its place free (it is judged in phase two),

@@ -485,8 +485,10 @@ TRAINYARD_REPAIR_INTERVAL = env_int("TRAINYARD_REPAIR_INTERVAL", 15)
 TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])
 
 # /metrics (docs/operations.md, "Monitoring"): with a token, scrapers send it as a bearer
-# token; without one, only this host (loopback) may scrape.
+# token; without one, only this host (loopback) may scrape, and of its accounts only root,
+# the portal's own and these (jobs run here as their owners' accounts).
 TRAINYARD_METRICS_TOKEN = env("TRAINYARD_METRICS_TOKEN", "")
+TRAINYARD_METRICS_LOCAL_ACCOUNTS = env_list("TRAINYARD_METRICS_LOCAL_ACCOUNTS", ["prometheus"])
 # The idle watch (backend/jobs/idle.py): how often it looks at running jobs' GPUs.
 TRAINYARD_IDLE_WATCH_INTERVAL = env_int("TRAINYARD_IDLE_WATCH_INTERVAL", 300)
 

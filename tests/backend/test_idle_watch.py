@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from backend.jobs.idle import watch_idle_jobs
@@ -19,7 +18,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     start_prometheus,
     stop_at_end_fixture,
 )
-from tests.backend.test_metrics_endpoint import samples
+from tests.backend.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
 from tests.servers import wait_until
 
 pytest_plugins = ["tests.smtp"]
@@ -121,5 +120,5 @@ def test_without_utilisation_data_nothing_is_killed_and_an_alert_is_raised(
     assert ADMIN in alert["X-Rcpt-To"].split(", ")
     assert "Idle watch blind: 1 running jobs unmeasured" in alert["Subject"]
     assert "No job is warned or killed" in alert.get_payload()
-    scraped = samples(Client().get("/metrics").content.decode())
+    scraped = scrape()
     assert scraped[("trainyard_idle_watch_unmeasured_jobs", ())] == 1

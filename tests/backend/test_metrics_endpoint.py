@@ -26,7 +26,18 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
     return found
 
 
+SCRAPE_TOKEN = "test-scrape-token"
+
+
+@pytest.fixture(autouse=True)
+def scrape_token(settings) -> None:
+    """The test client connects through no socket, so only a token can let it scrape
+    (who may scrape from this host without one: tests/backend/test_serve_metrics.py)."""
+    settings.TRAINYARD_METRICS_TOKEN = SCRAPE_TOKEN
+
+
 def scrape(client: Client | None = None, **headers) -> dict:
+    headers.setdefault("HTTP_AUTHORIZATION", f"Bearer {SCRAPE_TOKEN}")
     response = (client or Client()).get("/metrics", **headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain")
@@ -97,12 +108,15 @@ def test_without_a_token_only_this_host_may_scrape(db, settings):
     assert "TRAINYARD_METRICS_TOKEN" in refused.json()["detail"]
     proxied = Client().get("/metrics", HTTP_X_FORWARDED_FOR="10.1.2.3")
     assert proxied.status_code == 403  # a proxy on this host passes others' requests
-    assert Client(REMOTE_ADDR="::1").get("/metrics").status_code == 200
+    # From this host, but through no socket the kernel lists: whose it is is unknown.
+    unknown = Client(REMOTE_ADDR="::1", REMOTE_PORT="1").get("/metrics")
+    assert unknown.status_code == 403
+    assert "could not be told" in unknown.json()["detail"]
 
 
 def test_with_a_token_the_scraper_must_send_it(db, settings):
     settings.TRAINYARD_METRICS_TOKEN = "s3cret-scrape-token"
-    assert Client().get("/metrics").status_code == 403  # even from this host
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="").status_code == 403  # even from here
     wrong = Client(REMOTE_ADDR="10.1.2.3").get("/metrics", HTTP_AUTHORIZATION="Bearer nope")
     assert wrong.status_code == 403
     got = scrape(Client(REMOTE_ADDR="10.1.2.3"), HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")

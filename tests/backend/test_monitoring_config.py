@@ -41,12 +41,13 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests():
 
 
 @pytest.fixture
-def exported(world) -> set[str]:
+def exported(world, settings) -> set[str]:
     """Every name /metrics serves (after a request), and those of every instrument."""
     client = Client()
     client.force_login(world.member)
     client.get("/api/v1/jobs/")
-    text = Client().get("/metrics").content.decode()
+    settings.TRAINYARD_METRICS_TOKEN = "test-scrape-token"
+    text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer test-scrape-token").content.decode()
     families = list(text_string_to_metric_families(text))
     names = {sample.name for family in families for sample in family.samples}
     # Gauges described with no sample yet (the scheduler's last pass before the first)

@@ -5,7 +5,8 @@ for a Celery worker that runs apart from the web server (its own pod on Kubernet
 
 The database's gauges are left to the web server's /metrics (``--with-database`` adds
 them), so that Prometheus does not get them twice. Scrapers are let in as /metrics lets
-them (TRAINYARD_METRICS_TOKEN as a bearer token, else this host only).
+them (TRAINYARD_METRICS_TOKEN as a bearer token, else this host's root, the portal's
+account and TRAINYARD_METRICS_LOCAL_ACCOUNTS only).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def get_environ(self) -> dict[str, Any]:
+        environ = super().get_environ()
+        environ["REMOTE_PORT"] = str(self.client_address[1])  # wsgiref gives the address only
+        return environ
+
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -39,6 +45,7 @@ def metrics_app(with_database: bool):
             environ.get("HTTP_AUTHORIZATION", ""),
             "HTTP_X_FORWARDED_FOR" in environ,
             environ.get("REMOTE_ADDR", ""),
+            environ.get("REMOTE_PORT", ""),
         )
         if refusal:
             start_response("403 Forbidden", [("Content-Type", "application/json")])

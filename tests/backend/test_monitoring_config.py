@@ -15,6 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from backend.monitoring import instruments
+from tests.backend.test_metrics_endpoint import SCRAPE_TOKEN
 from tests.servers import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -46,8 +47,8 @@ def exported(world, settings) -> set[str]:
     client = Client()
     client.force_login(world.member)
     client.get("/api/v1/jobs/")
-    settings.TRAINYARD_METRICS_TOKEN = "test-scrape-token"
-    text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer test-scrape-token").content.decode()
+    settings.TRAINYARD_METRICS_TOKEN = SCRAPE_TOKEN
+    text = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {SCRAPE_TOKEN}").content.decode()
     families = list(text_string_to_metric_families(text))
     names = {sample.name for family in families for sample in family.samples}
     # Gauges described with no sample yet (the scheduler's last pass before the first)

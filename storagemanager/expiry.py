@@ -3,8 +3,10 @@
 A file's age is that of the newest of its atime, mtime and ctime: a file someone read,
 wrote, renamed or chmod-ed recently is in use. Deletion goes file by file at a set rate
 (so that a huge tree does not hold the file server's metadata locks), re-checking each
-file just before it goes, then removes the directories it emptied. Nothing outside the
-root is touched (see :mod:`storagemanager.paths`).
+file just before it goes, then removes the directories it emptied. Listing and deleting
+go through directory descriptors opened from the root down without following a symlink
+(see :mod:`storagemanager.paths`): a tenant who swaps a directory for a symlink while a
+pass runs (as root) cannot make it delete anything outside that directory.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from storagemanager.paths import UnsafePath, check_inside, check_root
+from storagemanager.paths import HeldTree, UnsafePath, pause_point, walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,21 +56,22 @@ def iter_candidates(
     """Every non-directory under ``root`` last used before ``expire_before`` (expired), or
     before ``warn_before`` (expiring soon). Symlinks are judged by the link itself and
     never followed; other filesystems mounted inside the root are skipped."""
-    root_dev = check_root(root).st_dev
+    directories = walk(root)  # checks the root as written
     root = os.path.normpath(root)
     protection = Protection(never_expire)
     threshold = max(expire_before, warn_before or expire_before)
-    prefix = len(root) + 1
-    stack = [root]
-    while stack:
-        directory = stack.pop()
+    root_dev = -1
+    for directory in directories:
+        if not directory.relative:
+            root_dev = directory.stat.st_dev
+        base = f"{directory.relative}/" if directory.relative else ""
         try:
-            with os.scandir(directory) as listing:
+            with os.scandir(directory.fd) as listing:
                 entries = list(listing)  # read the whole directory before anything goes
         except OSError:
             continue
         for entry in entries:
-            relative = entry.path[prefix:]
+            relative = base + entry.name
             if protection.patterns and protection.covers(relative):
                 continue
             try:
@@ -77,13 +80,14 @@ def iter_candidates(
                 continue
             if stat.S_ISDIR(info.st_mode):
                 if info.st_dev == root_dev:
-                    stack.append(entry.path)
+                    directory.enter.append(entry.name)
                 continue
             used = last_used(info)
             if used < threshold:
                 yield Candidate(
-                    entry.path, info.st_uid, info.st_blocks * 512, used, used < expire_before
-                )
+                    f"{root}/{relative}", info.st_uid, info.st_blocks * 512, used,
+                    used < expire_before,
+                )  # fmt: skip
 
 
 @dataclass
@@ -127,63 +131,77 @@ def delete_expired(
     progress: Callable[[Deletion], None] | None = None,
     progress_every: int = 10_000,
 ) -> Deletion:
-    """Delete the expired candidates one at a time, each re-checked (still under the root,
-    not reached through a symlink or a mount point, still unused), then remove the
-    directories that this left empty, deepest first. Returns what went and what did not."""
-    root_dev = check_root(root).st_dev
-    root = os.path.normpath(root)
+    """Delete the expired candidates one at a time, each re-checked (under the root,
+    reached through real directories on the root's filesystem, not a directory, still
+    unused) and deleted through its directory's descriptor, then remove the directories
+    that this left empty, deepest first. Returns what went and what did not."""
     rate = rate or RateLimit(0)
     done = Deletion()
-    emptied: set[str] = set()
-    for candidate in candidates:
-        if not candidate.expired:
-            continue
-        try:
-            info = check_inside(root, candidate.path, root_dev)
-        except (UnsafePath, OSError) as error:
-            done.skipped.append((candidate.path, str(error)))
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            done.skipped.append((candidate.path, "is a directory"))
-            continue
-        if last_used(info) >= expire_before:
-            done.skipped.append((candidate.path, "used since the scan"))
-            continue
-        rate.wait()
-        try:
-            os.unlink(candidate.path)
-        except OSError as error:
-            done.skipped.append((candidate.path, error.strerror or str(error)))
-            continue
-        done.files += 1
-        done.bytes += info.st_blocks * 512
-        emptied.add(os.path.dirname(candidate.path))
-        if progress is not None and done.files % progress_every == 0:
-            progress(done)
-    done.directories = _remove_emptied(root, root_dev, emptied, rate)
+    emptied: set[tuple[str, ...]] = set()
+    with HeldTree(root) as tree:
+        for candidate in candidates:
+            if not candidate.expired:
+                continue
+            try:
+                parts = tree.parts(candidate.path)
+                directory = tree.directory(parts[:-1])
+                info = os.stat(parts[-1], dir_fd=directory, follow_symlinks=False)
+            except (UnsafePath, OSError) as error:
+                done.skipped.append((candidate.path, _reason(error)))
+                continue
+            if info.st_dev != tree.dev:
+                done.skipped.append((candidate.path, "on another filesystem (a mount point)"))
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                done.skipped.append((candidate.path, "is a directory"))
+                continue
+            if last_used(info) >= expire_before:
+                done.skipped.append((candidate.path, "used since the scan"))
+                continue
+            rate.wait()
+            pause_point("expiry-unlink", candidate.path)
+            try:
+                os.unlink(parts[-1], dir_fd=directory)
+            except OSError as error:
+                done.skipped.append((candidate.path, _reason(error)))
+                continue
+            done.files += 1
+            done.bytes += info.st_blocks * 512
+            emptied.add(tuple(parts[:-1]))
+            if progress is not None and done.files % progress_every == 0:
+                progress(done)
+        done.directories = _remove_emptied(tree, emptied, rate)
     if progress is not None:
         progress(done)
     return done
 
 
-def _remove_emptied(root: str, root_dev: int, directories: set[str], rate: RateLimit) -> int:
-    """Remove each directory (and then its parents, up to the root) that is now empty."""
+def _reason(error: Exception) -> str:
+    return (error.strerror if isinstance(error, OSError) else None) or str(error)
+
+
+def _remove_emptied(tree: HeldTree, directories: set[tuple[str, ...]], rate: RateLimit) -> int:
+    """Remove each directory (and then its parents, up to the root) that is now empty,
+    through its parent's descriptor."""
     removed = 0
     pending = set(directories)
     while pending:
         # Deepest first, so that a parent is tried once its children are gone.
-        directory = max(pending, key=lambda path: path.count("/"))
+        directory = max(pending, key=len)
         pending.discard(directory)
-        if directory == root:
-            continue
+        if not directory:
+            continue  # the root stays
+        parts = list(directory)
         try:
-            info = check_inside(root, directory, root_dev)
-            if not stat.S_ISDIR(info.st_mode):
+            parent = tree.directory(parts[:-1])
+            info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode) or info.st_dev != tree.dev:
                 continue
             rate.wait()
-            os.rmdir(directory)
+            tree.forget(parts)
+            os.rmdir(parts[-1], dir_fd=parent)
         except (UnsafePath, OSError):
             continue  # not empty, or not ours to remove
         removed += 1
-        pending.add(os.path.dirname(directory))
+        pending.add(directory[:-1])
     return removed

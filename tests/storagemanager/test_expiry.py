@@ -120,3 +120,23 @@ def test_deletion_goes_at_the_configured_rate():
         limit.wait()
 
     assert sum(slept) == 2.0  # 9 deletions at 4 a second: the last one 2 s after the first
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_listing_and_deleting_leave_no_directory_open(tmp_path: Path):
+    for index in range(5):
+        make_files(tmp_path / "root" / f"d{index}" / "inner", 2, old=True)
+    (tmp_path / "root" / "d0" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    root = str(tmp_path / "root")
+    cut = cut_off(tmp_path)
+    before = open_descriptors()
+
+    first = next(iter_candidates(root, cut))  # a listing given up half-way
+    deletion = delete_expired(root, iter_candidates(root, cut), cut)
+
+    assert first.expired and deletion.files == 11  # 10 files and the symlink
+    assert deletion.directories == 10 and os.listdir(root) == []
+    assert open_descriptors() == before

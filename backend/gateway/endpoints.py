@@ -10,8 +10,9 @@ can drive it with the owner's cookie).
 
 What reaches the job's server carries no portal cookie, and carries
 ``Authorization: token <TRAINYARD_ENDPOINT_TOKEN>``, a secret the job alone was given (in
-its environment): Jupyter started with ``--IdentityProvider.token`` set to it, or any
-server that checks it, admits the proxy and no other tenant of the host.
+its environment): Jupyter given it as ``JUPYTER_TOKEN`` (never on its command line, which
+every account of the host can read), or any server that checks it, admits the proxy and
+no other tenant of the host.
 """
 
 from __future__ import annotations

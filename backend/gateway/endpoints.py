@@ -13,6 +13,9 @@ What reaches the job's server carries no portal cookie, and carries
 its environment): Jupyter given it as ``JUPYTER_TOKEN`` (never on its command line, which
 every account of the host can read), or any server that checks it, admits the proxy and
 no other tenant of the host.
+
+The proxy connects only to the address whose listening socket is the job's own (the
+target's ``listener``: the gateway's forwards decide the same way).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from aiohttp import web
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from backend.gateway.ports import NotTheJobs
 from backend.gateway.tokens import endpoint_token
 
 HOP_BY_HOP = {
@@ -64,7 +68,7 @@ def _owner_port(session_key: str, job_id: str, name: str) -> int | None:
 
 class EndpointProxy:
     def __init__(self, target) -> None:
-        self.target = target  # JobTarget: local workers' ports are checked as for ssh -L
+        self.target = target  # JobTarget: whose listener a port is, as for ssh -L
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -85,9 +89,13 @@ class EndpointProxy:
         job_id, name = request.match_info["job"], request.match_info["name"]
         session_key = request.cookies.get(settings.SESSION_COOKIE_NAME, "")
         port = await sync_to_async(_owner_port, thread_sensitive=False)(session_key, job_id, name)
-        if port is None or not await asyncio.to_thread(self.target.serves, job_id, port):
+        if port is None:
             raise web.HTTPNotFound(text="Not found.")
-        return f"127.0.0.1:{port}"
+        try:
+            listener = await asyncio.to_thread(self.target.listener, job_id, "localhost", port)
+        except NotTheJobs as refusal:
+            raise web.HTTPBadGateway(text=f"{refusal}.") from refusal
+        return listener.host_port
 
     def _headers(self, request: web.Request, job_id: str) -> dict[str, str]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}

@@ -3,6 +3,8 @@ jobs on the local backend run as two tenants' accounts (mia and vera, ty-test-*)
 ``python -m backend.gateway`` (root) in front of them, Debian's OpenSSH client.
 
 - a preset's token on a command line, read by another tenant's job from /proc;
+- a connection the proxy pooled to vera's server carrying mia's requests after mia's
+  server took the port over;
 - mia's server on ::1, vera's on 127.0.0.1 with the same port: the proxy must reach mia's;
 - ``ssh -W``/``-L`` to a port of the portal's (the gateway's own endpoint proxy) that a
   process of the job also listens on, at the other address.
@@ -199,6 +201,27 @@ def test_no_process_of_the_host_shows_the_jupyter_preset_s_token(
 
 
 # --- the endpoint proxy -----------------------------------------------------------------------
+
+
+def test_a_connection_pooled_to_one_tenant_s_server_never_carries_another_s_requests(
+    world, tenants, jobs, gateway, scripts
+):
+    mia, vera = tenants
+    port = free_port()
+    exposed = [{"name": "web", "port": port}]
+    # vera's server closes its listening socket once the proxy has connected, and keeps
+    # that connection; mia's takes the port as soon as it is free.
+    veras = running(
+        world, jobs, vera, named_server(scripts, "vera", "127.0.0.1", port, "once"), ports=exposed
+    )
+    mias = running(
+        world, jobs, mia, named_server(scripts, "mia", "127.0.0.1", port, "retry"), ports=exposed
+    )
+
+    assert answered(gateway, veras, "web", signed_in(vera)).text == "vera"
+    wait_for(lambda: "listening" in log_of(mias), "mia's server to take the port")
+
+    assert answered(gateway, mias, "web", signed_in(mia)).text == "mia"
 
 
 def test_the_proxy_reaches_the_job_s_server_on_1_not_another_s_on_127_0_0_1(

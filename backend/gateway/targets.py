@@ -15,10 +15,10 @@ from typing import Protocol
 import asyncssh
 
 from backend.gateway.access import Admission
-from backend.gateway.ports import Listener, NotTheJobs, job_listener
+from backend.gateway.ports import LOOPBACK_NAMES, Listener, NotTheJobs, job_listener
 from backend.gateway.processes import JobProcess, Output, session_confinement
 
-LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+LOOPBACK = tuple(LOOPBACK_NAMES)  # the names a client may forward to
 
 
 class Unavailable(Exception):

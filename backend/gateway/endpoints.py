@@ -10,14 +10,23 @@ can drive it with the owner's cookie).
 
 What reaches the job's server carries no portal cookie, and carries
 ``Authorization: token <TRAINYARD_ENDPOINT_TOKEN>``, a secret the job alone was given (in
-its environment): Jupyter started with ``--IdentityProvider.token`` set to it, or any
-server that checks it, admits the proxy and no other tenant of the host.
+its environment): Jupyter given it as ``JUPYTER_TOKEN`` (never on its command line, which
+every account of the host can read), or any server that checks it, admits the proxy and
+no other tenant of the host.
+
+The proxy connects only to the address whose listening socket is the job's own (the
+target's ``listener``: the gateway's forwards decide the same way), and keeps a pool of
+connections per job, user and listener: a connection opened for one never carries a
+request of another, nor one made once a different socket listens there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -25,6 +34,7 @@ from aiohttp import web
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from backend.gateway.ports import Listener, NotTheJobs
 from backend.gateway.tokens import endpoint_token
 
 HOP_BY_HOP = {
@@ -34,12 +44,12 @@ HOP_BY_HOP = {
     "sec-websocket-extensions", "sec-websocket-accept",
 }  # fmt: skip
 PORTAL_COOKIES = ("sessionid", "csrftoken")
-CHUNK = 64 * 1024
+IDLE_POOL_SECONDS = 60  # a pool no request used for this long is closed
 
 
-def _owner_port(session_key: str, job_id: str, name: str) -> int | None:
-    """The port the signed-in user's running job exposes as ``name``; None for anyone
-    else, or a job that is not running."""
+def _owner_port(session_key: str, job_id: str, name: str) -> tuple[int, int] | None:
+    """The signed-in user's id and the port their running job exposes as ``name``; None
+    for anyone else, or a job that is not running."""
     from importlib import import_module
 
     from django.contrib.auth import get_user
@@ -58,13 +68,66 @@ def _owner_port(session_key: str, job_id: str, name: str) -> int | None:
     job = Job.objects.filter(job_id=job_id, owner=user, status=JobStatus.RUNNING).first()
     if job is None:
         return None
-    return next((p["port"] for p in job.ports or [] if p.get("name") == name), None)
+    port = next((p["port"] for p in job.ports or [] if p.get("name") == name), None)
+    return None if port is None else (user.pk, port)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where a request goes: the job's own listener, on behalf of one user."""
+
+    job_id: str
+    user_id: int
+    listener: Listener
+
+
+@dataclass
+class Pool:
+    session: aiohttp.ClientSession
+    in_use: int = 0
+    last_used: float = 0.0
+
+
+class Pools:
+    """One connection pool (an aiohttp session) per upstream: job, user and listener."""
+
+    def __init__(self) -> None:
+        self.pools: dict[Upstream, Pool] = {}
+
+    @contextlib.asynccontextmanager
+    async def session(self, upstream: Upstream) -> AsyncIterator[aiohttp.ClientSession]:
+        """The upstream's pool, for the time of one request."""
+        await self._close_idle()
+        pool = self.pools.get(upstream)
+        if pool is None:
+            session = aiohttp.ClientSession(
+                auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+            )
+            pool = self.pools[upstream] = Pool(session)
+        pool.in_use += 1
+        try:
+            yield pool.session
+        finally:
+            pool.in_use -= 1
+            pool.last_used = time.monotonic()
+
+    async def _close_idle(self) -> None:
+        now = time.monotonic()
+        for upstream, pool in list(self.pools.items()):
+            if not pool.in_use and now - pool.last_used > IDLE_POOL_SECONDS:
+                del self.pools[upstream]
+                await pool.session.close()
+
+    async def close(self) -> None:
+        pools, self.pools = self.pools, {}
+        for pool in pools.values():
+            await pool.session.close()
 
 
 class EndpointProxy:
     def __init__(self, target) -> None:
-        self.target = target  # JobTarget: local workers' ports are checked as for ssh -L
-        self.session: aiohttp.ClientSession | None = None
+        self.target = target  # JobTarget: whose listener a port is, as for ssh -L
+        self.pools = Pools()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1024**3)
@@ -74,19 +137,23 @@ class EndpointProxy:
         return app
 
     async def _close(self, app: web.Application) -> None:
-        if self.session is not None:
-            await self.session.close()
+        await self.pools.close()
 
     async def redirect(self, request: web.Request) -> web.Response:
         raise web.HTTPFound(request.path + "/")
 
-    async def _upstream(self, request: web.Request) -> str:
+    async def _upstream(self, request: web.Request) -> Upstream:
         job_id, name = request.match_info["job"], request.match_info["name"]
         session_key = request.cookies.get(settings.SESSION_COOKIE_NAME, "")
-        port = await sync_to_async(_owner_port, thread_sensitive=False)(session_key, job_id, name)
-        if port is None or not await asyncio.to_thread(self.target.serves, job_id, port):
+        owned = await sync_to_async(_owner_port, thread_sensitive=False)(session_key, job_id, name)
+        if owned is None:
             raise web.HTTPNotFound(text="Not found.")
-        return f"127.0.0.1:{port}"
+        user_id, port = owned
+        try:
+            listener = await asyncio.to_thread(self.target.listener, job_id, "localhost", port)
+        except NotTheJobs as refusal:
+            raise web.HTTPBadGateway(text=f"{refusal}.") from refusal
+        return Upstream(job_id, user_id, listener)
 
     def _headers(self, request: web.Request, job_id: str) -> dict[str, str]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -104,14 +171,14 @@ class EndpointProxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         upstream = await self._upstream(request)
-        job_id = request.match_info["job"]
-        if self.session is None:
-            self.session = aiohttp.ClientSession(
-                auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
-            )
-        session = self.session
-        url = f"http://{upstream}{request.rel_url}"
-        headers = self._headers(request, job_id)
+        async with self.pools.session(upstream) as session:
+            return await self._relay(request, session, upstream)
+
+    async def _relay(
+        self, request: web.Request, session: aiohttp.ClientSession, upstream: Upstream
+    ) -> web.StreamResponse:
+        url = f"http://{upstream.listener.host_port}{request.rel_url}"
+        headers = self._headers(request, upstream.job_id)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return await self._websocket(request, session, url, headers)
         async with session.request(

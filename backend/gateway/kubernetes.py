@@ -23,6 +23,7 @@ from kubernetes.stream import portforward, stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, RESIZE_CHANNEL, STDIN_CHANNEL
 
 from backend.gateway.access import Admission
+from backend.gateway.ports import Listener, NotTheJobs
 from backend.gateway.targets import LOOPBACK, Output, Unavailable, refused
 from jobmanager.backends.k8s_manifests import pod_name
 
@@ -77,8 +78,9 @@ class KubernetesTarget:
         process.begin()
         return process
 
-    def serves(self, job_id: str, port: int) -> bool:
-        return False  # the endpoint proxy reaches local workers only, so far
+    def listener(self, job_id: str, host: str, port: int, rank: int = 0) -> Listener:
+        # The endpoint proxy reaches local workers only, so far.
+        raise NotTheJobs("the endpoint proxy does not reach jobs on Kubernetes yet")
 
     async def forward(self, admission, conn, host, port) -> asyncssh.SSHTCPSession:
         if host not in LOOPBACK:

@@ -27,7 +27,7 @@ from django.conf import settings
 from backend.accounts.models import SshSessionOutcome
 from backend.gateway import access
 from backend.gateway.access import LOGIN_HELP, Admission, Login, Refused
-from backend.gateway.targets import JobTarget, SessionProcess, Unavailable
+from backend.gateway.targets import LOOPBACK, JobTarget, SessionProcess, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class GatewayConnection(asyncssh.SSHServer):
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, await self.refusal()
             )
-        if dest_host not in ("localhost", "127.0.0.1", "::1", "ip6-localhost"):
+        if dest_host not in LOOPBACK:
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                 f"only ports of job {admission.login.job_id} on localhost can be forwarded",

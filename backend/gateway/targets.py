@@ -9,15 +9,16 @@ port-forward APIs (``backend.gateway.kubernetes``).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 import asyncssh
 
 from backend.gateway.access import Admission
-from backend.gateway.ports import listened_by
+from backend.gateway.ports import LOOPBACK_NAMES, Listener, NotTheJobs, job_listener
 from backend.gateway.processes import JobProcess, Output, session_confinement
 
-LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+LOOPBACK = tuple(LOOPBACK_NAMES)  # the names a client may forward to
 
 
 class Unavailable(Exception):
@@ -51,9 +52,10 @@ class JobTarget(Protocol):
         """``argv`` started in the worker with the job's environment and ``env`` over it,
         on a terminal of (columns, rows) or on pipes; raises Unavailable."""
 
-    def serves(self, job_id: str, port: int) -> bool:
-        """Whether the job's worker 0 listens on ``port`` at 127.0.0.1 of this host, for
-        the endpoint proxy (called in a thread)."""
+    def listener(self, job_id: str, host: str, port: int, rank: int = 0) -> Listener:
+        """Where on this host the job's own server listens on ``port`` at ``host``
+        (``localhost``, ``127.0.0.1``, ``::1``), for the gateway's forwards and the
+        endpoint proxy; raises NotTheJobs saying why not (called in a thread)."""
 
     async def forward(
         self, admission: Admission, conn: asyncssh.SSHServerConnection, host: str, port: int
@@ -87,19 +89,20 @@ class LocalTarget:
         await process.start(session_confinement(confinement, env), argv, stdout, stderr, tty)
         return process
 
-    def serves(self, job_id: str, port: int) -> bool:
-        return listened_by(port, self.backend.job_pids(job_id))
+    def listener(self, job_id: str, host: str, port: int, rank: int = 0) -> Listener:
+        confinement = self.backend.session_confinement(job_id, rank)
+        if confinement is None:
+            raise NotTheJobs(f"worker {rank} of job {job_id} is not running")
+        pids = self.backend.job_pids(job_id)
+        return job_listener(job_id, host, port, pids, confinement.uid)
 
     async def forward(self, admission, conn, host, port):
-        import asyncio
-
-        job_id = admission.login.job_id
-        if host not in LOOPBACK:
-            raise refused(f"only ports of job {job_id} on localhost can be forwarded")
-        pids = await asyncio.to_thread(self.backend.job_pids, job_id)
-        if not await asyncio.to_thread(listened_by, port, pids):
-            raise refused(f"no process of job {job_id} listens on port {port}")
-        return await conn.forward_connection("::1" if host in LOOPBACK[2:] else "127.0.0.1", port)
+        login = admission.login
+        try:
+            listener = await asyncio.to_thread(self.listener, login.job_id, host, port, login.rank)
+        except NotTheJobs as refusal:
+            raise refused(str(refusal)) from refusal
+        return await conn.forward_connection(listener.address, listener.port)
 
 
 class NoTarget:
@@ -114,8 +117,8 @@ class NoTarget:
     async def start(self, admission, argv, env, stdout, stderr, tty):
         raise Unavailable(admission.login.job_id)
 
-    def serves(self, job_id: str, port: int) -> bool:
-        return False
+    def listener(self, job_id: str, host: str, port: int, rank: int = 0) -> Listener:
+        raise NotTheJobs(self.unreachable)
 
     async def forward(self, admission, conn, host, port):
         raise refused(self.unreachable)

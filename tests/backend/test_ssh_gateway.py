@@ -389,7 +389,10 @@ def test_a_port_the_job_listens_on_is_forwarded_and_no_other(
     for port in (database_port, gateway.port):
         refused = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{port}")
         assert refused.returncode == 255
-        assert f"no process of job {job.job_id} listens on port {port}" in refused.stderr
+        assert f"port {port} at 127.0.0.1 is not job {job.job_id}'s" in refused.stderr
+    nothing = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{free_port()}")
+    assert nothing.returncode == 255
+    assert f"no process of job {job.job_id} listens on port" in nothing.stderr
 
 
 def test_a_server_started_over_ssh_is_the_job_s_and_can_be_forwarded_to(

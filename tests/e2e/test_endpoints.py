@@ -90,9 +90,9 @@ def test_jupyter_opens_through_the_endpoint_proxy_for_its_owner_only(
     job_account(world.member.username)
     port = free_port()
     command = (
+        'JUPYTER_TOKEN="$TRAINYARD_ENDPOINT_TOKEN" '
         f"{shlex.quote(JOB_PYTHON)} -m jupyter_server --no-browser --ip=127.0.0.1 --port={port}"
         ' --ServerApp.base_url="${TRAINYARD_ENDPOINTS_PATH}jupyter/"'
-        ' --IdentityProvider.token="$TRAINYARD_ENDPOINT_TOKEN"'
         " --ServerApp.root_dir=."
     )
     env = {"PYTHONPATH": JOB_PYTHONPATH, "JUPYTER_PLATFORM_DIRS": "1"}

@@ -1,5 +1,6 @@
 // The submit form's values, how they become a submission, and why a job may not start now.
 import type { ClusterRow, GpuType, Job, RequestSchemas, Vc } from "../api";
+import jobPresets from "./jobPresets.json";
 
 type Submission = RequestSchemas["JobSubmitRequest"];
 
@@ -94,24 +95,10 @@ export function parsePorts(text: string): { ports: { name: string; port: number 
 
 /** Interactive jobs the form can start from: a shell that keeps its GPUs until the wall
  * time or a kill (reached by SSH or VS Code), and servers opened in the browser through
- * /endpoints/<job>/<name>/ (they admit the portal's proxy by the job's token). */
-export const JOB_PRESETS: { label: string; name: string; command: string; ports: string }[] = [
-  { label: "Interactive shell", name: "shell", command: "exec sleep infinity", ports: "" },
-  {
-    label: "Jupyter",
-    name: "jupyter",
-    command:
-      'jupyter lab --no-browser --ip=127.0.0.1 --port=8888 --ServerApp.base_url="${TRAINYARD_ENDPOINTS_PATH}jupyter/" --IdentityProvider.token="$TRAINYARD_ENDPOINT_TOKEN"',
-    ports: "jupyter=8888",
-  },
-  {
-    label: "TensorBoard",
-    name: "tensorboard",
-    command:
-      'tensorboard --logdir "${TRAINYARD_OUTPUT_PATH:-.}" --host 127.0.0.1 --port 6006 --path_prefix "${TRAINYARD_ENDPOINTS_PATH}tensorboard"',
-    ports: "tensorboard=6006",
-  },
-];
+ * /endpoints/<job>/<name>/ (they admit the portal's proxy by the job's token, given to
+ * them in the environment: a command line is visible to every account of the host).
+ * Written once in jobPresets.json, which the backend's tests run as jobs. */
+export const JOB_PRESETS: { label: string; name: string; command: string; ports: string }[] = jobPresets;
 
 /** "KEY=value" lines as an object; the lines that are not are reported. */
 export function parseEnv(text: string): { env: Record<string, string>; bad: string[] } {

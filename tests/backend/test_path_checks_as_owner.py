@@ -5,6 +5,8 @@ a path under /proc is a 400 naming the field."""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +18,13 @@ from backend.jobs.models import Job
 from backend.jobs.paths import resolved_as
 from jobmanager.backends import RunAs
 from tests.backend.jobs_support import submit
-from tests.unix_accounts import job_account, owned_directory
+from tests.unix_accounts import (
+    JOB_PYTHON,
+    JOB_PYTHONPATH,
+    REPOSITORY,
+    job_account,
+    owned_directory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -122,4 +130,33 @@ def test_the_owner_s_own_links_are_still_followed_as_far_as_they_may_look(link_i
     assert real == {
         f"{into_own_home}/x": f"{mia.home}/x",
         f"{into_theirs}/y": f"{otto.home}/anything/y",
+    }
+
+
+SINGLE_USER = """
+import json, sys
+from backend.jobs.paths import resolved_as
+print(json.dumps(resolved_as(None, sys.argv[1:])))
+"""
+
+
+def test_in_single_user_mode_links_are_followed_as_the_portal_s_own_account(tenant_secret, link_in):
+    otto, secret = tenant_secret
+    theirs = link_in(otto.home, f"{otto.home}/{secret}", otto)
+    portal = job_account("portal")
+    inside = link_in(portal.home, portal.home, portal)
+    paths = [str(theirs), f"{inside}/run1", "/proc/1/cwd"]
+
+    result = subprocess.run(
+        ["setpriv", f"--reuid={portal.uid}", f"--regid={portal.gid}", "--init-groups",
+         JOB_PYTHON, "-c", SINGLE_USER, *paths],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": portal.home, "PYTHONPATH": JOB_PYTHONPATH},
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        str(theirs): str(theirs),  # another account's home: not looked into
+        f"{inside}/run1": f"{portal.home}/run1",
+        "/proc/1/cwd": "/proc/1/cwd",  # os.path.realpath raised PermissionError here
     }

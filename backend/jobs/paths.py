@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from jobmanager.backends.host_accounts import can_switch_users
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -107,8 +109,10 @@ def resolved_as(run_as: RunAs | None, paths: Iterable[str]) -> dict[str, str]:
 
 
 def as_account(run_as: RunAs | None) -> list[str]:
-    """What runs a command as ``run_as``, uid, gid and groups alike (nothing when None)."""
-    if run_as is None:
+    """What runs a command as ``run_as``, uid, gid and groups alike: nothing when None, or
+    where this process may not switch accounts (not root: it runs as its own, as a portal on
+    Kubernetes may)."""
+    if run_as is None or not can_switch_users():
         return []
     groups = f"--groups={','.join(map(str, run_as.groups))}" if run_as.groups else "--clear-groups"
     return [SETPRIV, f"--reuid={run_as.uid}", f"--regid={run_as.gid}", groups, "--"]

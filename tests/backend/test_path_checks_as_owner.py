@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.jobs import paths
 from backend.jobs.models import Job
 from backend.jobs.paths import resolved_as
 from jobmanager.backends import RunAs
@@ -133,6 +134,19 @@ def test_the_owner_s_own_links_are_still_followed_as_far_as_they_may_look(link_i
     }
 
 
+def test_paths_that_cannot_be_checked_are_a_400_naming_each_field(world, monkeypatch):
+    monkeypatch.setattr(paths, "REALPATH", "/nonexistent/realpath")
+    home = job_account("mia").home
+
+    response = submit(world.client(world.member), working_dir=home, output_path=f"{home}/out")
+
+    errors = response.json()
+    assert response.status_code == 400, errors
+    assert sorted(errors) == ["output_path", "working_dir"]
+    assert errors["working_dir"][0].startswith(f"{home}: the paths could not be checked: ")
+    assert not Job.objects.exists()
+
+
 SINGLE_USER = """
 import json, sys
 from backend.jobs.paths import resolved_as
@@ -145,11 +159,11 @@ def test_in_single_user_mode_links_are_followed_as_the_portal_s_own_account(tena
     theirs = link_in(otto.home, f"{otto.home}/{secret}", otto)
     portal = job_account("portal")
     inside = link_in(portal.home, portal.home, portal)
-    paths = [str(theirs), f"{inside}/run1", "/proc/1/cwd"]
+    given = [str(theirs), f"{inside}/run1", "/proc/1/cwd"]
 
     result = subprocess.run(
         ["setpriv", f"--reuid={portal.uid}", f"--regid={portal.gid}", "--init-groups",
-         JOB_PYTHON, "-c", SINGLE_USER, *paths],
+         JOB_PYTHON, "-c", SINGLE_USER, *given],
         cwd=REPOSITORY, capture_output=True, text=True, timeout=60,
         env={"PATH": os.environ["PATH"], "HOME": portal.home, "PYTHONPATH": JOB_PYTHONPATH},
     )  # fmt: skip

@@ -135,15 +135,19 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
-# Sign-in throttling (django-axes, backend/accounts/throttling.py): per username and per
-# client address, failures counted until the cool-off passes without one.
+# Sign-in throttling (django-axes, backend/accounts/throttling.py): per username and client
+# address together, and per address alone at a much higher limit (password spraying);
+# failures counted until the cool-off passes without one.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "backend.accounts.throttling.UserAndAddressHandler"
 AXES_FAILURE_LIMIT = env_int("TRAINYARD_LOGIN_FAILURE_LIMIT", 10)
+TRAINYARD_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("TRAINYARD_LOGIN_ADDRESS_FAILURE_LIMIT", 100)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRAINYARD_LOGIN_COOLOFF_SECONDS", 900))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one exceeding locks it out
+# One user's failures from one address never lock out another user, nor that user elsewhere.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "backend.accounts.throttling.lockout_response"
 # The client's address is REMOTE_ADDR unless the portal is behind this many proxies that

@@ -144,7 +144,7 @@ def check_paths_still_allowed(job: Job, run_as: RunAs | None) -> None:
     account = UnixAccount.objects.filter(user_id=job.owner_id).first()
     home = run_as.home if run_as is not None else home_of(account)
     paths = {name: getattr(job, name) for name in PATH_FIELDS}
-    errors = job_path_errors(job.owner, job.vc.name, home, paths)
+    errors = job_path_errors(job.owner, job.vc.name, home, paths, run_as)
     if errors:
         raise LaunchRefused(
             "; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items())

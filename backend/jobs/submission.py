@@ -7,6 +7,7 @@ import shlex
 import unicodedata
 from dataclasses import dataclass, fields
 from decimal import Decimal
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
@@ -156,6 +157,8 @@ def check_path(path: str) -> list[str]:
         return ["Give an absolute path, starting with '/'."]
     if ".." in path.split("/"):
         return ["The path may not contain '..'."]
+    if PurePosixPath(path).parts[1:2] == ("proc",):
+        return ["The path may not be under /proc: that is the kernel's view of processes."]
     return []
 
 

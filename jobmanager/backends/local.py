@@ -62,6 +62,7 @@ from typing import Any, TextIO
 
 import psutil
 
+from jobmanager.backends import process_identity
 from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
@@ -104,7 +105,6 @@ WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find s
 START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
 STRAY_ROUNDS = 5  # looks for a removed job's processes forked while it was being killed
-SAME_START_SECONDS = 0.05  # a pid whose start time differs more is another process
 LOCK_STRIPES = 64  # jobs' locks: as many deployments at once, few files
 
 
@@ -455,8 +455,7 @@ class LocalBackend(ClusterBackend):
                     pid = _exec_init(init_args, job_dir, go_read, log, pid_file, log_file)
             os.close(unclosed.pop(0))  # the init's end: ours closed, the pipe ends with us
             worker["pid"] = pid
-            with contextlib.suppress(psutil.NoSuchProcess):
-                worker["create_time"] = psutil.Process(pid).create_time()
+            worker.update(process_identity.record_of(pid))
             crash_point("local-init-started")
             self._write_state(state)
             crash_point("local-pid-recorded")
@@ -683,11 +682,11 @@ def _status(worker: dict[str, Any]) -> dict[str, Any] | None:
 
 def _init_process(worker: dict[str, Any]) -> psutil.Process | None:
     """The worker's init if it is still running (the same process, not a reused pid)."""
-    if not worker["pid"] or worker["create_time"] is None:
+    if not worker["pid"]:
         return None
     try:
         init = psutil.Process(worker["pid"])
-        if abs(init.create_time() - worker["create_time"]) > SAME_START_SECONDS:
+        if not process_identity.is_recorded(init, worker):
             return None
     except psutil.Error:
         return None

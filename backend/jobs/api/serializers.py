@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from backend.accounts.actions import unix_account_of
-from backend.accounts.unix import NoUnixAccount, accounts_required, home_of
+from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
 from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
 from backend.core.fields import MemoryField, StringListJSONField, StringMapJSONField
 from backend.core.permissions import administers
@@ -244,7 +244,8 @@ class JobSubmitSerializer(serializers.Serializer):
 
     def _check_owner_and_paths(self, user: User, attrs: dict) -> None:
         """The owner needs a Unix account wherever jobs run as their owners, and every
-        path must lie under a root the owner may use (backend.jobs.paths)."""
+        path must lie under a root the owner may use, resolved as the owner
+        (backend.jobs.paths)."""
         account = None
         if accounts_required():
             try:
@@ -252,7 +253,8 @@ class JobSubmitSerializer(serializers.Serializer):
             except NoUnixAccount as error:
                 raise serializers.ValidationError({"unix_account": [str(error)]}) from error
         paths = {name: attrs.get(name, "") for name in PATH_FIELDS}
-        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths)
+        run_as = run_as_of(account) if account is not None else None
+        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths, run_as)
         if errors:
             raise serializers.ValidationError(errors)
 

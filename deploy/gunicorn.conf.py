@@ -23,8 +23,11 @@ accesslog = "-"
 # 0600, rather than one per account in ~/.gunicorn, which two servers run by one account
 # shared, each deleting the other's.
 _var_dir = Path(os.environ.get("TRAINYARD_VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
+(_var_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
 control_socket = str(_var_dir / "run" / f"gunicorn-{os.getpid()}.ctl")
 control_socket_mode = 0o600
+# A unix socket to listen on (the front's, backend/core/front.py) is the account's alone.
+umask = 0o077
 
 
 def post_worker_init(worker) -> None:

@@ -42,15 +42,17 @@ def post_worker_init(worker) -> None:
 
 
 # Health checks beside the request workers (backend/core/health.py): a process of its own,
-# started with the master and gone with it. TRAINYARD_HEALTH_BIND="" starts none.
+# started with the master and gone with it, that asks the workers through the first
+# address they listen on. TRAINYARD_HEALTH_BIND="" starts none.
 _health = {}
 
 
 def when_ready(server) -> None:
     bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
     if bind:
+        parent, web = str(os.getpid()), server.cfg.bind[0]
         _health["process"] = subprocess.Popen(
-            [sys.executable, "-m", "backend.core.health", bind, "--parent", str(os.getpid())],
+            [sys.executable, "-m", "backend.core.health", bind, "--parent", parent, "--web", web],
             cwd=Path(__file__).resolve().parents[1],
         )
 

@@ -56,10 +56,14 @@ def as_account(account: RunAs, *arguments: str, stdin: int | None = None) -> sub
 
 
 @contextmanager
-def slow_clients(port: int, count: int, account: RunAs | None = None) -> Iterator[None]:
-    """``count`` slowloris connections to ``port`` (bench/slowloris/slow_clients.py), from
-    ``account``'s process or this one's account, held open inside the block."""
-    arguments = ("-m", "bench.slowloris.slow_clients", str(port), str(count), "--interval", "1")
+def slow_clients(
+    port: int, count: int, account: RunAs | None = None, interval: float = 1.0, seconds: float = 120
+) -> Iterator[None]:
+    """``count`` slowloris connections to ``port`` (bench/slowloris/slow_clients.py, a header
+    line every ``interval`` s for at most ``seconds``), from ``account``'s process or this
+    one's account, open when the block starts and closed when it ends."""
+    arguments = ("-m", "bench.slowloris.slow_clients", str(port), str(count),
+                 "--interval", str(interval), "--seconds", str(seconds))  # fmt: skip
     if account is None:
         process = subprocess.Popen(
             [sys.executable, *arguments],
@@ -73,4 +77,8 @@ def slow_clients(port: int, count: int, account: RunAs | None = None) -> Iterato
         yield
     finally:
         process.stdin.close()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -15,7 +15,7 @@ import requests
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from backend.accounts.actions import create_api_token
-from backend.core.front import front_client
+from backend.core.front import HEADER_SECONDS, front_client
 from tests.backend.front_support import as_account, front_stack, slow_clients
 from tests.factories import PASSWORD
 from tests.unix_accounts import job_account
@@ -41,6 +41,23 @@ def test_slow_requests_from_a_job_and_from_loopback_leave_the_api_answering(worl
                 )
                 assert me.status_code == 200 and me.json()["username"] == "mia"
                 assert time.monotonic() - started < PROMPT_SECONDS
+
+
+def test_a_client_that_stalls_in_its_headers_is_dropped_after_the_header_timeout(db, tmp_path):
+    with front_stack(tmp_path / "var", workers=1) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as stalled:
+            stalled.sendall(b"GET /api/v1/me/ HTTP/1.1\r\nHost: localhost\r\n")
+            opened = time.monotonic()
+            stalled.settimeout(HEADER_SECONDS * 3)
+            try:
+                answer = stalled.recv(1024)
+            except ConnectionResetError:  # reset_timedout_connection
+                answer = b""
+            held = time.monotonic() - opened
+
+    assert answer == b""
+    assert HEADER_SECONDS - 1 < held < HEADER_SECONDS * 3
 
 
 SCRAPE = (

@@ -11,7 +11,7 @@ line every 5 s, never the end of the headers), half from a process run as a job'
 open, 4 clients call ``GET /api/v1/me/`` in a loop for ``--seconds`` (5 s timeout each).
 Prints p50/p95/max and errors of those calls for both setups, and their ratio, then the
 same calls through the front without the attack (what the machine gives them anyway).
-Everything it starts is stopped at the end, and the whole run is bounded (about 4 minutes).
+Everything it starts is stopped at the end, and the whole run is bounded (about 3 minutes).
 """
 
 from __future__ import annotations

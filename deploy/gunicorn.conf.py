@@ -23,8 +23,11 @@ accesslog = "-"
 # 0600, rather than one per account in ~/.gunicorn, which two servers run by one account
 # shared, each deleting the other's.
 _var_dir = Path(os.environ.get("TRAINYARD_VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
+(_var_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
 control_socket = str(_var_dir / "run" / f"gunicorn-{os.getpid()}.ctl")
 control_socket_mode = 0o600
+# A unix socket to listen on (the front's, backend/core/front.py) is the account's alone.
+umask = 0o077
 
 
 def post_worker_init(worker) -> None:
@@ -39,15 +42,17 @@ def post_worker_init(worker) -> None:
 
 
 # Health checks beside the request workers (backend/core/health.py): a process of its own,
-# started with the master and gone with it. TRAINYARD_HEALTH_BIND="" starts none.
+# started with the master and gone with it, that asks the workers through the first
+# address they listen on. TRAINYARD_HEALTH_BIND="" starts none.
 _health = {}
 
 
 def when_ready(server) -> None:
     bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
     if bind:
+        parent, web = str(os.getpid()), server.cfg.bind[0]
         _health["process"] = subprocess.Popen(
-            [sys.executable, "-m", "backend.core.health", bind, "--parent", str(os.getpid())],
+            [sys.executable, "-m", "backend.core.health", bind, "--parent", parent, "--web", web],
             cwd=Path(__file__).resolve().parents[1],
         )
 

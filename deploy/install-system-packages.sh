@@ -12,8 +12,9 @@ set -euo pipefail
 # openssh-client, openssh-server, tmux: the SSH gateway's tests drive OpenSSH's ssh, scp
 # and sftp (a terminal session inside tmux), sessions run OpenSSH's sftp-server, and
 # bench/ssh compares the gateway with OpenSSH's sshd.
+# nginx: the web tier's front (backend/core/front.py), which make run starts before gunicorn.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux "$@")
+          openssh-server tmux nginx "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -1,6 +1,6 @@
 """Health checks answered beside the web server, not behind its request workers.
 
-    python -m backend.core.health HOST:PORT [--parent PID]
+    python -m backend.core.health HOST:PORT [--parent PID] [--web unix:/path | HOST:PORT]
 
 gunicorn's master starts it (``deploy/gunicorn.conf.py``) on ``TRAINYARD_HEALTH_BIND``
 (default ``127.0.0.1:8001``; empty: none). A burst of slow requests that keeps every sync
@@ -10,8 +10,10 @@ pod, not a dead one:
 
 - ``/livez``: 200 while the web server's master runs (the liveness probe: restart the
   pod when it does not answer);
-- ``/healthz``: 200 when the database answers as well, else 503 JSON (the readiness
-  probe: send no traffic meanwhile, restart nothing).
+- ``/healthz``: 200 when the database answers as well and, given ``--web`` (the address
+  gunicorn listens on, which its master passes), a request worker answers a request there
+  within ``WEB_ANSWER_SECONDS``; else 503 JSON (the readiness probe: send no traffic
+  meanwhile, restart nothing). Workers all busy or all dead make the pod not ready.
 
 It exits when the master it belongs to is gone.
 """
@@ -19,14 +21,17 @@ It exits when the master it belongs to is gone.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import logging
 import os
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 logger = logging.getLogger(__name__)
 PARENT_CHECK_SECONDS = 1.0
+WEB_ANSWER_SECONDS = 1.0
 
 
 def database_status() -> tuple[int, dict]:
@@ -41,8 +46,43 @@ def database_status() -> tuple[int, dict]:
     return 200, {"status": "ok"}
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def web_status(web: str) -> tuple[int, dict]:
+    """200 when a request worker at ``web`` (``unix:/path`` or HOST:PORT) answers a
+    request within WEB_ANSWER_SECONDS (any answer: a worker took it), else 503 and why."""
+    if web.startswith("unix:"):
+        connection: http.client.HTTPConnection = _UnixConnection(web[5:], WEB_ANSWER_SECONDS)
+    else:
+        host, port = parse_bind(web)
+        connection = http.client.HTTPConnection(host, port, timeout=WEB_ANSWER_SECONDS)
+    try:
+        connection.request("GET", "/healthz", headers={"Host": "localhost"})
+        connection.getresponse().read()
+    except TimeoutError:
+        return 503, {
+            "status": "busy",
+            "web": f"No request worker answered within {WEB_ANSWER_SECONDS:g} s.",
+        }
+    except (OSError, http.client.HTTPException) as error:
+        return 503, {"status": "unavailable", "web": f"The request workers: {error}"}
+    finally:
+        connection.close()
+    return 200, {"status": "ok"}
+
+
 class HealthHandler(BaseHTTPRequestHandler):
     server_version = "trainyard-health"
+    web = ""  # where the request workers listen (serve's ``web``); "" asks none
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -52,9 +92,12 @@ class HealthHandler(BaseHTTPRequestHandler):
             from django.db import connections
 
             try:
-                self._answer(*database_status())
+                status, body = database_status()
             finally:
                 connections.close_all()  # this request's thread's connection
+            if status == 200 and self.web:
+                status, body = web_status(self.web)
+            self._answer(status, body)
         else:
             self._answer(404, {"detail": "Not found."})
 
@@ -76,12 +119,13 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def serve(bind: str, parent: int | None = None) -> None:
+def serve(bind: str, parent: int | None = None, web: str = "") -> None:
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backend.settings")
     django.setup()
-    server = ThreadingHTTPServer(parse_bind(bind), HealthHandler)
+    handler = type("BoundHealthHandler", (HealthHandler,), {"web": web})
+    server = ThreadingHTTPServer(parse_bind(bind), handler)
     server.daemon_threads = True
     if parent is not None:
 
@@ -98,8 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bind", help="HOST:PORT")
     parser.add_argument("--parent", type=int, help="exit when this process is gone")
+    parser.add_argument("--web", default="", help="where the request workers listen")
     args = parser.parse_args(argv)
-    serve(args.bind, args.parent)
+    serve(args.bind, args.parent, args.web)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Every local account can connect to a TCP port of this host, a job run as its own
 included, so "from this host" does not mean "from the portal". The kernel lists each TCP
 socket of this network namespace with the uid that opened it in /proc/net/tcp{,6}: a
 server finds the connection it accepted (a socket it holds, whose remote end is the
-client's address and port) and the client's socket at the other end of it.
+client's address and port) and the client's socket at the other end of it. Behind the
+front (backend/core/front.py) the connection is nginx's, not this process's: nginx tells the
+client's endpoint and the one it connected to, and the client's socket is the one between
+the two.
 """
 
 from __future__ import annotations
@@ -87,19 +90,27 @@ def tcp_sockets() -> Iterator[TcpSocket]:
             continue
 
 
-def peer_uid(remote_address: str, remote_port: int) -> int | None:
+def peer_uid(
+    remote_address: str, remote_port: int, served_at: tuple[str, int] | None = None
+) -> int | None:
     """The uid of the client socket at the other end of a connection this process accepted
-    from ``remote_address:remote_port``; None when this host lists none (the client is on
-    another host or network namespace, or has closed)."""
+    from ``remote_address:remote_port`` or, given ``served_at``, of the client socket at
+    that endpoint connected to ``served_at`` (a connection the front accepted); None when
+    this host lists none (the client is on another host or network namespace, or has
+    closed)."""
     try:
         client = (_normal(ipaddress.ip_address(remote_address)), remote_port)
+        server = served_at and (_normal(ipaddress.ip_address(served_at[0])), served_at[1])
     except ValueError:
         return None
     sockets = list(tcp_sockets())
-    ours = socket_inodes([os.getpid()])
-    served = {
-        socket.local for socket in sockets if socket.remote == client and socket.inode in ours
-    }
+    if server:
+        served = {server}
+    else:
+        ours = socket_inodes([os.getpid()])
+        served = {
+            socket.local for socket in sockets if socket.remote == client and socket.inode in ours
+        }
     for socket in sockets:
         if socket.local == client and socket.remote in served:
             return socket.uid

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
+from backend.core.front import FRONT_SERVER
 from backend.core.local_peers import peer_uid
 from backend.monitoring.collectors import TrainyardCollector
 
@@ -26,12 +27,20 @@ def scrape_refusal(request: HttpRequest) -> str:
         "X-Forwarded-For" in request.headers,
         request.META.get("REMOTE_ADDR", ""),
         str(request.META.get("REMOTE_PORT", "")),
+        request.META.get(FRONT_SERVER),
     )
 
 
-def refusal_for(authorization: str, forwarded: bool, remote_address: str, remote_port: str) -> str:
+def refusal_for(
+    authorization: str,
+    forwarded: bool,
+    remote_address: str,
+    remote_port: str,
+    served_at: tuple[str, int] | None = None,
+) -> str:
     """The bearer token when TRAINYARD_METRICS_TOKEN is set; else this host's scraping
-    accounts alone (``local_scraper_uids``), told by the client socket's owner."""
+    accounts alone (``local_scraper_uids``), told by the client socket's owner (connected
+    to ``served_at`` when the front accepted the connection)."""
     token = settings.TRAINYARD_METRICS_TOKEN
     if token:
         given = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else ""
@@ -47,7 +56,7 @@ def refusal_for(authorization: str, forwarded: bool, remote_address: str, remote
         loopback = False
     if not loopback:
         return beyond
-    uid = peer_uid(remote_address, int(remote_port)) if remote_port.isdigit() else None
+    uid = peer_uid(remote_address, int(remote_port), served_at) if remote_port.isdigit() else None
     if uid is None:
         return f"Which account of this host connected could not be told. {beyond}"
     if uid not in local_scraper_uids():

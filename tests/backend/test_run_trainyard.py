@@ -10,11 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 import requests
 
+from tests.backend.front_support import slow_clients
 from tests.backend.gateway_support import listening
 from tests.servers import ROOT, free_port, wait_until
 from tests.unix_accounts import (
@@ -242,6 +244,16 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "pong" in ping.stdout, ping.stdout + ping.stderr
+
+    # Issue 29's attack: slow requests from alice's job account and from loopback, a header
+    # line at a time, leave the API answering (nginx holds them, not gunicorn's workers).
+    port = int(base_url.rsplit(":", 1)[1])
+    alice_session = signed_in(base_url, "alice", logins["alice"])
+    with slow_clients(port, 8, alice), slow_clients(port, 8):
+        for _ in range(3):
+            asked_at = time.monotonic()
+            assert alice_session.get(f"{base_url}/api/v1/me/", timeout=10).status_code == 200
+            assert time.monotonic() - asked_at < 2
     stops_cleanly(process, env["TRAINYARD_VAR_DIR"])
 
 

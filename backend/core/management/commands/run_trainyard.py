@@ -1,11 +1,12 @@
 """``manage.py run_trainyard``: the whole system on one host, as ``make run`` starts it.
 
 Migrates, seeds the demo cluster (as root, with the demo users' Unix accounts), starts an
-embedded Redis when REDIS_URL is unset, then the web server (gunicorn), a Celery worker,
-Celery beat, the SSH gateway (on TRAINYARD_SSH_PORT) and, for the local backend,
-``watch_job_ends`` and the resident spawner of workers' inits (``local_spawner``), and
-stops them all on Ctrl-C. The banner says how jobs are isolated: as their owners' accounts
-(root), or all as this account (single-user mode), and the gateway's host key fingerprint.
+embedded Redis when REDIS_URL is unset, then the web server (nginx in front of gunicorn,
+backend/core/front.py), a Celery worker, Celery beat, the SSH gateway (on
+TRAINYARD_SSH_PORT) and, for the local backend, ``watch_job_ends`` and the resident spawner
+of workers' inits (``local_spawner``), and stops them all on Ctrl-C. The banner says how
+jobs are isolated: as their owners' accounts (root), or all as this account (single-user
+mode), and the gateway's host key fingerprint.
 
 It supervises its children as an init system would: one that dies (a crash, the OOM
 killer, kill -9) is logged and started again after a backoff (1 s, doubling up to 30 s;
@@ -155,8 +156,11 @@ class Command(BaseCommand):
             child_env["TRAINYARD_ENDPOINTS_URL"] = (
                 f"http://{host}:{settings.TRAINYARD_ENDPOINTS_PORT}"
             )
+        # gunicorn on a socket that only the front (and the portal's account) can reach.
+        web_socket = f"unix:{settings.VAR_DIR / 'run' / 'gunicorn.sock'}"
         commands = {
-            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", bind,
+            "front": [python, "-m", "backend.core.front", bind, "--upstream", web_socket],
+            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", web_socket,
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],
             "worker": [python, "-m", "celery", "-A", "backend", "worker", "--loglevel", "INFO",
                        "--concurrency", "2"],

@@ -12,8 +12,10 @@ set -euo pipefail
 # openssh-client, openssh-server, tmux: the SSH gateway's tests drive OpenSSH's ssh, scp
 # and sftp (a terminal session inside tmux), sessions run OpenSSH's sftp-server, and
 # bench/ssh compares the gateway with OpenSSH's sshd.
+# slurm-wlm, munge, slurmrestd: the Slurm backend's tests run a real multi-node cluster
+# (deploy/slurm-cluster.sh).
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux "$@")
+          openssh-server tmux slurm-wlm munge slurmrestd "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -251,8 +251,10 @@ class SlurmBackend(ClusterBackend):
                 workers.append(
                     WorkerReport(rank, WorkerState.PENDING, None, f"Slurm: {job.reason}")
                 )
-            elif job is not None and not job.ended:
+            elif job is not None and not job.ended and self._started(state, rank):
                 workers.append(WorkerReport(rank, WorkerState.RUNNING))
+            elif job is not None and not job.ended:
+                workers.append(WorkerReport(rank, WorkerState.PENDING, None, "Starting"))
             elif stopping:
                 killed = SIGKILL_EXIT if state["killed_at"] else SIGTERM_EXIT
                 workers.append(WorkerReport(rank, WorkerState.FAILED, killed, STOPPED))
@@ -264,6 +266,12 @@ class SlurmBackend(ClusterBackend):
                 )
                 workers.append(WorkerReport(rank, WorkerState.FAILED, None, why))
         return JobReport(state["job_id"], state["attempt"], tuple(workers))
+
+    def _started(self, state: dict[str, Any], rank: int) -> bool:
+        """Whether the worker's step has started its command on its node."""
+        return (
+            self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.started"
+        ).exists()
 
     def _exit_code(self, state: dict[str, Any], rank: int) -> int | None:
         path = self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.exit"

@@ -9,9 +9,10 @@ together or none do (gang).
 
 The batch script runs as the job's owner on the allocation's first node and starts one
 ``srun`` step per worker, pinned to that worker's node, with the worker's own
-environment; it writes each worker's exit status to ``<status dir>/worker-<rank>.exit``
-as the worker ends, and its output (forwarded to the batch node by srun) to the worker's
-log in the log store.
+environment. Each worker's step marks that it runs (``<status dir>/worker-<rank>.started``)
+before it runs the command; the batch script writes each worker's exit status to
+``<status dir>/worker-<rank>.exit`` as the worker ends, and its output (which srun
+forwards to the batch node) to the worker's log in the log store.
 """
 
 from __future__ import annotations
@@ -117,11 +118,13 @@ def batch_script(
             f"{name}={shlex.quote(value)}" for name, value in envs[spec.rank].items()
         )
         status = shlex.quote(f"{status_dir}/worker-{spec.rank}.exit")
+        started = shlex.quote(f"{status_dir}/worker-{spec.rank}.started")
         log = shlex.quote(f"{log_dir}/worker-{spec.rank}.log")
         srun = " ".join(["srun", *step_options(spec, shares)])
+        step = shlex.quote(f": > {started}; exec /bin/sh -c {command}")
         lines.append(
             f"(export {exports}; cd {shlex.quote(working_dir)} || exit 1; "
-            f"{srun} /bin/sh -c {command} >> {log} 2>&1 < /dev/null; "
+            f"{srun} /bin/sh -c {step} >> {log} 2>&1 < /dev/null; "
             f"echo $? > {status}.tmp && mv {status}.tmp {status}) &"
         )
     lines.append("wait")

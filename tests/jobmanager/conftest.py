@@ -1,17 +1,13 @@
-"""The local backend, for the tests of it alone and of the isolation it keeps; the Slurm
-cluster the Slurm backend runs on."""
+"""The local backend, for the tests of it alone and of the isolation it keeps."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
 from jobmanager.backends.local import LocalBackend
-from tests.slurm_cluster import SlurmCluster, running_cluster
 from tests.spawner import running_spawner
 
 NODES = "local-0:A100:8,local-1:A100:8"
@@ -31,13 +27,3 @@ def backend(request, host_tmp) -> Iterator[LocalBackend]:
         yield backend
         for job_id in backend.reports():
             backend.remove(job_id)
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A real Slurm cluster of three nodes in network namespaces (tests/slurm_cluster.py),
-    started once for the session and removed at its end, also after a failure."""
-    if shutil.which("slurmctld") is None or os.geteuid() != 0:
-        pytest.skip("a Slurm cluster needs root and slurm-wlm (deploy/install-system-packages.sh)")
-    with running_cluster() as cluster:
-        yield cluster

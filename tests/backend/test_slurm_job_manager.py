@@ -5,6 +5,7 @@ loses takes the job back to the head of the queue, saying which node failed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -17,9 +18,39 @@ from tests.backend.jobs_support import JobManager
 from tests.factories import QuotaFactory
 from tests.servers import wait_until
 from tests.slurm_cluster import GPU_TYPE, wait_until_idle
-from tests.unix_accounts import reachable_directory, require_root
+from tests.unix_accounts import (
+    JOB_PYTHON,
+    JOB_PYTHONPATH,
+    reachable_directory,
+    readable_script,
+    require_root,
+)
 
 pytestmark = pytest.mark.django_db
+# Data-parallel training of a linear model over gloo: each rank its own batches, the
+# gradients all-reduced; rank 0's node address and port from the backend (env://).
+TRAIN = """\
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
+batches, target = torch.Generator().manual_seed(rank), torch.arange(8.0)
+losses = []
+for step in range(40):
+    x = torch.randn(64, 8, generator=batches)
+    loss = torch.nn.functional.mse_loss(model(x).squeeze(1), x @ target)
+    optimiser.zero_grad()
+    loss.backward()
+    optimiser.step()
+    losses.append(loss.item())
+weights = sum(p.sum().item() for p in model.parameters())
+print(f"rank {rank} of {world} on {os.uname().nodename} via {os.environ['MASTER_ADDR']}: "
+      f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, weights {weights:.6f}", flush=True)
+dist.destroy_process_group()
+"""
+TRAINED = re.compile(r"rank (\d) of 2 on (\S+) via (\S+): loss (\S+) -> (\S+), weights (\S+)")
 JOBS = "/api/v1/jobs/"
 NODE_DOWN_SECONDS = 60.0
 
@@ -29,6 +60,7 @@ def backend(slurm_cluster, settings) -> Iterator[SlurmBackend]:
     require_root()
     with reachable_directory() as directory:
         settings.TRAINYARD_LOG_DIR = directory / "logs"
+        settings.TRAINYARD_SLURM_STATE_DIR = directory / "state"  # scripts for jobs go here
         backend = SlurmBackend(directory / "state", directory / "logs", str(slurm_cluster.conf))
         try:
             yield backend
@@ -70,6 +102,15 @@ def status_after_runs(jobs: JobManager, job: Job, statuses: set[str], what: str)
     return Job.objects.get(pk=job.pk)
 
 
+def placed_nodes(job: Job) -> list[str]:
+    """Where the first attempt's workers were placed, by rank."""
+    return [worker["node"] for worker in job.attempts.get(number=1).gpus]
+
+
+def worker_log(jobs: JobManager, job: Job, rank: int) -> str:
+    return (jobs.backend.log_dir / job.job_id / f"worker-{rank}.log").read_text()
+
+
 def test_trainyard_backend_slurm_builds_the_backend_from_the_settings(settings, tmp_path):
     settings.TRAINYARD_BACKEND = "slurm"
     settings.TRAINYARD_SLURM_CONF = "/etc/slurm/elsewhere.conf"
@@ -98,9 +139,10 @@ def test_a_submitted_job_runs_as_its_owner_on_the_nodes_placed_and_finishes(worl
     job = status_after_runs(jobs, job, {JobStatus.FINISHED, JobStatus.FAILED}, "the job ends")
 
     assert (job.status, job.exit_code) == (JobStatus.FINISHED, 0)
-    placed = [worker["node"] for worker in job.placement]
+    placed = placed_nodes(job)
+    assert len(placed) == 2
     for rank, node in enumerate(placed):
-        log = (jobs.backend.log_dir / job.job_id / f"worker-{rank}.log").read_text()
+        log = worker_log(jobs, job, rank)
         assert f"rank {rank} of 2 on {node} as ty-test-mia" in log
 
 
@@ -110,7 +152,7 @@ def test_a_node_slurm_loses_requeues_the_job_at_the_head_naming_the_node(
     job = submit(world, command="sleep 600", gpus_per_worker=4, max_retries=0)
     job = status_after_runs(jobs, job, {JobStatus.RUNNING}, "the job runs")
     wait_until(lambda: jobs.backend.reports()[job.job_id].started, 30, "every worker to start")
-    lost = job.placement[1]["node"]
+    lost = placed_nodes(job)[1]
 
     slurm_cluster.kill_node(lost)
     try:
@@ -129,3 +171,28 @@ def test_a_node_slurm_loses_requeues_the_job_at_the_head_naming_the_node(
         for job_id in jobs.backend.reports():
             jobs.backend.stop(job_id, 0)
         wait_until_idle(slurm_cluster, [lost], NODE_DOWN_SECONDS)
+
+
+def test_two_workers_on_two_nodes_train_over_gloo_and_the_loss_goes_down(
+    world, jobs, settings, slurm_cluster
+):
+    script = readable_script(settings.TRAINYARD_SLURM_STATE_DIR, "train.py", TRAIN)
+    job = submit(
+        world,
+        type="distributed",
+        command=f"{JOB_PYTHON} {script}",
+        env={"PYTHONPATH": JOB_PYTHONPATH, "GLOO_SOCKET_IFNAME": "eth0"},
+    )  # 4 GPUs per worker: a node each
+
+    job = status_after_runs(jobs, job, {JobStatus.FINISHED, JobStatus.FAILED}, "training ends")
+
+    logs = [worker_log(jobs, job, rank) for rank in (0, 1)]
+    assert job.status == JobStatus.FINISHED, logs
+    lines = [TRAINED.search(log) for log in logs]
+    assert lines[0] and lines[1], logs
+    nodes = [line[2] for line in lines]
+    assert nodes == placed_nodes(job) and nodes[0] != nodes[1]
+    assert {line[3] for line in lines} == {slurm_cluster.node_address(nodes[0])}  # rank 0's
+    for line in lines:
+        assert float(line[5]) < float(line[4]) / 10  # it learnt
+    assert lines[0][6] == lines[1][6]  # the same model on both nodes: gradients all-reduced

@@ -103,8 +103,9 @@ class SlurmBackend(ClusterBackend):
         state = self._read_state(launch.job_id)
         if state and state["attempt"] == launch.attempt and state["slurm_id"] is not None:
             return
-        if state:  # an earlier attempt, or a submission cut short by a crash
-            self._cancel(state)
+        previous = state
+        if previous and previous["attempt"] != launch.attempt:  # an earlier attempt
+            self._cancel(previous)
         nodes = {node.name: node for node in self._slurm_nodes()}
         strangers = sorted({w.node for w in launch.workers} - set(nodes))
         if strangers:
@@ -118,9 +119,14 @@ class SlurmBackend(ClusterBackend):
             "grace_seconds": None,
             "killed_at": None,
         }
+        # A submission cut short by a crash may have reached Slurm: adopt it, found by name.
+        # (Without a state, nothing was submitted: it is written before sbatch runs.)
+        cut_short = previous is not None and previous["attempt"] == launch.attempt
         self._make_job_dirs(launch, run_as)
         self._write_state(state)
-        adopted = self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt))
+        adopted = (
+            self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt)) if cut_short else None
+        )
         state["slurm_id"] = adopted.job_id if adopted else self._submit(launch, run_as, nodes)
         self._write_state(state)
 
@@ -323,7 +329,6 @@ class SlurmBackend(ClusterBackend):
         job_dir.mkdir(exist_ok=True)
         job_dir.chmod(TRAVERSABLE)
         status_dir = self._status_dir(launch.job_id, launch.attempt)
-        shutil.rmtree(status_dir, ignore_errors=True)  # an earlier try of this attempt
         owned = [self.log_dir / launch.job_id, status_dir]
         owned += [] if launch.working_dir else [job_dir / "work"]
         for directory in owned:

@@ -4,6 +4,7 @@ exactly, per node, in one allocation; the owner's account; drain and resume."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -111,3 +112,20 @@ def test_cordon_drains_the_node_in_slurm_with_the_reason_and_uncordon_resumes_it
     # resumed, Slurm pings the node again before it counts it as responding
     wait_for(lambda: {n.name: n for n in backend.nodes()}["node3"].ready, SECONDS, "ready")
     assert "node3" not in backend.bad_nodes()
+
+
+def test_a_deploy_cut_short_after_sbatch_adopts_the_job_slurm_has_rather_than_submit_again(
+    backend,
+):
+    launch = a_launch("crashed001", (WorkerSpec(0, "node1", (0,), 1000, 64),), "sleep 600")
+    backend.deploy(launch)
+    state_file = backend.state_dir / "crashed001" / "state.json"
+    state = json.loads(state_file.read_text())
+    submitted, state["slurm_id"] = state["slurm_id"], None  # as if it died before recording
+    state_file.write_text(json.dumps(state))
+
+    backend.deploy(launch)
+
+    assert json.loads(state_file.read_text())["slurm_id"] == submitted
+    named = [job for job in backend.slurm.jobs() if job.name == "ty-crashed001-a1"]
+    assert [job.job_id for job in named] == [submitted]

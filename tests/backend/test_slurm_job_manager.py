@@ -1,7 +1,9 @@
 """The job manager with the Slurm backend, on a real cluster of three nodes in network
 namespaces: the nodes come from Slurm; a job submitted through the API runs as its
 owner on the nodes the scheduler chose and finishes with its exit code; a node Slurm
-loses takes the job back to the head of the queue, saying which node failed."""
+loses takes the job back to the head of the queue, saying which node failed; two
+workers on two nodes train over gloo; a node the repair manager takes out is drained in
+Slurm until it returns."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ import pytest
 from backend.clusters.models import GpuType, Node
 from backend.jobs.backends import get_backend
 from backend.jobs.models import Job, JobStatus
+from backend.repairs.actions import move_node
 from jobmanager.backends.slurm import SlurmBackend
+from jobmanager.backends.slurm_commands import SlurmJob
+from repairmanager.states import RepairState
 from tests.backend.jobs_support import JobManager
 from tests.factories import QuotaFactory
 from tests.servers import wait_until
@@ -21,6 +26,7 @@ from tests.slurm_cluster import GPU_TYPE, wait_until_idle
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
+    job_account,
     reachable_directory,
     readable_script,
     require_root,
@@ -196,3 +202,39 @@ def test_two_workers_on_two_nodes_train_over_gloo_and_the_loss_goes_down(
     for line in lines:
         assert float(line[5]) < float(line[4]) / 10  # it learnt
     assert lines[0][6] == lines[1][6]  # the same model on both nodes: gradients all-reduced
+
+
+def test_a_node_the_repair_manager_takes_out_is_drained_in_slurm_until_it_returns(
+    world, jobs, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr("backend.jobs.backends.get_backend", lambda: jobs.backend)
+    slurm = jobs.backend.slurm
+    node = Node.objects.get(name="node3")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        move_node(node, RepairState.OUT_OF_POOL, "GPU 2: double-bit ECC errors")
+    assert "DRAIN" in {n.name: n.states for n in slurm.nodes()}["node3"]
+    account = job_account("conform")
+    elsewhere = slurm.submit("#!/bin/sh\ntrue\n", account.name, ["--nodelist=node3", "-N1"])
+    try:  # nothing of Slurm's own lands there either: it waits, saying why
+
+        def held() -> SlurmJob:
+            return next(job for job in slurm.jobs() if job.job_id == elsewhere)
+
+        wait_until(lambda: held().reason not in ("", "None"), 30, "Slurm to decide")
+        assert (held().state, held().reason) == ("PENDING", "ReqNodeNotAvail")
+    finally:
+        slurm.cancel(elsewhere)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for state in (
+            RepairState.READY_FOR_REPAIR,
+            RepairState.IN_REPAIR,
+            RepairState.AFTER_REPAIR,
+        ):
+            move_node(Node.objects.get(pk=node.pk), state, "by hand")
+        move_node(Node.objects.get(pk=node.pk), RepairState.IN_SERVICE, "GPU 2 swapped")
+
+    wait_until(
+        lambda: {n.name: n for n in jobs.backend.nodes()}["node3"].ready, 30, "node3 resumed"
+    )

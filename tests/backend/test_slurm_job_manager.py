@@ -7,7 +7,10 @@ Slurm until it returns."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -159,24 +162,48 @@ def test_a_node_slurm_loses_requeues_the_job_at_the_head_naming_the_node(
     job = status_after_runs(jobs, job, {JobStatus.RUNNING}, "the job runs")
     wait_until(lambda: jobs.backend.reports()[job.job_id].started, 30, "every worker to start")
     lost = placed_nodes(job)[1]
+    owner = job_account_of(job)
 
     slurm_cluster.kill_node(lost)
     try:
 
-        def attempt_ended() -> bool:
+        def running_again() -> bool:
             jobs.run()
-            return job.attempts.filter(number=1, ended_at__isnull=False).exists()
+            job.refresh_from_db()
+            return job.attempt == 2 and job.status == JobStatus.RUNNING
 
-        wait_until(attempt_ended, NODE_DOWN_SECONDS, "attempt 1 ends")
-        requeued = Job.objects.get(pk=job.pk)
-        assert requeued.failure_rule == "node-unhealthy"
-        assert f"node {lost}" in requeued.repair_message
+        wait_until(running_again, NODE_DOWN_SECONDS, "attempt 2 runs")
+        assert job.attempts.get(number=1).failure_rule == "node-unhealthy"
+        assert job.failure_rule == "node-unhealthy" and job.retries_used == 0
+        assert f"node {lost}" in job.repair_message
         assert not Node.objects.get(name=lost).ready
+        assert lost not in [worker["node"] for worker in job.placement]  # elsewhere now
+        assert processes_of(slurm_cluster, lost, owner)  # still there: the node is cut off
     finally:
         slurm_cluster.start_node(lost)
-        for job_id in jobs.backend.reports():
-            jobs.backend.stop(job_id, 0)
-        wait_until_idle(slurm_cluster, [lost], NODE_DOWN_SECONDS)
+    # Back, slurmd learns the job ended and kills what it left there.
+    wait_until(lambda: not processes_of(slurm_cluster, lost, owner), 30, "the strays gone")
+    wait_until_idle(slurm_cluster, [lost], NODE_DOWN_SECONDS)
+
+
+def job_account_of(job: Job) -> int:
+    """The uid the job's processes run as: its owner's account's."""
+    return pwd.getpwnam(f"ty-test-{job.owner.username}").pw_uid
+
+
+def processes_of(cluster, node: str, uid: int) -> list[int]:
+    """The processes of ``uid`` in the node's network namespace."""
+    listed = subprocess.run(
+        ["ip", "netns", "pids", cluster.namespace(node)], capture_output=True, text=True
+    ).stdout.split()
+    return [int(pid) for pid in listed if _owner(int(pid)) == uid]
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def test_two_workers_on_two_nodes_train_over_gloo_and_the_loss_goes_down(

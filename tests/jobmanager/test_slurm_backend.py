@@ -129,3 +129,15 @@ def test_a_deploy_cut_short_after_sbatch_adopts_the_job_slurm_has_rather_than_su
     assert json.loads(state_file.read_text())["slurm_id"] == submitted
     named = [job for job in backend.slurm.jobs() if job.name == "ty-crashed001-a1"]
     assert [job.job_id for job in named] == [submitted]
+
+
+def test_a_new_attempt_replaces_an_ended_one_not_yet_removed(backend):
+    first = a_launch("again00001", (WorkerSpec(0, "node1", (0,), 1000, 64),), "exit 3")
+    backend.deploy(first)
+    assert ended(backend, "again00001").failed_worker is not None
+
+    backend.deploy(replace(first, attempt=2, command="echo attempt $TRAINYARD_ATTEMPT"))
+
+    report = ended(backend, "again00001")
+    assert (report.attempt, report.succeeded) == (2, True)
+    assert "attempt 2" in log(backend, "again00001", 0)

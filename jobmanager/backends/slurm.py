@@ -221,10 +221,13 @@ class SlurmBackend(ClusterBackend):
         return [_backend_node(node) for node in self._slurm_nodes()]
 
     def bad_nodes(self) -> dict[str, str]:
-        return {node.name: node.why_unhealthy() for node in self._slurm_nodes() if not node.healthy}
+        """Nodes Slurm finds down or not responding: their workers are lost. (A drained
+        node is not bad: it takes no new work, and what runs there finishes.)"""
+        return {node.name: node.why_down() for node in self._slurm_nodes() if node.down}
 
     def cordon(self, node: str, cordoned: bool) -> None:
-        """Drain the node in Slurm (running jobs finish, nothing new starts), or resume it."""
+        """Drain the node in Slurm (what runs there finishes, nothing new starts; Trainyard
+        counts it not ready), or resume it."""
         self.slurm.set_drained(node, cordoned, CORDON_REASON)
 
     # --- state -----------------------------------------------------------------------------
@@ -386,5 +389,5 @@ def _backend_node(node: SlurmNode) -> BackendNode:
         millicpus=node.cpus * 1000,
         memory=node.memory,
         labels={"slurm/address": node.address},
-        ready=node.healthy,
+        ready=not (node.down or node.drained),
     )

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 COMMAND_TIMEOUT_SECONDS = 30.0
-# A node in any of these states takes no work (sinfo --json: the base state upper-cased,
-# then its flags).
-UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "NOT_RESPONDING"})
-UNHEALTHY_FLAGS = UNHEALTHY_STATES | {"INVALID_REG", "MAINTENANCE", "REBOOT_REQUESTED"}
+# A node in any of these states is down: what runs there is lost (sinfo --json: the base
+# state upper-cased, then its flags). One drained takes no new work; what runs there goes on.
+DOWN_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "INVALID_REG"})
+DRAINED_STATES = frozenset(
+    {"DRAIN", "DRAINING", "DRAINED", "MAINTENANCE", "REBOOT_REQUESTED", "RESERVED"}
+)
 ENDED_JOB_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
      "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -40,8 +42,12 @@ class SlurmNode:
     reason: str
 
     @property
-    def healthy(self) -> bool:
-        return not (self.states & UNHEALTHY_FLAGS)
+    def down(self) -> bool:
+        return bool(self.states & DOWN_STATES)
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.states & DRAINED_STATES)
 
     @property
     def gpus(self) -> tuple[str, int]:
@@ -54,8 +60,8 @@ class SlurmNode:
                 return gpu_type, int(count) if count.isdigit() else 0
         return "", 0
 
-    def why_unhealthy(self) -> str:
-        states = ", ".join(sorted(s.lower() for s in self.states & UNHEALTHY_FLAGS))
+    def why_down(self) -> str:
+        states = ", ".join(sorted(s.lower() for s in self.states & DOWN_STATES))
         return f"Slurm: {states}" + (f" ({self.reason})" if self.reason else "")
 
 

@@ -98,20 +98,24 @@ def test_a_launch_without_the_owner_s_account_or_as_root_is_refused(backend, run
     assert "refused001" not in backend.reports()
 
 
-def test_cordon_drains_the_node_in_slurm_with_the_reason_and_uncordon_resumes_it(
-    backend, slurm_cluster
-):
+def test_cordon_drains_the_node_in_slurm_with_the_reason_and_uncordon_resumes_it(backend):
+    running = a_launch(
+        "drained001", (WorkerSpec(0, "node3", (0,), 1000, 64),), "sleep 3; echo finished"
+    )
+    backend.deploy(running)
+    wait_for(lambda: backend.reports()["drained001"].started, SECONDS, "the worker starts")
+
     backend.cordon("node3", True)
     try:
-        node = {n.name: n for n in backend.nodes()}["node3"]
-        assert not node.ready
-        assert CORDON_REASON in backend.bad_nodes()["node3"]
-        assert "DRAIN" in {n.name: n for n in backend.slurm.nodes()}["node3"].states
+        slurm_node = {n.name: n for n in backend.slurm.nodes()}["node3"]
+        assert slurm_node.drained and slurm_node.reason == CORDON_REASON
+        assert not {n.name: n for n in backend.nodes()}["node3"].ready  # nothing new there
+        assert "node3" not in backend.bad_nodes()
+        assert ended(backend, "drained001").succeeded  # what ran there finished
     finally:
         backend.cordon("node3", False)
     # resumed, Slurm pings the node again before it counts it as responding
     wait_for(lambda: {n.name: n for n in backend.nodes()}["node3"].ready, SECONDS, "ready")
-    assert "node3" not in backend.bad_nodes()
 
 
 def test_a_deploy_cut_short_after_sbatch_adopts_the_job_slurm_has_rather_than_submit_again(

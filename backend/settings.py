@@ -304,8 +304,8 @@ LOGGING = {
 }
 
 # --- Trainyard ------------------------------------------------------------------------------
-# Which cluster backend runs jobs: "local" (real processes on this host), "kubernetes", or
-# "memory" (jobs kept in a table; tests decide when they end).
+# Which cluster backend runs jobs: "local" (real processes on this host), "kubernetes",
+# "slurm", or "memory" (jobs kept in a table; tests decide when they end).
 TRAINYARD_BACKEND = env("TRAINYARD_BACKEND", "local")
 # The local backend: where it keeps each job's state (so that a restart re-adopts running
 # jobs), the nodes it declares ("name:gpu_type:gpus[:cpus:memoryMiB],..."; "registered":
@@ -337,6 +337,13 @@ TRAINYARD_UNIX_NAME_PREFIX = env("TRAINYARD_UNIX_NAME_PREFIX", "ty-")
 TRAINYARD_UNIX_HOME_BASE = env("TRAINYARD_UNIX_HOME_BASE", "/home")
 TRAINYARD_UNIX_MIN_UID = env_int("TRAINYARD_UNIX_MIN_UID", 1000)
 TRAINYARD_UNIX_MIN_GID = env_int("TRAINYARD_UNIX_MIN_GID", 1000)
+# The Slurm backend (docs/operations.md, "Running jobs on Slurm"): the cluster's slurm.conf
+# (the controller's address, and munge's socket as the credential; "" for Slurm's own
+# default), the partition jobs go to ("" for the cluster's default), and where it keeps
+# each job's state (on a filesystem the nodes share: the workers' exit files land there).
+TRAINYARD_SLURM_CONF = env("TRAINYARD_SLURM_CONF", "")
+TRAINYARD_SLURM_PARTITION = env("TRAINYARD_SLURM_PARTITION", "")
+TRAINYARD_SLURM_STATE_DIR = Path(env("TRAINYARD_SLURM_STATE_DIR", str(VAR_DIR / "slurm-backend")))
 # A failed deployment is retried after base * 2^(failures - 1) seconds; after this many in
 # a row the job fails (a job that can never start must not be requeued forever).
 TRAINYARD_MAX_DEPLOY_FAILURES = env_int("TRAINYARD_MAX_DEPLOY_FAILURES", 3)

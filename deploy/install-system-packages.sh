@@ -13,8 +13,10 @@ set -euo pipefail
 # and sftp (a terminal session inside tmux), sessions run OpenSSH's sftp-server, and
 # bench/ssh compares the gateway with OpenSSH's sshd.
 # nginx: the web tier's front (backend/core/front.py), which make run starts before gunicorn.
+# slurm-wlm, munge, slurmrestd: the Slurm backend's tests run a real multi-node cluster
+# (deploy/slurm-cluster.sh).
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux nginx "$@")
+          openssh-server tmux nginx slurm-wlm munge slurmrestd "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

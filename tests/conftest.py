@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
+from tests.slurm_cluster import SlurmCluster, running_cluster
 from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE, reachable_directory
 
 GIB = 1024
@@ -142,3 +144,13 @@ def host_tmp() -> Iterator[object]:
     for the local backend's state and logs and for scripts jobs run."""
     with reachable_directory() as directory:
         yield directory
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A real Slurm cluster of three nodes in network namespaces (tests/slurm_cluster.py),
+    started once for the session and removed at its end, also after a failure."""
+    if shutil.which("slurmctld") is None or os.geteuid() != 0:
+        pytest.skip("a Slurm cluster needs root and slurm-wlm (deploy/install-system-packages.sh)")
+    with running_cluster() as cluster:
+        yield cluster

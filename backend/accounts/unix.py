@@ -44,10 +44,10 @@ def uid_range() -> range:
 
 
 def accounts_required() -> bool:
-    """Whether jobs run as their owners' accounts here: on Kubernetes, and on the local
-    backend when this process is root."""
+    """Whether jobs run as their owners' accounts here: on Kubernetes and Slurm, and on
+    the local backend when this process is root."""
     backend = settings.TRAINYARD_BACKEND
-    return backend == "kubernetes" or (backend == "local" and can_switch_users())
+    return backend in ("kubernetes", "slurm") or (backend == "local" and can_switch_users())
 
 
 def tenancy() -> dict[str, str]:

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from jobmanager.backends import ClusterBackend
 
-BACKENDS = ("local", "kubernetes", "memory")
+BACKENDS = ("local", "kubernetes", "slurm", "memory")
 
 
 @functools.cache
@@ -47,6 +47,13 @@ def _memory_backend(state_path: str, log_dir: str) -> ClusterBackend:
 
 
 @functools.cache
+def _slurm_backend(state_dir: str, log_dir: str, conf: str, partition: str) -> ClusterBackend:
+    from jobmanager.backends.slurm import SlurmBackend
+
+    return SlurmBackend(state_dir, log_dir, conf=conf, partition=partition)
+
+
+@functools.cache
 def _kubernetes_backend() -> ClusterBackend:
     from backend.jobs.kubernetes import kubernetes_backend
 
@@ -81,4 +88,11 @@ def get_backend() -> ClusterBackend:
         return _memory_backend(str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)
     if name == "kubernetes":
         return _kubernetes_backend()
+    if name == "slurm":
+        return _slurm_backend(
+            str(settings.TRAINYARD_SLURM_STATE_DIR),
+            log_dir,
+            settings.TRAINYARD_SLURM_CONF,
+            settings.TRAINYARD_SLURM_PARTITION,
+        )
     raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")

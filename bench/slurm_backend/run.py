@@ -1,0 +1,115 @@
+"""The Slurm backend against a plain ``sbatch`` of the same work: submit to running.
+
+    .venv/bin/python -m bench.slurm_backend.run [--jobs 20]
+
+Starts the 3-node Slurm cluster of the tests (tests/slurm_cluster.py; root, Slurm from
+deploy/install-system-packages.sh) and, alternating, one job at a time:
+
+- trainyard: ``SlurmBackend.deploy`` of a 2-worker gang on node1 and node2 (as the job
+  manager's deploy task calls it), until both workers' steps have started their command
+  (the marks ``reports()`` reads);
+- sbatch: ``sbatch --uid -N2 --nodelist=node1,node2`` of a batch script that starts the
+  same command with one ``srun`` over both nodes, until both tasks have started it.
+
+Both are timed by this process's clock, polling every 10 ms; each job is cancelled and
+the nodes are idle again before the next. This is the backend's share of submit to
+running; the job manager's pass before it is measured by bench.local_latency.
+Goal (issue 30): at most 1.3x plain sbatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
+from jobmanager.backends.slurm import SlurmBackend
+from jobmanager.backends.slurm_commands import SlurmCommands
+from tests.slurm_cluster import running_cluster, wait_until_idle
+from tests.unix_accounts import job_account, owned_directory
+
+POLL_SECONDS = 0.01
+TIMEOUT_SECONDS = 60.0
+
+
+def timed(submit: Callable[[], None], started: Callable[[], bool]) -> float:
+    begin = time.perf_counter()
+    submit()
+    while not started():
+        if time.perf_counter() - begin > TIMEOUT_SECONDS:
+            raise TimeoutError("the job did not start")
+        time.sleep(POLL_SECONDS)
+    return time.perf_counter() - begin
+
+
+def trainyard_once(backend: SlurmBackend, account: RunAs, index: int) -> float:
+    """Deploy a 2-worker gang until both workers' steps have started their command."""
+    launch = JobLaunch(
+        job_id=f"bench{index:05d}", attempt=1, name="bench", owner=account.name, vc="bench",
+        command="sleep 60", run_as=account,
+        workers=(WorkerSpec(0, "node1", (0,), 1000, 64), WorkerSpec(1, "node2", (0,), 1000, 64)),
+    )  # fmt: skip
+    marks = [backend.state_dir / launch.job_id / "a1" / f"worker-{rank}.started" for rank in (0, 1)]
+    seconds = timed(lambda: backend.deploy(launch), lambda: all(m.exists() for m in marks))
+    assert backend.reports()[launch.job_id].started
+    backend.stop(launch.job_id, 0)
+    backend.remove(launch.job_id)
+    return seconds
+
+
+def sbatch_once(slurm: SlurmCommands, account: RunAs, plain: Path, index: int) -> float:
+    """The same work with sbatch: one srun over both nodes, until both tasks have started."""
+    marks = [plain / f"{index}.{rank}" for rank in (0, 1)]
+    script = (
+        f"#!/bin/sh\nsrun -N2 -n2 --gres=gpu:1 sh -c ': > {plain}/{index}.$SLURM_PROCID; "
+        "exec sleep 60'\n"
+    )
+    options = ["-N2", "-n2", "--nodelist=node1,node2", "--gres=gpu:1", "--mem=64",
+               "--output=/dev/null"]  # fmt: skip
+    ids: list[int] = []
+    seconds = timed(
+        lambda: ids.append(slurm.submit(script, account.name, options)),
+        lambda: all(mark.exists() for mark in marks),
+    )
+    slurm.cancel(ids[0])
+    return seconds
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 1),
+        "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] * 1000, 1),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=20)
+    jobs = parser.parse_args().jobs
+    account = job_account("bench")
+    with running_cluster() as cluster, tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        root.chmod(0o711)
+        backend = SlurmBackend(root / "state", root / "logs", str(cluster.conf))
+        plain = owned_directory(root / "plain", account)
+        slurm = SlurmCommands(str(cluster.conf))
+        times: dict[str, list[float]] = {"trainyard": [], "sbatch": []}
+        for index in range(jobs):
+            times["trainyard"].append(trainyard_once(backend, account, index))
+            wait_until_idle(cluster, ["node1", "node2"])
+            times["sbatch"].append(sbatch_once(slurm, account, plain, index))
+            wait_until_idle(cluster, ["node1", "node2"])
+        result = {name: summary(seconds) for name, seconds in times.items()}
+        ratio = result["trainyard"]["p50_ms"] / result["sbatch"]["p50_ms"]
+        print(json.dumps({"jobs": jobs, **result, "ratio_p50": round(ratio, 2)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

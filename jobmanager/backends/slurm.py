@@ -1,0 +1,393 @@
+"""The Slurm backend: Trainyard decides, Slurm executes.
+
+Each attempt of a job is one Slurm batch job (``slurm_script``): an allocation naming
+exactly the nodes, GPUs, CPUs and memory the pure core placed, submitted with ``sbatch
+--uid=<owner>`` so that Slurm runs every process as the job's owner, as it runs a user's
+own jobs (the portal is root on a submit host: Slurm's ``--uid`` is root's alone). Slurm
+is told never to requeue it (``--no-requeue``): when a node fails, the attempt fails
+with the node named, and Trainyard's retry rules requeue the job at the head of its queue.
+
+Slurm is reached through its own commands and their machine-readable output (``sbatch
+--parsable``, ``squeue --json``, ``sinfo --json``, ``scancel``, ``scontrol update``, in
+``slurm_commands``), with the ``slurm.conf`` of ``TRAINYARD_SLURM_CONF``: the
+controller's address, and munge's socket as the credential.
+
+What Trainyard keeps of a job lives in ``<state>/<job id>/state.json`` (root's): the
+attempt, its Slurm job id, each worker's node, and when a stop was asked with its grace,
+so that a new instance in another process adopts the jobs that run. The batch script
+writes each worker's exit status into ``<state>/<job id>/a<attempt>/`` (the owner's) and
+each worker's output, which ``srun`` forwards to the batch node, into the log store:
+both lie on a filesystem the nodes share with the portal (here the host's own; on a site,
+the shared filesystem Slurm's nodes already mount).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jobmanager.backends.base import (
+    NODE_UNHEALTHY,
+    STOPPED,
+    BackendNode,
+    ClusterBackend,
+    DeployError,
+    Isolation,
+    JobLaunch,
+    JobReport,
+    LaunchRefused,
+    RunAs,
+    WorkerReport,
+    WorkerState,
+)
+from jobmanager.backends.local import worker_env
+from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJob, SlurmNode
+from jobmanager.backends.slurm_script import allocation_options, batch_script, node_shares
+
+TRAVERSABLE = 0o711
+PRIVATE = 0o700
+MASTER_PORTS = (29500, 2000)  # each attempt's rank 0 listens on base + crc32(id) % span
+SIGTERM_EXIT = 143
+SIGKILL_EXIT = 137
+CORDON_REASON = "cordoned by Trainyard"
+
+
+class SlurmBackend(ClusterBackend):
+    name = "slurm"
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        log_dir: Path | str,
+        conf: str = "",
+        partition: str = "",
+        commands: SlurmCommands | None = None,
+    ) -> None:
+        """``conf``: the cluster's slurm.conf ("" for Slurm's default, /etc/slurm);
+        ``partition``: where jobs go ("" for the cluster's default)."""
+        self.state_dir = Path(state_dir)
+        self.log_dir = Path(log_dir)
+        for directory in (self.state_dir, self.log_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+            if directory.stat().st_uid == os.geteuid():
+                directory.chmod(TRAVERSABLE)
+        self.partition = partition
+        self.slurm = commands or SlurmCommands(conf)
+        self._pinned_nodes: list[SlurmNode] | None = None
+
+    def isolation(self, launch: JobLaunch) -> Isolation:
+        who = (
+            launch.run_as.describe()
+            if launch.run_as
+            else "nobody: the owner has no Unix account, so the job cannot run"
+        )
+        return Isolation(
+            run_as=f"{who}, submitted to Slurm with sbatch --uid",
+            limits="Slurm's: the allocation's CPUs, memory and GPUs, as the cluster's "
+            "TaskPlugin and ProctrackType enforce them",
+        )
+
+    # --- the interface ---------------------------------------------------------------------
+
+    def deploy(self, launch: JobLaunch) -> None:
+        if not launch.workers:
+            raise DeployError(f"Job {launch.job_id} has no workers to start.")
+        run_as = _run_as(launch)
+        state = self._read_state(launch.job_id)
+        if state and state["attempt"] == launch.attempt and state["slurm_id"] is not None:
+            return
+        previous = state
+        if previous and previous["attempt"] != launch.attempt:  # an earlier attempt
+            self._cancel(previous)
+        nodes = {node.name: node for node in self._slurm_nodes()}
+        strangers = sorted({w.node for w in launch.workers} - set(nodes))
+        if strangers:
+            raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
+        state = {
+            "job_id": launch.job_id,
+            "attempt": launch.attempt,
+            "slurm_id": None,
+            "workers": [{"rank": w.rank, "node": w.node} for w in launch.workers],
+            "stop_requested_at": None,
+            "grace_seconds": None,
+            "killed_at": None,
+        }
+        # A submission cut short by a crash may have reached Slurm: adopt it, found by name.
+        # (Without a state, nothing was submitted: it is written before sbatch runs.)
+        cut_short = previous is not None and previous["attempt"] == launch.attempt
+        self._make_job_dirs(launch, run_as)
+        self._write_state(state)
+        adopted = (
+            self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt)) if cut_short else None
+        )
+        state["slurm_id"] = adopted.job_id if adopted else self._submit(launch, run_as, nodes)
+        self._write_state(state)
+
+    def _submit(self, launch: JobLaunch, run_as: RunAs, nodes: dict[str, SlurmNode]) -> int:
+        shares = node_shares(launch)
+        master = nodes[min(launch.workers, key=lambda w: w.rank).node].address
+        port = (
+            MASTER_PORTS[0]
+            + zlib.crc32(f"{launch.job_id}/{launch.attempt}".encode()) % MASTER_PORTS[1]
+        )
+        envs = {}
+        for spec in launch.workers:
+            env = worker_env(launch, spec, port, declared=False, run_as=run_as)
+            env.pop("CUDA_VISIBLE_DEVICES")  # Slurm sets it to the devices it gave the step
+            envs[spec.rank] = env | {"MASTER_ADDR": master}
+        job_dir = self._job_dir(launch.job_id)
+        script = batch_script(
+            launch, shares, envs,
+            working_dir=launch.working_dir or str(job_dir / "work"),
+            status_dir=str(self._status_dir(launch.job_id, launch.attempt)),
+            log_dir=str(self.log_dir / launch.job_id),
+        )  # fmt: skip
+        options = [
+            f"--job-name={_slurm_name(launch.job_id, launch.attempt)}", "--no-requeue",
+            f"--output={job_dir / f'a{launch.attempt}' / 'batch.log'}", "--kill-on-invalid-dep=yes",
+            *([f"--partition={self.partition}"] if self.partition else []),
+            *allocation_options(shares),
+        ]  # fmt: skip
+        try:
+            return self.slurm.submit(script, run_as.name, options)
+        except SlurmError as error:
+            raise DeployError(f"Slurm refused job {launch.job_id}: {error}") from error
+
+    def stop(self, job_id: str, grace_seconds: float) -> None:
+        state = self._read_state(job_id)
+        if state is None:
+            return
+        if state["slurm_id"] is None:  # never submitted
+            self._cancel(state)
+            return
+        if state["stop_requested_at"] is None:
+            state["stop_requested_at"] = time.time()
+            state["grace_seconds"] = max(0.0, float(grace_seconds))
+            self._write_state(state)
+            job = self._slurm_job(state["slurm_id"])
+            if job is not None and job.pending:
+                self._cancel(state)  # nothing started: nothing to give a grace
+            elif job is not None and not job.ended:
+                with contextlib.suppress(SlurmError):  # ended meanwhile
+                    self.slurm.signal(state["slurm_id"], "TERM")
+        self._enforce_grace(state)
+
+    def reports(self) -> dict[str, JobReport]:
+        states = list(self._states())
+        if not states:
+            return {}
+        jobs = {job.job_id: job for job in self.slurm.jobs()}
+        bad = self.bad_nodes()
+        reports = {}
+        for state in states:
+            job = jobs.get(state["slurm_id"]) if state["slurm_id"] is not None else None
+            if job is not None and not job.ended and self._kill_due(state):
+                self._enforce_grace(state)
+            reports[state["job_id"]] = self._report(state, job, bad)
+        return reports
+
+    def remove(self, job_id: str) -> None:
+        state = self._read_state(job_id)
+        if state is None:
+            return
+        job = self._slurm_job(state["slurm_id"]) if state["slurm_id"] is not None else None
+        if job is not None and not job.ended:
+            self._cancel(state)
+        job_dir = self._job_dir(job_id)
+        for path in job_dir.iterdir() if job_dir.is_dir() else []:
+            if path.name != "work":  # the job's files stay, as its logs do
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    @contextlib.contextmanager
+    def nodes_pinned(self) -> Iterator[None]:
+        """One ``sinfo`` for a batch of deployments."""
+        if self._pinned_nodes is not None:
+            yield
+            return
+        self._pinned_nodes = self.slurm.nodes()
+        try:
+            yield
+        finally:
+            self._pinned_nodes = None
+
+    def nodes(self) -> list[BackendNode]:
+        return [_backend_node(node) for node in self._slurm_nodes()]
+
+    def bad_nodes(self) -> dict[str, str]:
+        """Nodes Slurm finds down or not responding: their workers are lost. (A drained
+        node is not bad: it takes no new work, and what runs there finishes.)"""
+        return {node.name: node.why_down() for node in self._slurm_nodes() if node.down}
+
+    def cordon(self, node: str, cordoned: bool) -> None:
+        """Drain the node in Slurm (what runs there finishes, nothing new starts; Trainyard
+        counts it not ready), or resume it."""
+        self.slurm.set_drained(node, cordoned, CORDON_REASON)
+
+    # --- state -----------------------------------------------------------------------------
+
+    def _report(
+        self, state: dict[str, Any], job: SlurmJob | None, bad: dict[str, str]
+    ) -> JobReport:
+        stopping = state["stop_requested_at"] is not None
+        workers = []
+        for worker in state["workers"]:
+            rank, node = worker["rank"], worker["node"]
+            code = self._exit_code(state, rank)
+            if code is not None:
+                state_ = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
+                workers.append(
+                    WorkerReport(rank, state_, code, STOPPED if stopping and code else "")
+                )
+            elif node in bad and (job is None or job.ended or job.state == "RUNNING"):
+                workers.append(
+                    WorkerReport(
+                        rank,
+                        WorkerState.FAILED,
+                        None,
+                        f"{NODE_UNHEALTHY}: node {node}: {bad[node]}",
+                    )
+                )
+            elif job is not None and job.state == "NODE_FAIL":
+                workers.append(WorkerReport(rank, WorkerState.FAILED, None, STOPPED))
+            elif job is not None and job.pending:
+                workers.append(
+                    WorkerReport(rank, WorkerState.PENDING, None, f"Slurm: {job.reason}")
+                )
+            elif job is not None and not job.ended and self._started(state, rank):
+                workers.append(WorkerReport(rank, WorkerState.RUNNING))
+            elif job is not None and not job.ended:
+                workers.append(WorkerReport(rank, WorkerState.PENDING, None, "Starting"))
+            elif stopping:
+                killed = SIGKILL_EXIT if state["killed_at"] else SIGTERM_EXIT
+                workers.append(WorkerReport(rank, WorkerState.FAILED, killed, STOPPED))
+            else:
+                why = (
+                    f"Slurm job {job.job_id}: {job.state} ({job.reason})"
+                    if job
+                    else (f"Slurm no longer knows job {state['slurm_id']}")
+                )
+                workers.append(WorkerReport(rank, WorkerState.FAILED, None, why))
+        return JobReport(state["job_id"], state["attempt"], tuple(workers))
+
+    def _started(self, state: dict[str, Any], rank: int) -> bool:
+        """Whether the worker's step has started its command on its node."""
+        return (
+            self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.started"
+        ).exists()
+
+    def _exit_code(self, state: dict[str, Any], rank: int) -> int | None:
+        path = self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.exit"
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text().strip())
+        return None
+
+    def _kill_due(self, state: dict[str, Any]) -> bool:
+        asked = state["stop_requested_at"]
+        return asked is not None and time.time() >= asked + state["grace_seconds"]
+
+    def _enforce_grace(self, state: dict[str, Any]) -> None:
+        """Past the grace period, kill every process of the job, its batch script too."""
+        if not self._kill_due(state) or state["killed_at"] is not None:
+            return
+        with contextlib.suppress(SlurmError):  # ended meanwhile
+            self.slurm.signal(state["slurm_id"], "KILL", batch_too=True)
+        state["killed_at"] = time.time()
+        self._write_state(state)
+
+    def _cancel(self, state: dict[str, Any]) -> None:
+        """End the job in Slurm at once (found by name when its id was never recorded)."""
+        slurm_id = state["slurm_id"]
+        if slurm_id is None:
+            job = self._slurm_job_named(_slurm_name(state["job_id"], state["attempt"]))
+            slurm_id = job.job_id if job else None
+        if slurm_id is not None:
+            with contextlib.suppress(SlurmError):
+                self.slurm.signal(slurm_id, "KILL", batch_too=True)
+            self.slurm.cancel(slurm_id)
+        state["killed_at"] = state["killed_at"] or time.time()
+        if state["stop_requested_at"] is None:
+            state["stop_requested_at"], state["grace_seconds"] = time.time(), 0.0
+        self._write_state(state)
+
+    def _slurm_nodes(self) -> list[SlurmNode]:
+        return list(self._pinned_nodes) if self._pinned_nodes is not None else self.slurm.nodes()
+
+    def _slurm_job(self, slurm_id: int) -> SlurmJob | None:
+        return next((job for job in self.slurm.jobs() if job.job_id == slurm_id), None)
+
+    def _slurm_job_named(self, name: str) -> SlurmJob | None:
+        return next((job for job in self.slurm.jobs() if job.name == name and not job.ended), None)
+
+    def _make_job_dirs(self, launch: JobLaunch, run_as: RunAs) -> None:
+        """The backend's directory for the job (root's, passable); the job's working
+        directory, its attempt's status directory and its logs (the owner's, 0700)."""
+        job_dir = self._job_dir(launch.job_id)
+        job_dir.mkdir(exist_ok=True)
+        job_dir.chmod(TRAVERSABLE)
+        status_dir = self._status_dir(launch.job_id, launch.attempt)
+        owned = [self.log_dir / launch.job_id, status_dir]
+        owned += [] if launch.working_dir else [job_dir / "work"]
+        for directory in owned:
+            directory.mkdir(mode=PRIVATE, exist_ok=True)
+            os.chown(directory, run_as.uid, run_as.gid, follow_symlinks=False)
+            directory.chmod(PRIVATE)
+
+    def _job_dir(self, job_id: str) -> Path:
+        return self.state_dir / job_id
+
+    def _status_dir(self, job_id: str, attempt: int) -> Path:
+        return self._job_dir(job_id) / f"a{attempt}"
+
+    def _read_state(self, job_id: str) -> dict[str, Any] | None:
+        with contextlib.suppress(OSError, ValueError):
+            state: dict[str, Any] = json.loads((self._job_dir(job_id) / "state.json").read_text())
+            return state
+        return None
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        path = self._job_dir(state["job_id"]) / "state.json"
+        path.with_suffix(".tmp").write_text(json.dumps(state))
+        path.with_suffix(".tmp").replace(path)
+
+    def _states(self) -> Iterator[dict[str, Any]]:
+        for job_dir in sorted(self.state_dir.iterdir()):
+            state = self._read_state(job_dir.name)
+            if state is not None:
+                yield state
+
+
+def _run_as(launch: JobLaunch) -> RunAs:
+    """The owner's account; never root, never none."""
+    run_as = launch.run_as
+    if run_as is None:
+        raise LaunchRefused(
+            f"The owner of job {launch.job_id} ({launch.owner}) has no Unix account; "
+            "jobs never run as root."
+        )
+    if run_as.uid == 0 or run_as.gid == 0:
+        raise LaunchRefused(f"Job {launch.job_id} would run as root ({run_as.describe()}).")
+    return run_as
+
+
+def _slurm_name(job_id: str, attempt: int) -> str:
+    return f"ty-{job_id}-a{attempt}"
+
+
+def _backend_node(node: SlurmNode) -> BackendNode:
+    gpu_type, gpus = node.gpus
+    return BackendNode(
+        name=node.name,
+        gpu_type=gpu_type or "cpu",
+        gpus=gpus,
+        millicpus=node.cpus * 1000,
+        memory=node.memory,
+        labels={"slurm/address": node.address},
+        ready=not (node.down or node.drained),
+    )

@@ -1,0 +1,114 @@
+"""What the conformance suite runs each backend with: one harness per backend.
+
+A harness gives the backend, two nodes to place workers on, the account jobs run as, and
+plays the part of the world where a backend needs one: the Kubernetes fake runs no
+command, so its harness moves each pod as the command would have (starts, writes its
+log, exits with its code, is gone after a stop); the local and Slurm backends run the
+command for real and their harnesses play nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jobmanager.backends import ClusterBackend, JobLaunch, RunAs, WorkerSpec
+from tests.deadlines import deadline_after, pauses
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Work:
+    """What every worker of a test job does: print a line naming itself, then exit with
+    its rank's code, or (``exit_codes`` None) run until it is stopped."""
+
+    exit_codes: tuple[int, ...] | None = None
+
+    def line(self, rank: int) -> str:
+        return f"hello from rank {rank}"
+
+    @property
+    def command(self) -> str:
+        start = 'echo "hello from rank $RANK"; '
+        if self.exit_codes is None:
+            return start + "exec sleep 600"
+        cases = " ".join(f"{rank}) exit {code};;" for rank, code in enumerate(self.exit_codes))
+        return start + f"case $RANK in {cases} esac"
+
+
+@dataclass
+class Harness:
+    """A backend under test, and how its world moves (for a fake)."""
+
+    name: str
+    backend: ClusterBackend
+    nodes: tuple[str, str]
+    account: RunAs
+    log_dir: Path
+    executes: bool  # runs commands for real
+    kubernetes: Any = None  # the fake API server's test cluster (KubernetesTestCluster)
+    slurm: Any = None  # the Slurm test cluster (SlurmCluster)
+    launched: list[str] = field(default_factory=list)
+
+    def launch(self, job_id: str, command: str, workers: int = 2, gpus: int = 1) -> JobLaunch:
+        """A launch of ``workers`` workers, each on the next of the two nodes."""
+        self.launched.append(job_id)
+        return JobLaunch(
+            job_id=job_id,
+            attempt=1,
+            name="conformance",
+            owner=self.account.name,
+            vc="vision",
+            command=command,
+            workers=tuple(
+                WorkerSpec(rank, self.nodes[rank % 2], tuple(range(gpus)), 1000, 64)
+                for rank in range(workers)
+            ),
+            run_as=self.account,
+        )
+
+    def play(self, launch: JobLaunch, work: Work) -> None:
+        """For a fake: the workers start, write their line, and end as ``work`` says."""
+        if self.kubernetes is None:
+            return
+        fake, namespace = self.kubernetes.fake, self.kubernetes.namespace
+        for worker in launch.workers:
+            pod = f"ty-{launch.job_id}-{launch.attempt}-{worker.rank}"
+            fake.set_pod_phase(namespace, pod, "Running")
+            fake.write_pod_log(namespace, pod, work.line(worker.rank) + "\n")
+            if work.exit_codes is not None:
+                code = work.exit_codes[worker.rank]
+                fake.set_pod_phase(namespace, pod, "Succeeded" if code == 0 else "Failed", code)
+
+    def play_stopped(self, launch: JobLaunch) -> None:
+        """For a fake: the kubelet has ended the pods a stop deleted."""
+        if self.kubernetes is None:
+            return
+        fake, namespace = self.kubernetes.fake, self.kubernetes.namespace
+        for worker in launch.workers:
+            fake.finish_deletion(namespace, f"ty-{launch.job_id}-{launch.attempt}-{worker.rank}")
+
+    def log(self, job_id: str, rank: int) -> str:
+        path = self.log_dir / job_id / f"worker-{rank}.log"
+        return path.read_text() if path.exists() else ""
+
+    def clean_up(self) -> None:
+        for job_id in self.launched:
+            self.backend.stop(job_id, 0)
+            self.backend.remove(job_id)
+
+
+def wait_for(condition: Callable[[], T], seconds: float, what: str) -> T:
+    """Poll ``condition`` until it returns something true; that value."""
+    deadline = deadline_after(seconds)
+    for pause in pauses():
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s (as written)"
+        time.sleep(pause)
+    raise AssertionError("unreachable")

@@ -1,0 +1,277 @@
+"""What every cluster backend promises, written once and run against each: local
+processes, the Kubernetes fake API server, and a real Slurm cluster of three nodes in
+network namespaces (tests/slurm_cluster.py). A backend-specific behaviour is tested in
+that backend's own module; a behaviour a backend cannot show here (a fake runs no
+command; the local host has no node to lose) is skipped for it, saying why."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from jobmanager.backends import ClusterBackend, WorkerState
+from jobmanager.backends.base import NODE_UNHEALTHY, JobReport
+from jobmanager.backends.kubernetes import KubernetesBackend
+from jobmanager.backends.local import LocalBackend
+from jobmanager.backends.slurm import SlurmBackend
+from tests.jobmanager.conformance import Harness, Work, wait_for
+from tests.slurm_cluster import wait_until_idle
+from tests.unix_accounts import JOB_PYTHON, job_account, reachable_directory, require_root
+
+pytest_plugins = ["tests.k8s_fake"]
+
+BACKENDS = ["local", "kubernetes", "slurm"]
+ENDS_SECONDS = 20.0
+NODE_DOWN_SECONDS = 60.0  # Slurm: SlurmdTimeout=10, then its next ping round
+
+
+@pytest.fixture(params=BACKENDS)
+def harness(request) -> Iterator[Harness]:
+    with reachable_directory() as directory:
+        harness = _harness(request, request.param, directory)
+        try:
+            yield harness
+        finally:
+            harness.clean_up()
+            if isinstance(harness.backend, KubernetesBackend) and harness.backend.logs:
+                harness.backend.logs.stop()
+
+
+def _harness(request, name: str, directory) -> Harness:
+    logs = directory / "logs"
+    backend: ClusterBackend
+    if name == "kubernetes":
+        cluster = request.getfixturevalue("k8s_cluster")
+        cluster.require_fake()
+        backend = KubernetesBackend(
+            cluster.settings, api_client=cluster.api_client, watch_nodes=False, log_dir=logs
+        )
+        from tests.jobmanager.test_kubernetes_backend import MIA
+
+        return Harness(name, backend, tuple(cluster.nodes[:2]), MIA, logs, False, cluster)
+    require_root()
+    account = job_account("conform")
+    if name == "local":
+        backend = LocalBackend(
+            directory / "state", logs, nodes="cf-node-1:A100:4,cf-node-2:A100:4",
+            cgroup_root=None, kill_after_seconds=1,
+        )  # fmt: skip
+        return Harness(name, backend, ("cf-node-1", "cf-node-2"), account, logs, True)
+    cluster = request.getfixturevalue("slurm_cluster")
+    backend = SlurmBackend(directory / "state", logs, conf=str(cluster.conf))
+    return Harness(name, backend, ("node1", "node2"), account, logs, True, slurm=cluster)
+
+
+def a_job_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def report_when(
+    harness: Harness, job_id: str, condition: Callable[[JobReport], bool], what: str
+) -> JobReport:
+    """The job's report, once ``condition`` holds for it."""
+
+    def holds() -> JobReport | None:
+        report = harness.backend.reports().get(job_id)
+        return report if report is not None and condition(report) else None
+
+    found = wait_for(holds, ENDS_SECONDS, what)
+    assert found is not None
+    return found
+
+
+def states(report: JobReport) -> list[tuple[str, int | None]]:
+    return [(worker.state, worker.exit_code) for worker in report.workers]
+
+
+# --- deploy and report --------------------------------------------------------------------
+
+
+def test_a_gang_runs_every_worker_and_reports_each_one_s_exit_code(harness):
+    work = Work(exit_codes=(0, 3))
+    launch = harness.launch(a_job_id(), work.command)
+
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+
+    report = report_when(harness, launch.job_id, lambda r: r.ended, "the gang ends")
+    assert states(report) == [(WorkerState.SUCCEEDED, 0), (WorkerState.FAILED, 3)]
+    failed = report.failed_worker
+    assert failed is not None and failed.rank == 1 and not report.succeeded
+
+
+def test_every_worker_s_output_reaches_the_log_store(harness):
+    work = Work(exit_codes=(0, 0))
+    launch = harness.launch(a_job_id(), work.command)
+
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+
+    report_when(harness, launch.job_id, lambda r: r.succeeded, "the gang succeeds")
+    wait_for(
+        lambda: all(work.line(rank) in harness.log(launch.job_id, rank) for rank in (0, 1)),
+        ENDS_SECONDS,
+        "each worker's line in its log",
+    )
+
+
+def test_running_workers_are_reported_running(harness):
+    work = Work()
+    launch = harness.launch(a_job_id(), work.command)
+
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+
+    report = report_when(harness, launch.job_id, lambda r: r.started, "every worker leaves pending")
+    assert states(report) == [(WorkerState.RUNNING, None)] * 2
+
+
+def test_deploying_the_same_attempt_twice_starts_it_once(harness):
+    work = Work()
+    launch = harness.launch(a_job_id(), work.command)
+
+    harness.backend.deploy(launch)
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+
+    report = report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
+    assert [worker.rank for worker in report.workers] == [0, 1]
+    if harness.executes:  # each worker printed its line once
+        wait_for(lambda: work.line(1) in harness.log(launch.job_id, 1), ENDS_SECONDS, "a line")
+        assert harness.log(launch.job_id, 1).count(work.line(1)) == 1
+
+
+# --- stop and remove ----------------------------------------------------------------------
+
+
+def test_stop_ends_every_worker_and_remove_forgets_the_job(harness):
+    work = Work()
+    launch = harness.launch(a_job_id(), work.command)
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+    report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
+
+    harness.backend.stop(launch.job_id, 5)
+    harness.play_stopped(launch)
+
+    def ended() -> bool:
+        report = harness.backend.reports().get(launch.job_id)
+        return report is None or report.ended
+
+    wait_for(ended, ENDS_SECONDS, "the stopped job ends")
+    report = harness.backend.reports().get(launch.job_id)
+    if report is not None:  # Kubernetes forgets pods the kubelet ended; others keep them
+        assert all(w.state == WorkerState.FAILED for w in report.workers)
+        if harness.executes:  # SIGTERM ended them, within the grace
+            assert {w.exit_code for w in report.workers} == {143}
+    harness.backend.remove(launch.job_id)
+    assert launch.job_id not in harness.backend.reports()
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_once_the_grace_has_passed(harness):
+    if not harness.executes:
+        pytest.skip("the fake runs no process; the grace is the API server's (its own test)")
+    command = "trap '' TERM; echo \"hello from rank $RANK\"; while :; do sleep 1; done"
+    launch = harness.launch(a_job_id(), command)
+    harness.backend.deploy(launch)
+    report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
+
+    harness.backend.stop(launch.job_id, 1)
+
+    report = report_when(harness, launch.job_id, lambda r: r.ended, "the job is killed")
+    assert all(w.state == WorkerState.FAILED for w in report.workers)
+
+
+# --- the workers' environment -------------------------------------------------------------
+
+RENDEZVOUS = """\
+import os, socket, time
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+rank = int(os.environ["RANK"])
+if rank == 0:
+    server = socket.create_server((addr, port))
+    peer, _ = server.accept()
+    print("rank 0 heard:", peer.recv(200).decode(), flush=True)
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            peer = socket.create_connection((addr, port), timeout=1)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    peer.sendall(f"rank {rank} of {os.environ['WORLD_SIZE']}".encode())
+"""
+
+
+def test_workers_meet_at_rank_0_s_master_address_as_torchrun_expects(harness):
+    if not harness.executes:
+        pytest.skip("the fake runs no process (its environment: test_kubernetes_backend)")
+    script = harness.log_dir.parent / "rendezvous.py"
+    script.write_text(RENDEZVOUS)
+    script.chmod(0o644)
+    launch = harness.launch(a_job_id(), f"{JOB_PYTHON} {script}")
+
+    harness.backend.deploy(launch)
+
+    report = report_when(harness, launch.job_id, lambda r: r.ended, "the workers meet")
+    assert states(report) == [(WorkerState.SUCCEEDED, 0)] * 2, harness.log(launch.job_id, 0)
+    assert "rank 0 heard: rank 1 of 2" in harness.log(launch.job_id, 0)
+
+
+# --- nodes --------------------------------------------------------------------------------
+
+
+def test_the_nodes_are_listed_with_their_gpus_and_ready(harness):
+    nodes = {node.name: node for node in harness.backend.nodes()}
+
+    for name in harness.nodes:
+        assert nodes[name].ready and nodes[name].gpus >= 2 and nodes[name].gpu_type
+        assert nodes[name].millicpus > 0 and nodes[name].memory > 0
+
+
+def test_a_failed_node_fails_its_worker_naming_the_node(harness):
+    if harness.name == "local":
+        pytest.skip("the local backend's nodes are this host: there is none to lose")
+    work = Work()
+    launch = harness.launch(a_job_id(), work.command)
+    harness.backend.deploy(launch)
+    harness.play(launch, work)
+    report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
+    lost = harness.nodes[1]
+
+    _lose_node(harness, lost)
+    try:
+        report = wait_for(
+            lambda: (r := harness.backend.reports()[launch.job_id]).failed_worker and r,
+            NODE_DOWN_SECONDS,
+            "the worker on the lost node fails",
+        )
+        failed = report.failed_worker
+        assert failed.rank == 1 and failed.reason.startswith(f"{NODE_UNHEALTHY}: node {lost}")
+        assert not {n.name: n for n in harness.backend.nodes()}[lost].ready
+    finally:
+        _restore_node(harness, lost)
+
+
+def _lose_node(harness: Harness, node: str) -> None:
+    if harness.kubernetes is not None:
+        harness.kubernetes.fake.set_node_ready(node, False)
+        assert isinstance(harness.backend, KubernetesBackend)
+        harness.backend.node_watcher.watch_once(timeout_seconds=5)
+    else:
+        harness.slurm.kill_node(node)
+
+
+def _restore_node(harness: Harness, node: str) -> None:
+    if harness.kubernetes is not None:
+        harness.kubernetes.fake.set_node_ready(node, True)
+        return
+    for job_id in harness.launched:
+        harness.backend.stop(job_id, 0)
+    harness.slurm.start_node(node)
+    wait_until_idle(harness.slurm, [node], NODE_DOWN_SECONDS)

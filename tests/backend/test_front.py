@@ -94,17 +94,18 @@ def sign_in(base_url: str, source: str, username: str, password: str) -> int:
 
 
 def test_sign_in_throttling_behind_the_front_counts_each_clients_own_address(world, tmp_path):
-    """One address locked out for its failures leaves another address's sign-in alone (the
-    app sees the client's address, not the front's socket)."""
+    """A user locked out at one address for its failures there may still sign in from
+    another (the app sees the client's address, not the front's socket, which every
+    client would share)."""
     # Hashed as the server (with the production hashers) can check it.
     world.vc_admin.password = PBKDF2PasswordHasher().encode(PASSWORD, "front-salt")
     world.vc_admin.save(update_fields=["password"])
     with front_stack(tmp_path / "var", workers=1) as base_url:
-        failures = [sign_in(base_url, "127.0.0.2", f"guess{n}", "wrong") for n in range(10)]
-        assert failures[-1] == 429  # ten usernames from one address: that address locked
+        failures = [sign_in(base_url, "127.0.0.2", "vera", "wrong") for _ in range(10)]
+        assert failures[-1] == 429  # vera's ten failures from 127.0.0.2: locked there
 
-        assert sign_in(base_url, "127.0.0.3", "vera", PASSWORD) == 200
         assert sign_in(base_url, "127.0.0.2", "vera", PASSWORD) == 429
+        assert sign_in(base_url, "127.0.0.3", "vera", PASSWORD) == 200
 
 
 def test_a_body_over_the_apis_limit_is_refused_by_the_front_as_the_api_refuses_it(world, tmp_path):

@@ -361,6 +361,14 @@ TRAINYARD_K8S_BAD_NODE_CONDITIONS = env_list(
 # A worker whose pod is not running this long after its creation fails the attempt with
 # why (an image that cannot be pulled: a user error; unschedulable: infrastructure).
 TRAINYARD_K8S_START_TIMEOUT_SECONDS = env_int("TRAINYARD_K8S_START_TIMEOUT_SECONDS", 600)
+# Each job's NetworkPolicy admits, besides the job's own pods, the pods with these labels
+# (key=value, all of them) in this namespace: the SSH gateway, which serves the endpoint
+# proxy too, as deploy/kubernetes/ssh-gateway.yaml labels it.
+TRAINYARD_K8S_PORTAL_NAMESPACE = env("TRAINYARD_K8S_PORTAL_NAMESPACE", "trainyard")
+TRAINYARD_K8S_GATEWAY_LABELS = env_list(
+    "TRAINYARD_K8S_GATEWAY_LABELS",
+    ["app.kubernetes.io/name=trainyard", "app.kubernetes.io/component=ssh-gateway"],
+)
 # The labels dcgm-exporter (in its Kubernetes mode) puts on a GPU's series for the pod
 # that holds the GPU: the job page charts exactly the GPUs its pods got. Prometheus keeps
 # them as they are with honorLabels (else exported_pod, exported_namespace).

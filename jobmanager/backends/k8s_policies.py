@@ -6,8 +6,9 @@ that job's pods carry (the portal alone creates pods in the jobs' namespace; ten
 no API credentials). The gateway's pods are selected by their labels in the portal's
 namespace (``namespaceSelector`` on ``kubernetes.io/metadata.name``, which the API server
 sets on every namespace, with ``podSelector``), as ``deploy/kubernetes/ssh-gateway.yaml``
-labels them. Egress is not restricted here (storage, registries, package mirrors): a site
-that wants it closed adds its own egress policy, since policies add up.
+labels them. Egress is not restricted here (storage, registries, package mirrors): the
+policy declares Ingress only, so that a site's own egress policy on the jobs' pods is
+never widened by it.
 
 Policies add up, so a wider one would undo this: the per-VC policies that earlier
 versions made (``ty-vc-<vc>``, which admitted every pod of the VC) are deleted by the

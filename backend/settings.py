@@ -369,6 +369,9 @@ TRAINYARD_K8S_GATEWAY_LABELS = env_list(
     "TRAINYARD_K8S_GATEWAY_LABELS",
     ["app.kubernetes.io/name=trainyard", "app.kubernetes.io/component=ssh-gateway"],
 )
+# Whether jobs' pods may connect out (the internet, the cluster's services); off, each job's
+# policy limits them to the job's own pods and the cluster's DNS (kube-dns in kube-system).
+TRAINYARD_K8S_JOB_EGRESS = env_bool("TRAINYARD_K8S_JOB_EGRESS", True)
 # The labels dcgm-exporter (in its Kubernetes mode) puts on a GPU's series for the pod
 # that holds the GPU: the job page charts exactly the GPUs its pods got. Prometheus keeps
 # them as they are with honorLabels (else exported_pod, exported_namespace).

@@ -63,6 +63,7 @@ def kubernetes_backend() -> KubernetesBackend:
             bad_condition_types=tuple(settings.TRAINYARD_K8S_BAD_NODE_CONDITIONS),
             portal_namespace=settings.TRAINYARD_K8S_PORTAL_NAMESPACE,
             gateway_labels=_gateway_labels(settings.TRAINYARD_K8S_GATEWAY_LABELS),
+            egress_open=settings.TRAINYARD_K8S_JOB_EGRESS,
         ),
         log_dir=settings.TRAINYARD_LOG_DIR,
     )

@@ -155,6 +155,11 @@ class KubernetesSettings:
         ("app.kubernetes.io/name", "trainyard"),
         ("app.kubernetes.io/component", "ssh-gateway"),
     )
+    # Whether jobs may connect out (the internet, services of the cluster); off, a job's
+    # pods reach only each other and the cluster's DNS (dns_namespace, dns_labels).
+    egress_open: bool = True
+    dns_namespace: str = "kube-system"
+    dns_labels: tuple[tuple[str, str], ...] = (("k8s-app", "kube-dns"),)
 
 
 # --- names ------------------------------------------------------------------------------
@@ -375,12 +380,31 @@ def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict[st
 def job_policy_manifest(job_id: str, settings: KubernetesSettings) -> dict[str, Any]:
     """The job's pods accept traffic only from pods of the same job (any attempt: two are
     never up together) and from the SSH gateway's pods in the portal's namespace (see
-    :mod:`jobmanager.backends.k8s_policies`); egress is not restricted."""
+    :mod:`jobmanager.backends.k8s_policies`); egress is open, or with ``egress_open``
+    off, only to pods of the same job and to the cluster's DNS."""
     job = {LABEL_JOB: label_value(job_id)}
     gateway = {
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.portal_namespace}},
         "podSelector": {"matchLabels": dict(settings.gateway_labels)},
     }
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": job},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": job}}, gateway]}],
+    }
+    if not settings.egress_open:
+        dns = {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.dns_namespace}},
+            "podSelector": {"matchLabels": dict(settings.dns_labels)},
+        }
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["egress"] = [
+            {"to": [{"podSelector": {"matchLabels": job}}]},
+            {
+                "to": [dns],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            },
+        ]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -390,11 +414,7 @@ def job_policy_manifest(job_id: str, settings: KubernetesSettings) -> dict[str, 
             "labels": {LABEL_MANAGED_BY: MANAGED_BY} | job,
             "annotations": {ANNOTATION_JOB_ID: job_id},
         },
-        "spec": {
-            "podSelector": {"matchLabels": job},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": job}}, gateway]}],
-        },
+        "spec": spec,
     }
 
 

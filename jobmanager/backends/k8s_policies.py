@@ -6,9 +6,8 @@ that job's pods carry (the portal alone creates pods in the jobs' namespace; ten
 no API credentials). The gateway's pods are selected by their labels in the portal's
 namespace (``namespaceSelector`` on ``kubernetes.io/metadata.name``, which the API server
 sets on every namespace, with ``podSelector``), as ``deploy/kubernetes/ssh-gateway.yaml``
-labels them. Egress is not restricted here (storage, registries, package mirrors): the
-policy declares Ingress only, so that a site's own egress policy on the jobs' pods is
-never widened by it.
+labels them. Egress is open by default (registries, package mirrors, data); with
+``egress_open`` off the policy limits it to the job's own pods and the cluster's DNS.
 
 Policies add up, so a wider one would undo this: the per-VC policies that earlier
 versions made (``ty-vc-<vc>``, which admitted every pod of the VC) are deleted by the
@@ -16,6 +15,8 @@ sweep of every ``reports()`` pass, once every job with pods has its own policy.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -65,21 +66,27 @@ class JobPolicies:
                 if created.status != 409:  # made meanwhile by an interrupted deploy
                     raise
             return
-        if self.api_client.sanitize_for_serialization(current.spec) != manifest["spec"]:
-            manifest["metadata"]["resourceVersion"] = metadata_of(current).resource_version
-            # The same conversion of the manifest the client's argument check makes.
-            policy = client.V1NetworkPolicy.model_validate(manifest)
-            self.networking.replace_namespaced_network_policy(name, self.namespace, policy)
+        self._update(current, manifest)
+
+    def _update(self, current: client.V1NetworkPolicy, manifest: dict[str, Any]) -> None:
+        """Replace ``current`` by ``manifest`` when their specs differ."""
+        if self.api_client.sanitize_for_serialization(current.spec) == manifest["spec"]:
+            return
+        manifest["metadata"]["resourceVersion"] = metadata_of(current).resource_version
+        # The same conversion of the manifest the client's argument check makes.
+        policy = client.V1NetworkPolicy.model_validate(manifest)
+        self.networking.replace_namespaced_network_policy(name_of(current), self.namespace, policy)
 
     def delete(self, job_id: str) -> None:
         """Delete the job's policy; one already gone is fine."""
         self._delete(job_policy_name(job_id))
 
     def sweep(self, jobs_with_pods: set[str], jobs_with_services: set[str], now: float) -> None:
-        """Give every job with pods its policy (jobs deployed by an earlier version), then
-        delete the per-VC policies of earlier versions, and the policies of jobs with no
-        pod and no Service left that are older than the start timeout (a deploy makes its
-        objects within seconds of its policy)."""
+        """Give every job with pods its policy as the settings now say (jobs deployed by an
+        earlier version, or before the settings changed), then delete the per-VC policies
+        of earlier versions, and the policies of jobs with no pod and no Service left that
+        are older than the start timeout (a deploy makes its objects within seconds of its
+        policy)."""
         policies = self.networking.list_namespaced_network_policy(
             self.namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         ).items
@@ -88,8 +95,11 @@ class JobPolicies:
             for policy in policies
             if LABEL_JOB in labels_of(policy)
         }
-        for job_id in sorted(jobs_with_pods - set(by_job)):
-            self.ensure(job_id)
+        for job_id in sorted(jobs_with_pods):
+            if job_id in by_job:
+                self._update(by_job[job_id], job_policy_manifest(job_id, self.settings))
+            else:
+                self.ensure(job_id)
         for policy in policies:
             labels = labels_of(policy)
             legacy = name_of(policy).startswith(_LEGACY_PREFIX) and LABEL_VC in labels

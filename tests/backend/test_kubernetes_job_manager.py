@@ -187,6 +187,7 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
     settings.TRAINYARD_K8S_PORTAL_NAMESPACE = "portal"
     settings.TRAINYARD_K8S_GATEWAY_LABELS = ["app=gw", "tier=edge"]
+    settings.TRAINYARD_K8S_JOB_EGRESS = False
 
     backend = kubernetes_backend()
     try:
@@ -197,6 +198,7 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
         assert backend.settings.data_volume.read_only
         assert backend.settings.portal_namespace == "portal"
         assert backend.settings.gateway_labels == (("app", "gw"), ("tier", "edge"))
+        assert backend.settings.egress_open is False
         assert backend.api_client.configuration.host == fake_kubernetes.url
     finally:
         backend.close()

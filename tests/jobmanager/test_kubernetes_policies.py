@@ -5,6 +5,7 @@ admit is evaluated as a network plugin would (tests/k8s_fake/netpol.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import kubernetes_validate
@@ -123,6 +124,46 @@ def test_a_policy_that_admits_more_is_replaced_on_deploy(k8s_cluster, fake, back
 
     stored = fake.get("networkpolicies", job_policy_name(ALICE_JOB), k8s_cluster.namespace)
     assert stored["spec"] == job_policy_manifest(ALICE_JOB, k8s_cluster.settings)["spec"]
+    assert len(fake.requests_for("PUT", "networkpolicies")) == 1
+
+
+def test_with_egress_closed_a_job_reaches_its_own_pods_and_the_dns_only(k8s_cluster, fake):
+    settings = replace(k8s_cluster.settings, egress_open=False)
+    backend = KubernetesBackend(settings, api_client=k8s_cluster.api_client, watch_nodes=False)
+    namespace = settings.namespace
+    backend.deploy(a_launch(k8s_cluster, job_id=ALICE_JOB, owner="alice"))
+    backend.deploy(a_launch(k8s_cluster, job_id=BOB_JOB, owner="bob"))
+    policies = fake.list("networkpolicies") + deployed_policies()
+    alice, bob = pods_of(fake, namespace, ALICE_JOB), pods_of(fake, namespace, BOB_JOB)
+    dns = Pod("kube-system", {"k8s-app": "kube-dns"})
+    elsewhere = Pod("storage", {"app": "minio"})
+
+    assert admits(policies, alice[0], alice[1]) and admits(policies, alice[0], dns)
+    assert not admits(policies, alice[0], elsewhere) and not admits(policies, alice[0], WEB)
+    assert not admits(policies, alice[0], Pod("kube-system", {"k8s-app": "metrics-server"}))
+    assert admits(policies, GATEWAY, alice[0])  # replies to the gateway need no egress rule
+    assert not admits(policies, alice[0], bob[0])
+    [policy] = fake.list("networkpolicies", namespace, f"trainyard.io/job={ALICE_JOB}")
+    assert not any("ipBlock" in peer for rule in policy["spec"]["egress"] for peer in rule["to"])
+    kubernetes_validate.validate(policy, KUBERNETES_VERSION, strict=True)
+    # Open (the default), the same job reaches what is outside the jobs' namespace.
+    open_policies = [job_policy_manifest(ALICE_JOB, k8s_cluster.settings), *deployed_policies()]
+    assert admits(open_policies, alice[0], elsewhere) and admits(open_policies, alice[0], WEB)
+
+
+def test_reports_bring_a_running_job_s_policy_to_the_settings_now(k8s_cluster, fake):
+    backend = KubernetesBackend(
+        k8s_cluster.settings, api_client=k8s_cluster.api_client, watch_nodes=False
+    )
+    backend.deploy(a_launch(k8s_cluster, job_id=ALICE_JOB))
+    closed = replace(k8s_cluster.settings, egress_open=False)
+    restarted = KubernetesBackend(closed, api_client=k8s_cluster.api_client, watch_nodes=False)
+
+    restarted.reports()
+    restarted.reports()  # and once it is, it is left alone
+
+    stored = fake.get("networkpolicies", job_policy_name(ALICE_JOB), k8s_cluster.namespace)
+    assert stored["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert len(fake.requests_for("PUT", "networkpolicies")) == 1
 
 

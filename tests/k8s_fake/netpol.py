@@ -1,8 +1,9 @@
 """What a network plugin that enforces NetworkPolicy (Calico, Cilium) lets through, for
-pod-to-pod ingress, as the Kubernetes documentation states it: a pod selected by an
-ingress policy of its namespace admits a peer only when a rule of one of those policies
-admits it (policies add up); a pod no such policy selects admits everyone. ``ipBlock``
-peers are about addresses outside the cluster, and never admit a pod here.
+connections between pods, as the Kubernetes documentation states it: a pod selected by
+an ingress (egress) policy of its namespace admits a peer (reaches a peer) only when a
+rule of one of those policies allows it (policies add up); a pod no such policy selects
+is open that way. ``ipBlock`` peers are about addresses outside the cluster, and never
+match a pod here; ports are not looked at (the question is: some port).
 """
 
 from __future__ import annotations
@@ -48,42 +49,50 @@ def _holds(expression: dict[str, Any], labels: dict[str, str]) -> bool:
     return key not in labels
 
 
-def _peer_admits(peer: dict[str, Any], policy_namespace: str, source: Pod) -> bool:
-    if "ipBlock" in peer:
+def _peer_admits(entry: dict[str, Any], policy_namespace: str, peer: Pod) -> bool:
+    """Whether a peer entry (``from``/``to``) of a policy in ``policy_namespace`` matches."""
+    if "ipBlock" in entry:
         return False
-    if "namespaceSelector" in peer:
-        if not selects(peer["namespaceSelector"], source.namespace_labels_with_name()):
+    if "namespaceSelector" in entry:
+        if not selects(entry["namespaceSelector"], peer.namespace_labels_with_name()):
             return False
-    elif source.namespace != policy_namespace:  # a podSelector alone: the policy's namespace
+    elif peer.namespace != policy_namespace:  # a podSelector alone: the policy's namespace
         return False
-    return selects(peer.get("podSelector"), source.labels)
+    return selects(entry.get("podSelector"), peer.labels)
 
 
-def _ingress_policies(policies: list[dict[str, Any]], target: Pod) -> list[dict[str, Any]]:
-    chosen = []
-    for policy in policies:
-        spec = policy["spec"]
-        types = spec.get("policyTypes") or ["Ingress"]
-        if (
-            policy["metadata"]["namespace"] == target.namespace
-            and "Ingress" in types
-            and selects(spec.get("podSelector"), target.labels)
-        ):
-            chosen.append(policy)
-    return chosen
+def _types(spec: dict[str, Any]) -> list[str]:
+    """policyTypes, or what the API server defaults it to."""
+    return spec.get("policyTypes") or ["Ingress", *(["Egress"] if spec.get("egress") else [])]
+
+
+def _side_admits(policies: list[dict[str, Any]], pod: Pod, peer: Pod, direction: str) -> bool:
+    """Whether ``pod``'s policies of ``direction`` (Ingress: ``peer`` connects to it;
+    Egress: it connects to ``peer``) let the connection through."""
+    rules_key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    isolating = [
+        policy
+        for policy in policies
+        if policy["metadata"]["namespace"] == pod.namespace
+        and direction in _types(policy["spec"])
+        and selects(policy["spec"].get("podSelector"), pod.labels)
+    ]
+    if not isolating:
+        return True
+    for policy in isolating:
+        for rule in policy["spec"].get(rules_key) or []:
+            peers = rule.get(peers_key)
+            if not peers:  # a rule without peers admits every peer
+                return True
+            if any(_peer_admits(entry, pod.namespace, peer) for entry in peers):
+                return True
+    return False
 
 
 def admits(policies: list[dict[str, Any]], source: Pod, target: Pod) -> bool:
     """Whether ``source`` may open a connection to ``target`` (some port) under
-    ``policies``, every NetworkPolicy of the cluster."""
-    isolating = _ingress_policies(policies, target)
-    if not isolating:
-        return True
-    for policy in isolating:
-        for rule in policy["spec"].get("ingress") or []:
-            peers = rule.get("from")
-            if not peers:  # a rule without peers admits every source
-                return True
-            if any(_peer_admits(peer, target.namespace, source) for peer in peers):
-                return True
-    return False
+    ``policies``, every NetworkPolicy of the cluster: the source's egress and the
+    target's ingress must both let it through."""
+    return _side_admits(policies, source, target, "Egress") and _side_admits(
+        policies, target, source, "Ingress"
+    )

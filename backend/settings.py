@@ -372,6 +372,17 @@ TRAINYARD_K8S_BAD_NODE_CONDITIONS = env_list(
 # A worker whose pod is not running this long after its creation fails the attempt with
 # why (an image that cannot be pulled: a user error; unschedulable: infrastructure).
 TRAINYARD_K8S_START_TIMEOUT_SECONDS = env_int("TRAINYARD_K8S_START_TIMEOUT_SECONDS", 600)
+# Each job's NetworkPolicy admits, besides the job's own pods, the pods with these labels
+# (key=value, all of them) in this namespace: the SSH gateway, which serves the endpoint
+# proxy too, as deploy/kubernetes/ssh-gateway.yaml labels it.
+TRAINYARD_K8S_PORTAL_NAMESPACE = env("TRAINYARD_K8S_PORTAL_NAMESPACE", "trainyard")
+TRAINYARD_K8S_GATEWAY_LABELS = env_list(
+    "TRAINYARD_K8S_GATEWAY_LABELS",
+    ["app.kubernetes.io/name=trainyard", "app.kubernetes.io/component=ssh-gateway"],
+)
+# Whether jobs' pods may connect out (the internet, the cluster's services); off, each job's
+# policy limits them to the job's own pods and the cluster's DNS (kube-dns in kube-system).
+TRAINYARD_K8S_JOB_EGRESS = env_bool("TRAINYARD_K8S_JOB_EGRESS", True)
 # The labels dcgm-exporter (in its Kubernetes mode) puts on a GPU's series for the pod
 # that holds the GPU: the job page charts exactly the GPUs its pods got. Prometheus keeps
 # them as they are with honorLabels (else exported_pod, exported_namespace).

@@ -23,6 +23,18 @@ def _volume(
         raise ImproperlyConfigured(f"{name}: {error}") from error
 
 
+def _gateway_labels(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """``key=value`` items as label pairs; at least one, or every pod of the portal's
+    namespace would be admitted to every job."""
+    pairs = [item.partition("=") for item in items]
+    if not pairs or any(not key or not sep or not value for key, sep, value in pairs):
+        raise ImproperlyConfigured(
+            "TRAINYARD_K8S_GATEWAY_LABELS: one or more key=value labels of the SSH "
+            f"gateway's pods, not {','.join(items)!r}"
+        )
+    return tuple((key, value) for key, _, value in pairs)
+
+
 def kubernetes_backend() -> KubernetesBackend:
     return KubernetesBackend(
         KubernetesSettings(
@@ -49,6 +61,9 @@ def kubernetes_backend() -> KubernetesBackend:
             grace_seconds=settings.TRAINYARD_STOP_GRACE_SECONDS,
             start_timeout_seconds=settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS,
             bad_condition_types=tuple(settings.TRAINYARD_K8S_BAD_NODE_CONDITIONS),
+            portal_namespace=settings.TRAINYARD_K8S_PORTAL_NAMESPACE,
+            gateway_labels=_gateway_labels(settings.TRAINYARD_K8S_GATEWAY_LABELS),
+            egress_open=settings.TRAINYARD_K8S_JOB_EGRESS,
         ),
         log_dir=settings.TRAINYARD_LOG_DIR,
     )

@@ -1,9 +1,10 @@
 """What the Kubernetes backend asks the API server to create, as plain manifests.
 
 One pod per worker, bound to the node the core chose; one headless Service per attempt
-for worker discovery; one NetworkPolicy per VC that admits only the VC's own pods (and
-the SSH gateway). Every name is a valid DNS-1123 name and every label value a valid label
-value, whatever the VC or user is called. Nothing here talks to a cluster.
+for worker discovery; one NetworkPolicy per job that admits only the job's own pods (and
+the SSH gateway's, in the portal's namespace). Every name is a valid DNS-1123 name and
+every label value a valid label value, whatever the VC or user is called. Nothing here
+talks to a cluster.
 
 Pods run as their owner: the owner's uid, gid and groups, never root, no privilege
 escalation, every capability dropped, the runtime's default seccomp profile; the shared
@@ -30,7 +31,7 @@ LABEL_ROLE = "trainyard.io/role"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "trainyard"
 ROLE_WORKER = "worker"
-ROLE_GATEWAY = "gateway"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # the API server sets it (1.22+)
 
 ANNOTATION_JOB_ID = "trainyard.io/job-id"  # the job id as given, whatever its label became
 ANNOTATION_WORKERS = "trainyard.io/workers"
@@ -146,6 +147,19 @@ class KubernetesSettings:
     bad_condition_types: tuple[str, ...] = ("GpuUnhealthy", "XidError")
     repair_label: str = "trainyard.io/repair-state"  # set by the repair manager
     in_service_value: str = "in_service"
+    # The pods admitted to every job's pods besides the job's own: the SSH gateway (and
+    # the endpoint proxy it serves), by the labels deploy/kubernetes/ssh-gateway.yaml
+    # gives them, in the portal's namespace.
+    portal_namespace: str = "trainyard"
+    gateway_labels: tuple[tuple[str, str], ...] = (
+        ("app.kubernetes.io/name", "trainyard"),
+        ("app.kubernetes.io/component", "ssh-gateway"),
+    )
+    # Whether jobs may connect out (the internet, services of the cluster); off, a job's
+    # pods reach only each other and the cluster's DNS (dns_namespace, dns_labels).
+    egress_open: bool = True
+    dns_namespace: str = "kube-system"
+    dns_labels: tuple[tuple[str, str], ...] = (("k8s-app", "kube-dns"),)
 
 
 # --- names ------------------------------------------------------------------------------
@@ -182,8 +196,8 @@ def pod_name(job_id: str, attempt: int, rank: int) -> str:
     return dns_label(f"ty-{job_id}-{attempt}-{rank}")
 
 
-def policy_name(vc: str) -> str:
-    return dns_label(f"ty-vc-{vc}")
+def job_policy_name(job_id: str) -> str:
+    return dns_label(f"ty-{job_id}")
 
 
 def job_selector(job_id: str | None = None) -> str:
@@ -363,38 +377,51 @@ def service_manifest(launch: JobLaunch, settings: KubernetesSettings) -> dict[st
     }
 
 
-def network_policy_manifest(vc: str, settings: KubernetesSettings) -> dict[str, Any]:
-    """The VC's pods accept traffic only from pods of the same VC and from the SSH gateway
-    of the namespace; egress is left open (storage, registries, package mirrors)."""
-    vc_label = {LABEL_VC: label_value(vc)}
+def job_policy_manifest(job_id: str, settings: KubernetesSettings) -> dict[str, Any]:
+    """The job's pods accept traffic only from pods of the same job (any attempt: two are
+    never up together) and from the SSH gateway's pods in the portal's namespace (see
+    :mod:`jobmanager.backends.k8s_policies`); egress is open, or with ``egress_open``
+    off, only to pods of the same job and to the cluster's DNS."""
+    job = {LABEL_JOB: label_value(job_id)}
+    gateway = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.portal_namespace}},
+        "podSelector": {"matchLabels": dict(settings.gateway_labels)},
+    }
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": job},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": job}}, gateway]}],
+    }
+    if not settings.egress_open:
+        dns = {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.dns_namespace}},
+            "podSelector": {"matchLabels": dict(settings.dns_labels)},
+        }
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["egress"] = [
+            {"to": [{"podSelector": {"matchLabels": job}}]},
+            {
+                "to": [dns],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            },
+        ]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": policy_name(vc),
+            "name": job_policy_name(job_id),
             "namespace": settings.namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY} | vc_label,
-            "annotations": {ANNOTATION_VC: vc},
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY} | job,
+            "annotations": {ANNOTATION_JOB_ID: job_id},
         },
-        "spec": {
-            "podSelector": {"matchLabels": vc_label},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {"podSelector": {"matchLabels": vc_label}},
-                        {"podSelector": {"matchLabels": {LABEL_ROLE: ROLE_GATEWAY}}},
-                    ]
-                }
-            ],
-        },
+        "spec": spec,
     }
 
 
 def job_manifests(launch: JobLaunch, settings: KubernetesSettings) -> list[dict[str, Any]]:
     """Everything one attempt needs, in the order it is created."""
     return [
-        network_policy_manifest(launch.vc, settings),
+        job_policy_manifest(launch.job_id, settings),
         service_manifest(launch, settings),
         *(pod_manifest(launch, worker, settings) for worker in launch.workers),
     ]

@@ -1,7 +1,8 @@
 """The Kubernetes backend: one pod per worker on the node the core chose.
 
-Each attempt gets a headless Service (worker DNS names, MASTER_ADDR) and its pods; each VC
-a NetworkPolicy (see :mod:`jobmanager.backends.k8s_manifests`). Deployments are all or
+Each attempt gets a headless Service (worker DNS names, MASTER_ADDR) and its pods; each job
+a NetworkPolicy that admits only its own pods and the SSH gateway's
+(:mod:`jobmanager.backends.k8s_policies`). Deployments are all or
 nothing: the Service is marked deployed once every pod exists, and any failure removes
 what the attempt had created. A :class:`NodeWatcher` follows the Node objects, so that
 workers on a node that turned bad are reported failed at once, without waiting for a
@@ -45,13 +46,13 @@ from jobmanager.backends.k8s_manifests import (
     KubernetesSettings,
     VolumeSettings,
     job_selector,
-    network_policy_manifest,
     pod_manifest,
     service_manifest,
     service_name,
 )
 from jobmanager.backends.k8s_nodes import NodeWatcher, backend_node
 from jobmanager.backends.k8s_objects import metadata_of, name_of, node_name_of, uid_of
+from jobmanager.backends.k8s_policies import JobPolicies
 from jobmanager.backends.k8s_reports import (
     ReportContext,
     attempt_of,
@@ -117,7 +118,7 @@ class KubernetesBackend(ClusterBackend):
         self.settings = settings or KubernetesSettings()
         self.api_client = api_client or api_client_from_config()
         self.core = client.CoreV1Api(self.api_client)
-        self.networking = client.NetworkingV1Api(self.api_client)
+        self.policies = JobPolicies(self.api_client, self.settings)
         self.node_watcher = NodeWatcher(self.core, self.settings)
         self.watch_nodes = watch_nodes
         self.clock = clock
@@ -162,7 +163,7 @@ class KubernetesBackend(ClusterBackend):
         try:
             if self._deployed_already(launch):
                 return
-            self._ensure_network_policy(launch.vc)  # before any pod: none runs unprotected
+            self.policies.ensure(launch.job_id)  # before any pod: none runs unprotected
             self._create(
                 self.core.create_namespaced_service, service_manifest(launch, self.settings)
             )
@@ -227,11 +228,12 @@ class KubernetesBackend(ClusterBackend):
 
     def reports(self) -> dict[str, JobReport]:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=job_selector()).items
-        if not pods:
-            return {}
         services = self.core.list_namespaced_service(
             self.namespace, label_selector=job_selector()
         ).items
+        self._sweep_policies(pods, services)
+        if not pods:
+            return {}
         cache = self._node_cache()
         bad_nodes = cache.bad_nodes()
         known = cache.names()
@@ -255,6 +257,18 @@ class KubernetesBackend(ClusterBackend):
             job_id: job_report(job_id, job_pods, services_by_name, context)
             for job_id, job_pods in pods_by_job.items()
         }
+
+    def _sweep_policies(self, pods: list[client.V1Pod], services: list[client.V1Service]) -> None:
+        """Every job with pods gets its policy, and policies left behind go (see
+        :meth:`JobPolicies.sweep`); a failure is logged, never in the way of the reports."""
+        try:
+            self.policies.sweep(
+                {job_id_of(pod) for pod in pods},
+                {job_id_of(service) for service in services},
+                self.clock(),
+            )
+        except API_ERRORS:
+            logger.exception("sweeping the jobs' network policies")
 
     def _context(self, bad_nodes: dict[str, str]) -> ReportContext:
         return ReportContext(bad_nodes, self.clock(), self.settings.start_timeout_seconds)
@@ -286,6 +300,7 @@ class KubernetesBackend(ClusterBackend):
     def remove(self, job_id: str) -> None:
         pods, services = self._job_objects(job_id)
         self._delete_all(pods, services)
+        self.policies.delete(job_id)  # last: no pod of the job is left unprotected
 
     def nodes(self) -> list[BackendNode]:
         return sorted(
@@ -321,24 +336,6 @@ class KubernetesBackend(ClusterBackend):
         except ApiException as error:
             if error.status != 409:
                 raise
-
-    def _ensure_network_policy(self, vc: str) -> None:
-        """Create the VC's policy, or bring one written by another version up to date
-        (replaced whole: a merge could keep a selector that narrows what it protects)."""
-        manifest = network_policy_manifest(vc, self.settings)
-        name = manifest["metadata"]["name"]
-        try:
-            current = self.networking.read_namespaced_network_policy(name, self.namespace)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            self._create(self.networking.create_namespaced_network_policy, manifest)
-            return
-        if self.api_client.sanitize_for_serialization(current.spec) != manifest["spec"]:
-            manifest["metadata"]["resourceVersion"] = metadata_of(current).resource_version
-            # The same conversion of the manifest the client's argument check makes.
-            policy = client.V1NetworkPolicy.model_validate(manifest)
-            self.networking.replace_namespaced_network_policy(name, self.namespace, policy)
 
     def _delete_pod(self, name: str, grace_seconds: int) -> None:
         _ignore_not_found(

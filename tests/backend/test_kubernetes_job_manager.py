@@ -99,7 +99,7 @@ def test_a_submitted_job_runs_as_pods_and_finishes_when_they_succeed(world, jobs
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
         assert pod["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/pytorch:24.08-py3"
     assert fake.get("services", f"ty-{job.job_id}-1", NAMESPACE) is not None
-    assert fake.get("networkpolicies", "ty-vc-vision", NAMESPACE) is not None
+    assert fake.get("networkpolicies", f"ty-{job.job_id}", NAMESPACE) is not None
 
     for pod in pods:
         fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Running")
@@ -185,6 +185,9 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_INIT_COMMAND = "/sbin/tini -s -g --"
     settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS = 900
     settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    settings.TRAINYARD_K8S_PORTAL_NAMESPACE = "portal"
+    settings.TRAINYARD_K8S_GATEWAY_LABELS = ["app=gw", "tier=edge"]
+    settings.TRAINYARD_K8S_JOB_EGRESS = False
 
     backend = kubernetes_backend()
     try:
@@ -193,6 +196,9 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
         assert backend.logs is not None  # pod logs go to TRAINYARD_LOG_DIR
         assert backend.settings.init_command == ("/sbin/tini", "-s", "-g", "--")
         assert backend.settings.data_volume.read_only
+        assert backend.settings.portal_namespace == "portal"
+        assert backend.settings.gateway_labels == (("app", "gw"), ("tier", "edge"))
+        assert backend.settings.egress_open is False
         assert backend.api_client.configuration.host == fake_kubernetes.url
     finally:
         backend.close()
@@ -200,6 +206,11 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
     settings.TRAINYARD_K8S_OUTPUT_VOLUME = "ftp://nowhere"
     with pytest.raises(ImproperlyConfigured, match="TRAINYARD_K8S_OUTPUT_VOLUME"):
         kubernetes_backend()
+    settings.TRAINYARD_K8S_OUTPUT_VOLUME = ""
+    for labels in ([], ["app"], ["=gw"]):  # no labels would admit the whole namespace
+        settings.TRAINYARD_K8S_GATEWAY_LABELS = labels
+        with pytest.raises(ImproperlyConfigured, match="TRAINYARD_K8S_GATEWAY_LABELS"):
+            kubernetes_backend()
 
 
 def tail(world, job: Job, worker: int = 0) -> dict:

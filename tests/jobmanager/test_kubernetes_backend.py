@@ -25,16 +25,12 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.base import NODE_UNHEALTHY
 from jobmanager.backends.k8s_manifests import (
-    LABEL_ROLE,
-    LABEL_USER,
-    LABEL_VC,
-    ROLE_GATEWAY,
     KubernetesSettings,
     VolumeSettings,
     job_manifests,
+    job_policy_name,
     label_value,
     pod_manifest,
-    policy_name,
     service_name,
 )
 from jobmanager.backends.kubernetes import KubernetesBackend
@@ -113,10 +109,11 @@ def job_services(cluster, job_id: str = JOB) -> list[dict]:
     return [as_dict(cluster, service) for service in services]
 
 
-def read_policy(cluster, vc: str) -> dict:
+def read_policy(cluster, job_id: str = JOB) -> dict:
     networking = client.NetworkingV1Api(cluster.api_client)
     return as_dict(
-        cluster, networking.read_namespaced_network_policy(policy_name(vc), cluster.namespace)
+        cluster,
+        networking.read_namespaced_network_policy(job_policy_name(job_id), cluster.namespace),
     )
 
 
@@ -135,7 +132,7 @@ def wait_until(condition, seconds: float = 10.0) -> None:
 # --- deployment ---------------------------------------------------------------------------
 
 
-def test_deploy_makes_a_pod_per_worker_on_its_node_a_headless_service_and_the_vc_policy(
+def test_deploy_makes_a_pod_per_worker_on_its_node_a_headless_service_and_the_job_policy(
     k8s_cluster, backend
 ):
     launch = a_launch(k8s_cluster)
@@ -181,8 +178,8 @@ def test_deploy_makes_a_pod_per_worker_on_its_node_a_headless_service_and_the_vc
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert headless["spec"]["selector"] == {"trainyard.io/job": JOB, "trainyard.io/attempt": "1"}
-    policy = read_policy(k8s_cluster, "vision")
-    assert policy["spec"]["podSelector"] == {"matchLabels": {"trainyard.io/vc": "vision"}}
+    policy = read_policy(k8s_cluster)
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"trainyard.io/job": JOB}}
 
 
 def test_pods_run_as_their_owner_never_root_with_no_way_to_gain_privileges(k8s_cluster, backend):
@@ -298,7 +295,7 @@ def test_names_and_labels_are_valid_whatever_the_vc_and_user_are_called():
     assert pod["metadata"]["annotations"]["trainyard.io/owner"] == "mia.o'neil+ml@example.com"
     # Cleaning a name must not make two tenants one: a hash of the original tells them apart.
     assert label_value("vision_a") != label_value("vision-a") == "vision-a"
-    assert policy_name("Vision") != policy_name("vision")
+    assert job_policy_name("Job_1") != job_policy_name("job-1")
     assert LABEL_VALUE.match(label_value("x" * 100)) and len(label_value("x" * 100)) == 63
 
 
@@ -326,6 +323,7 @@ def test_a_create_failing_half_way_leaves_nothing_behind(k8s_cluster, backend, k
         backend.deploy(a_launch(k8s_cluster))
 
     assert fake.list("pods") == [] and fake.list("services") == []
+    assert fake.list("networkpolicies") == []
     assert backend.reports() == {}
     backend.deploy(a_launch(k8s_cluster))  # and the job can be deployed again
     assert len(fake.list("pods")) == 2
@@ -640,56 +638,6 @@ def test_cordon_patches_unschedulable(k8s_cluster, backend):
         ]
 
 
-# --- tenants ------------------------------------------------------------------------------
-
-
-def test_the_network_policy_of_a_vc_admits_its_own_pods_and_the_gateway_only(k8s_cluster, backend):
-    backend.deploy(a_launch(k8s_cluster, job_id="visionjob1", vc="vision", owner="mia"))
-    backend.deploy(a_launch(k8s_cluster, job_id="nlpjob0001", vc="nlp", owner="otto"))
-    vision_pod = job_pods(k8s_cluster, "visionjob1")[0]["metadata"]["labels"]
-    nlp_pod = job_pods(k8s_cluster, "nlpjob0001")[0]["metadata"]["labels"]
-    gateway = {LABEL_ROLE: ROLE_GATEWAY}
-
-    for vc, own, other in (("vision", vision_pod, nlp_pod), ("nlp", nlp_pod, vision_pod)):
-        spec = read_policy(k8s_cluster, vc)["spec"]
-        assert spec["policyTypes"] == ["Ingress"]
-        assert selects(spec["podSelector"], own) and not selects(spec["podSelector"], other)
-        [rule] = spec["ingress"]
-        assert all("namespaceSelector" not in peer for peer in rule["from"])  # same namespace
-        admitted = [peer["podSelector"] for peer in rule["from"]]
-        assert any(selects(selector, own) for selector in admitted)
-        assert any(selects(selector, gateway) for selector in admitted)
-        assert not any(selects(selector, other) for selector in admitted)
-        assert not any(selects(selector, {}) for selector in admitted)  # no catch-all
-    assert vision_pod[LABEL_VC] != nlp_pod[LABEL_VC] and vision_pod[LABEL_USER] == "mia"
-
-
-def selects(selector: dict, labels: dict[str, str]) -> bool:
-    """Whether a LabelSelector (matchLabels only, as the backend writes) selects ``labels``."""
-    assert set(selector) <= {"matchLabels"}
-    return all(labels.get(key) == value for key, value in selector["matchLabels"].items())
-
-
-def test_an_outdated_vc_policy_is_brought_up_to_date(k8s_cluster, backend):
-    networking = client.NetworkingV1Api(k8s_cluster.api_client)
-    networking.create_namespaced_network_policy(
-        k8s_cluster.namespace,
-        {
-            "metadata": {"name": policy_name("vision")},
-            "spec": {"podSelector": {}, "ingress": [{}]},  # admits everyone
-        },
-    )
-
-    backend.deploy(a_launch(k8s_cluster))
-
-    spec = read_policy(k8s_cluster, "vision")["spec"]
-    assert spec["podSelector"] == {"matchLabels": {"trainyard.io/vc": "vision"}}
-    assert len(spec["ingress"][0]["from"]) == 2
-    if k8s_cluster.fake is not None:  # replaced once; an up-to-date policy is left alone
-        backend.deploy(a_launch(k8s_cluster, job_id="samevc0001"))
-        assert len(k8s_cluster.fake.requests_for("PUT", "networkpolicies")) == 1
-
-
 # --- the fake API server answers as a real one -------------------------------------------
 
 
@@ -736,7 +684,7 @@ REQUEST_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": 
 def test_the_rbac_in_the_docs_grants_exactly_the_verbs_the_backend_uses(k8s_cluster, backend):
     fake = k8s_cluster.require_fake()
     networking = client.NetworkingV1Api(k8s_cluster.api_client)
-    outdated = {"metadata": {"name": policy_name("vision")}, "spec": {"podSelector": {}}}
+    outdated = {"metadata": {"name": job_policy_name(JOB)}, "spec": {"podSelector": {}}}
     networking.create_namespaced_network_policy(k8s_cluster.namespace, outdated)
     first = len(fake.requests)
 

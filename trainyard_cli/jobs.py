@@ -88,6 +88,12 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option("--preemptible/--guaranteed", default=None, help="May borrow GPUs beyond the quota.")
 @click.option("--priority", type=int)
 @click.option("--retries", "max_retries", type=int, help="Retries for infrastructure failures.")
+@click.option(
+    "--retry-on",
+    type=click.Choice(["infrastructure", "any"]),
+    help="Spend retries on infrastructure failures (default) or on any failure, user errors "
+    "(a command exiting 3) too.",
+)
 @click.option("--wall-time", "max_wall_time", help="At most this long: 3600, 90m, 2h30m, 2d.")
 @click.option("--idempotency-key", help="Repeat the submission safely: the same key, one job.")
 @click.option("--wait", is_flag=True, help="Wait for the end; exit with the job's exit code.")

@@ -20,6 +20,7 @@ from backend.jobs.models import (
     JobArray,
     JobEvent,
     JobStatus,
+    RetryOn,
     StopOutcome,
     new_job_id,
 )
@@ -53,6 +54,7 @@ class JobSpec:
     memory_per_worker: int
     max_retries: int
     max_wall_time: int
+    retry_on: str = RetryOn.INFRASTRUCTURE
     image: str = ""
     working_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -126,6 +128,7 @@ def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object)
         preemptible=spec.preemptible,
         priority=spec.priority,
         max_retries=spec.max_retries,
+        retry_on=spec.retry_on,
         max_wall_time=spec.max_wall_time,
         data_path=spec.data_path,
         output_path=spec.output_path,

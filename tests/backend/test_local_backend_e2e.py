@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -141,6 +142,35 @@ def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, host_tmp):
     assert (job.exit_code, job.failure_class, job.retries_used) == (1, FailureClass.USER, 0)
     assert job.failure_rule == "python-syntax-error"
     assert "SyntaxError" in log_of(job)
+
+
+def test_a_command_exiting_3_fails_at_once_as_a_user_error_not_retried(world, jobs):
+    job = submit(world, command="echo training; exit 3", max_retries=3)
+    submitted = time.monotonic()
+
+    job = jobs.run_until(job, JobStatus.FAILED)
+
+    assert time.monotonic() - submitted < 5
+    assert (job.exit_code, job.failure_class, job.retries_used, job.attempt) == (
+        3, FailureClass.USER, 0, 1,
+    )  # fmt: skip
+    assert job.status_message == (
+        "user error: your command exited 3 and its log shows no infrastructure fault; "
+        "not retried: a retry would repeat it (retry_on: any retries user errors too)"
+    )
+    assert job.insight_message == ""  # one line on the page, not two that disagree
+    assert job.attempts.get(number=1).message == job.status_message
+
+
+def test_a_command_exiting_3_is_retried_when_the_job_retries_on_any_failure(world, jobs):
+    job = submit(world, command="echo training; exit 3", max_retries=3, retry_on="any")
+
+    job = jobs.run_until(job, JobStatus.QUEUED, attempt=1)
+
+    assert (job.failure_class, job.retries_used) == (FailureClass.USER, 1)
+    assert job.not_before is not None  # after a backoff
+    assert job.status_message.startswith("user error: your command exited 3 ")
+    assert job.status_message.endswith("; retry 1 of 3 in 30 s")
 
 
 def test_a_job_killed_mid_run_leaves_no_process(world, jobs):

@@ -67,17 +67,24 @@ def test_a_manifest_submitted_with_wait_returns_the_jobs_exit_code(cli, tmp_path
         "max_wall_time: 10m\ncommand: echo training; exit 3\n",
     )
 
-    done = cli("submit", "-f", job_file, "--wait", "--poll", "0.2", "--retries", "0")
+    done = cli("submit", "-f", job_file, "--wait", "--poll", "0.2", "--retries", "3")
 
     assert done.returncode == 3, done.stderr
     job = Job.objects.get(job_id=done.stdout.strip())
     assert (job.name, job.status, job.exit_code) == ("exits-three", JobStatus.FAILED, 3)
-    assert job.max_wall_time == 600
+    assert (job.max_wall_time, job.retries_used) == (600, 0)  # a user error: not retried
     progress = done.stderr.splitlines()  # each change of status it saw, in order
     seen = [line.split()[2].rstrip(":") for line in progress]
     lifecycle = ["queued", "scheduling", "running", "failed"]
     assert seen == sorted(set(seen), key=lifecycle.index) and seen[-1] == "failed"
-    assert "unknown cause: exit code 3" in progress[-1]
+    assert progress[-1].endswith(
+        "failed: user error: your command exited 3 and its log shows no infrastructure fault; "
+        "not retried: a retry would repeat it (retry_on: any retries user errors too)"
+    )
+
+    retried = cli("submit", "-f", job_file, "--retry-on", "any", "--retries", "1")
+    assert retried.returncode == 0, retried.stderr
+    assert Job.objects.get(job_id=retried.stdout.strip()).retry_on == "any"
 
     finished = cli("submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--wait",
                    "--poll", "0.2", "--", "echo", "all good")  # fmt: skip

@@ -19,7 +19,15 @@ from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
-from backend.jobs.models import FailureClass, Job, JobArray, JobAttempt, JobEvent, JobType
+from backend.jobs.models import (
+    FailureClass,
+    Job,
+    JobArray,
+    JobAttempt,
+    JobEvent,
+    JobType,
+    RetryOn,
+)
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
     BIDI_CONTROLS,
@@ -141,6 +149,12 @@ class JobSubmitSerializer(serializers.Serializer):
     preemptible = serializers.BooleanField(default=False)
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    retry_on = serializers.ChoiceField(
+        choices=RetryOn.choices,
+        default=RetryOn.INFRASTRUCTURE,
+        help_text="Which failures spend retries: infrastructure (and unknown causes; a user "
+        "error, such as a command exiting 3, fails the job at once) or any.",
+    )
     max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
     array = JobArraySpecSerializer(required=False, help_text="Submit a job array.")
     deadline = serializers.DateTimeField(
@@ -325,6 +339,7 @@ class JobSubmitSerializer(serializers.Serializer):
             preemptible=attrs["preemptible"],
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
+            retry_on=attrs["retry_on"],
             max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
             deadline=attrs.get("deadline"),
         )
@@ -381,12 +396,11 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "id", "name", "owner", "vc", "type", "status", "status_message",
             "insight_message", "repair_message", "image", "command", "working_dir", "env",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
-            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "data_path", "output_path", "node_selector", "ports", "placement", "exit_code",
-            "failure_class",
-            "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
-            "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
-            "array", "array_index", "deadline", "deadline_forecast",
+            "preemptible", "priority", "max_retries", "retry_on", "retries_used",
+            "max_wall_time", "data_path", "output_path", "node_selector", "ports", "placement",
+            "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
+            "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
+            "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -453,8 +467,9 @@ class JobSummarySerializer(JobSerializer):
         fields = [
             "id", "name", "owner", "vc", "type", "status", "status_message", "image",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
-            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "exit_code", "failure_class", "borrowing", "estimated_start_at", "submitted_at",
+            "preemptible", "priority", "max_retries", "retry_on", "retries_used",
+            "max_wall_time", "exit_code", "failure_class", "borrowing", "estimated_start_at",
+            "submitted_at",
             "started_at", "finished_at", "updated_at", "array", "array_index", "deadline",
             "deadline_forecast",
         ]  # fmt: skip

@@ -1509,6 +1509,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -1666,6 +1673,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -1785,6 +1799,14 @@ export interface components {
             /** @default 0 */
             priority?: number;
             max_retries?: number;
+            /**
+             * @description Which failures spend retries: infrastructure (and unknown causes; a user error, such as a command exiting 3, fails the job at once) or any.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             * @default infrastructure
+             */
+            retry_on?: components["schemas"]["RetryOnEnum"];
             max_wall_time?: number;
             /** @description Submit a job array. */
             array?: components["schemas"]["JobArraySpecRequest"];
@@ -1819,6 +1841,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -2415,6 +2444,12 @@ export interface components {
             cpus: number;
             memory: number;
         };
+        /**
+         * @description * `infrastructure` - Infrastructure
+         *     * `any` - Any
+         * @enum {string}
+         */
+        RetryOnEnum: "infrastructure" | "any";
         /**
          * @description * `member` - Member
          *     * `admin` - Admin

@@ -10,7 +10,7 @@ const FAILED = {
   insight_message: "", repair_message: "Node a100-2 was drained for repair after this attempt.",
   image: "", command: "python bert.py", env: {}, workers: 1, gpu_type: "A100", gpus_per_worker: 1,
   cpus_per_worker: 8, memory_per_worker: 65536, preemptible: false, priority: 0, max_retries: 2,
-  retries_used: 1, max_wall_time: 3600, exit_code: 1, failure_class: "user",
+  retry_on: "infrastructure", retries_used: 1, max_wall_time: 3600, exit_code: 1, failure_class: "user",
   failure_rule: "python-syntax-error", attempt: 2, estimated_start_at: null,
   submitted_at: "2026-11-29T10:00:00Z", started_at: "2026-11-29T10:00:05Z",
   finished_at: "2026-11-29T10:01:00Z", endpoints: {},
@@ -40,6 +40,7 @@ describe("a job's page", () => {
     const spec = screen.getByLabelText("Spec");
     expect(within(spec).getByText("Runs as").nextSibling).toHaveTextContent("ty-mia (uid 30001, gid 30001)");
     expect(within(spec).getByText("Limits").nextSibling).toHaveTextContent("RLIMIT_DATA");
+    expect(within(spec).getByText("Retries").nextSibling).toHaveTextContent("1 of 2 used, on infrastructure failures");
     const attempts = await screen.findByRole("table", { name: "Attempts" });
     expect(within(attempts).getByText("infrastructure (xid-79)")).toBeInTheDocument();
     expect(within(attempts).getByText("user (python-syntax-error)")).toBeInTheDocument();

@@ -176,7 +176,7 @@ export function JobDetailPage() {
           <dd>{j.priority}</dd>
           <dt>Retries</dt>
           <dd>
-            {j.retries_used} of {j.max_retries} used
+            {j.retries_used} of {j.max_retries} used, on {j.retry_on === "any" ? "any failure" : "infrastructure failures"}
           </dd>
           <dt>Wall time</dt>
           <dd>

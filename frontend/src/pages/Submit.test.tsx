@@ -138,6 +138,21 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ command: "python sweep.py", array: { count: 3 } });
   });
 
+  it("sends retry_on only when the job retries on any failure", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { command: ["Give a command to run."] }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    expect(screen.getByLabelText("Retry on")).toHaveValue("infrastructure");
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await screen.findByText("Give a command to run.");
+    fireEvent.change(screen.getByLabelText("Retry on"), { target: { value: "any" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(api.calls.filter((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/")).toHaveLength(2));
+    const [first, second] = api.calls.filter((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(first.body).not.toHaveProperty("retry_on");
+    expect(second.body).toMatchObject({ retry_on: "any" });
+  });
+
   it("shows an array's refusal on the Tasks field", async () => {
     fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { array: { count: ["Ensure this value is less than or equal to 10000."] } }] });
     renderPage(<SubmitPage />, "/submit");

@@ -295,6 +295,12 @@ export function SubmitPage() {
             <Field label="Max retry count" name="max_retries" errors={errors} hint={vc.data ? `empty: the VC's default, ${vc.data.default_max_retries}` : undefined}>
               <input id="f-max_retries" type="number" min={0} max={20} value={form.max_retries} onChange={(e) => set("max_retries", e.target.value)} />
             </Field>
+            <Field label="Retry on" name="retry_on" errors={errors} hint="a user error (a command exiting 3) is retried only on any failure">
+              <select id="f-retry_on" value={form.retry_on} onChange={(e) => set("retry_on", e.target.value)}>
+                <option value="infrastructure">infrastructure failures</option>
+                <option value="any">any failure</option>
+              </select>
+            </Field>
             <Field
               label="Wall time (minutes)"
               name="wall_minutes"

@@ -19,6 +19,8 @@ export interface SubmitForm {
   output_path: string;
   preemptible: boolean;
   max_retries: string;
+  /** Which failures spend retries: "infrastructure" (user errors fail at once) or "any". */
+  retry_on: string;
   wall_minutes: string;
   ports: string;
   /** How many jobs of this spec to submit as one job array ("1": a single job). */
@@ -44,6 +46,7 @@ export function emptyForm(vc: string): SubmitForm {
     output_path: "",
     preemptible: false,
     max_retries: "",
+    retry_on: "infrastructure",
     wall_minutes: "",
     ports: "",
     tasks: "1",
@@ -71,6 +74,7 @@ export function formFromJob(job: Job): SubmitForm {
     output_path: job.output_path ?? "",
     preemptible: job.preemptible,
     max_retries: String(job.max_retries),
+    retry_on: job.retry_on ?? "infrastructure",
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
     ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
     tasks: "1",
@@ -146,6 +150,7 @@ export function submission(form: SubmitForm): Submission {
     body.memory_per_worker = /^\d+$/.test(memory) ? Number(memory) : memory;
   }
   if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
+  if (form.retry_on !== "infrastructure") body.retry_on = form.retry_on as Submission["retry_on"];
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
   if (form.deadline) body.deadline = new Date(form.deadline).toISOString();
   const { ports } = parsePorts(form.ports);

@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config
+from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config, describe_errors
 from trainyard_cli.manifest import duration_seconds, read_manifest
 
 err = Console(stderr=True)
@@ -103,10 +103,18 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> None:
     """Submit a job from flags or a manifest (-f job.yaml): trainyard submit --vc vision
     --gpus 8 -- python train.py. Prints the job's id."""
+    flag_names = _flag_names(click.get_current_context().command, flags)
     body = build_submission(manifest, command, **flags)
     client = Api(Config.load())
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    job = client.post("jobs/", body, headers)
+    try:
+        job = client.post("jobs/", body, headers)
+    except CliError as refused:
+        if refused.exit_code != BAD_INPUT or not isinstance(refused.body, dict):
+            raise
+        # Named as the user wrote them: --gpus, not gpus_per_worker.
+        message = "\n".join(describe_errors(refused.body, flag_names))
+        raise CliError(message, BAD_INPUT) from None
     if as_json:
         click.echo(json.dumps(job, indent=2, sort_keys=True))
     else:
@@ -123,6 +131,17 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
             code = ended.get("exit_code") or FAILED
             code = code if 0 < code < 256 else FAILED
         raise click.exceptions.Exit(code)
+
+
+def _flag_names(command: click.Command, flags: dict[str, Any]) -> dict[str, str]:
+    """The flag each submission field was given by (``gpus_per_worker``: ``--gpus``); the
+    fields left to the manifest keep their names."""
+    given = {name for name, value in flags.items() if value not in (None, ())}
+    return {
+        param.name: max(param.opts, key=len)
+        for param in command.params
+        if isinstance(param, click.Option) and param.name in given
+    }
 
 
 def wait_for_array(client: Api, array_id: str, poll: float) -> int:

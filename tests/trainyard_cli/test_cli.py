@@ -134,6 +134,13 @@ def test_a_bad_manifest_prints_the_field_errors_and_exits_non_zero(cli, tmp_path
     assert "vc: No virtual cluster named 'nowhere' of yours." in refused.stderr
     assert "workers: Ensure this value is greater than or equal to 1." in refused.stderr
 
+    flags = cli("submit", "-f", manifest(tmp_path, "vc: vision\nmax_wall_time: 30d\n"),
+                "--gpu-type", "A100", "--gpus", "16", "--", "python train.py")  # fmt: skip
+    assert flags.returncode == 2
+    assert flags.stderr.count("\n") >= 2, flags.stderr  # both mistakes, in one answer
+    assert "--gpus: The largest A100 node has 8 GPUs; a worker asks for 16." in flags.stderr
+    assert "max_wall_time: VC vision allows at most 7 d" in flags.stderr  # from the manifest
+
     broken = cli("submit", "-f", manifest(tmp_path, "vc: [vision\n"))
     assert broken.returncode == 2 and "not valid YAML" in broken.stderr
     assert Job.objects.count() == 0

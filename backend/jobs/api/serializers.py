@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -31,6 +32,7 @@ from backend.jobs.models import (
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
     BIDI_CONTROLS,
+    FieldErrors,
     check_command,
     check_env,
     check_image,
@@ -155,7 +157,12 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Which failures spend retries: infrastructure (and unknown causes; a user "
         "error, such as a command exiting 3, fails the job at once) or any.",
     )
-    max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
+    max_wall_time = serializers.IntegerField(
+        min_value=MIN_WALL_TIME,
+        required=False,
+        help_text="Seconds; the VC's maximum when left out.",
+        error_messages={"min_value": f"At least {MIN_WALL_TIME} seconds (1 min)."},
+    )
     array = JobArraySpecSerializer(required=False, help_text="Submit a job array.")
     deadline = serializers.DateTimeField(
         required=False,
@@ -229,8 +236,9 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_data_path = _check_path
     validate_output_path = _check_path
 
-    def _gpu_type_name(self, attrs: dict) -> str:
-        """The named GPU type, or the VC's only one."""
+    def _gpu_type_name(self, attrs: dict, errors: FieldErrors) -> str | None:
+        """The named GPU type, or the VC's only one (None, with an error, when it has
+        several or none)."""
         vc = attrs["vc"]
         name = attrs.get("gpu_type")
         if name is None:
@@ -241,22 +249,19 @@ class JobSubmitSerializer(serializers.Serializer):
             )
             if len(names) != 1:
                 known = ", ".join(names) or "none"
-                raise serializers.ValidationError(
-                    {"gpu_type": [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]}
-                )
+                errors["gpu_type"] = [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]
+                return None
             name = names[0]
         return name
 
-    def _gpu_type(self, name: str) -> GpuType:
+    def _gpu_type(self, name: str, errors: FieldErrors) -> GpuType | None:
         gpu_type = GpuType.objects.filter(name=name).order_by().first()
         if gpu_type is None:
             known = ", ".join(GpuType.objects.values_list("name", flat=True)) or "none"
-            raise serializers.ValidationError(
-                {"gpu_type": [f"Unknown GPU type {name!r}; known types: {known}."]}
-            )
+            errors["gpu_type"] = [f"Unknown GPU type {name!r}; known types: {known}."]
         return gpu_type
 
-    def _check_owner_and_paths(self, user: User, attrs: dict) -> None:
+    def _owner_and_path_errors(self, user: User, attrs: dict) -> FieldErrors:
         """The owner needs a Unix account wherever jobs run as their owners, and every
         path must lie under a root the owner may use (backend.jobs.paths)."""
         account = None
@@ -264,37 +269,59 @@ class JobSubmitSerializer(serializers.Serializer):
             try:
                 account = unix_account_of(user)
             except NoUnixAccount as error:
-                raise serializers.ValidationError({"unix_account": [str(error)]}) from error
+                return {"unix_account": [str(error)]}
         paths = {name: attrs.get(name, "") for name in PATH_FIELDS}
-        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths)
-        if errors:
-            raise serializers.ValidationError(errors)
+        return job_path_errors(user, attrs["vc"].name, home_of(account), paths)
 
-    def validate(self, attrs: dict) -> dict:
-        user = self.context["request"].user
-        vc = attrs["vc"]
-        size_errors = check_launch_size(attrs["command"], attrs["env"])
-        if size_errors:
-            raise serializers.ValidationError({"env": size_errors})
-        self._check_owner_and_paths(user, attrs)
-        gpu_type_name = self._gpu_type_name(attrs)
+    def _gpus(self, attrs: dict, gpu_type_name: str | None, errors: FieldErrors) -> int:
+        """GPUs per worker with the default filled in; a wrong count is reported and the
+        nearest valid one returned, so that the other rules still run."""
         gpus = attrs.get("gpus_per_worker")
         if gpu_type_name == CPU_ONLY_GPU_TYPE:
             if gpus:
-                raise serializers.ValidationError(
-                    {"gpus_per_worker": ["CPU-only nodes have no GPUs; ask for 0."]}
-                )
-            gpus = 0
-        elif gpus is None:
-            gpus = 1
-        elif gpus == 0:
-            raise serializers.ValidationError(
-                {
-                    "gpus_per_worker": [
-                        f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
-                    ]
-                }
-            )
+                errors["gpus_per_worker"] = ["CPU-only nodes have no GPUs; ask for 0."]
+            return 0
+        if gpus == 0:
+            errors["gpus_per_worker"] = [
+                f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
+            ]
+        return gpus or 1
+
+    def to_internal_value(self, data: object) -> dict:
+        """The fields, each checked; when some are wrong, the rules across fields are run
+        on the others too, so that one answer names every mistake."""
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as refused:
+            detail = refused.detail
+            if not isinstance(detail, dict) or not isinstance(data, Mapping) or "vc" in detail:
+                raise
+            rest = {name: data[name] for name in data if name not in detail}
+            if "command" in detail:
+                rest["command"] = "true"  # a stand-in: its own error is already given
+            others = type(self)(data=rest, context=self.context)
+            if not others.is_valid():
+                for name, messages in others.errors.items():
+                    detail.setdefault(name, messages)
+            raise serializers.ValidationError(detail) from None
+
+    def validate(self, attrs: dict) -> dict:
+        """Every rule across fields, each failure kept: the answer names them all."""
+        user = self.context["request"].user
+        vc = attrs["vc"]
+        errors: FieldErrors = {}
+        if size_errors := check_launch_size(attrs["command"], attrs["env"]):
+            errors["env"] = size_errors
+        errors.update(self._owner_and_path_errors(user, attrs))
+        gpu_type_name = self._gpu_type_name(attrs, errors)
+        gpus = self._gpus(attrs, gpu_type_name, errors)
+        priority = attrs["priority"]
+        if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
+            errors["priority"] = [
+                f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."
+            ]
+        if gpu_type_name is None:
+            raise serializers.ValidationError(errors)
         quota = None
         if not attrs["preemptible"]:
             quota = quota_with_worker_fit(
@@ -304,21 +331,16 @@ class JobSubmitSerializer(serializers.Serializer):
                 attrs.get("cpus_per_worker"),
                 attrs.get("memory_per_worker"),
             )
-        gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name)
+        gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name, errors)
+        if gpu_type is None:
+            raise serializers.ValidationError(errors)
         units = max(gpus, 1)  # CPU-only workers get one t-shirt size
         cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
         memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
-        priority = attrs["priority"]
-        if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
-            raise serializers.ValidationError(
-                {"priority": [f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."]}
-            )
         selector = attrs.get("node_selector") or {}
         if selector and not nodes_with_labels(gpu_type, selector):
             wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
-            raise serializers.ValidationError(
-                {"node_selector": [f"No {gpu_type.name} node has the labels {wanted}."]}
-            )
+            errors["node_selector"] = [f"No {gpu_type.name} node has the labels {wanted}."]
         spec = JobSpec(
             vc=vc,
             gpu_type=gpu_type,
@@ -343,16 +365,22 @@ class JobSubmitSerializer(serializers.Serializer):
             max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
             deadline=attrs.get("deadline"),
         )
-        errors = check_request(spec.as_request(), quota)
+        for name, messages in check_request(spec.as_request(), quota).items():
+            errors.setdefault(name, messages)
+        task_envs = None
+        if "array" in attrs:
+            task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
+            task_errors = {
+                str(index): size_errors
+                for index, task_env in enumerate(task_envs)
+                if task_env
+                and (size_errors := check_launch_size(spec.command, spec.env | task_env))
+            }
+            if task_errors:
+                errors["array"] = {"tasks": task_errors}  # type: ignore[assignment]
         if errors:
             raise serializers.ValidationError(errors)
-        if "array" not in attrs:
-            return {"spec": spec}
-        task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
-        for index, task_env in enumerate(task_envs):
-            if task_env and (size_errors := check_launch_size(spec.command, spec.env | task_env)):
-                raise serializers.ValidationError({"array": {"tasks": {str(index): size_errors}}})
-        return {"spec": spec, "task_envs": task_envs}
+        return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
 
 
 def _default_name(command: str) -> str:

@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0014_job_deadline_issue16'),
+        ("jobs", "0014_job_deadline_issue16"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='retry_on',
-            field=models.CharField(choices=[('infrastructure', 'Infrastructure'), ('any', 'Any')], default='infrastructure', help_text='infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.', max_length=16),
+            model_name="job",
+            name="retry_on",
+            field=models.CharField(
+                choices=[("infrastructure", "Infrastructure"), ("any", "Any")],
+                default="infrastructure",
+                help_text="infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.",
+                max_length=16,
+            ),
         ),
     ]

@@ -1807,6 +1807,7 @@ export interface components {
              * @default infrastructure
              */
             retry_on?: components["schemas"]["RetryOnEnum"];
+            /** @description Seconds; the VC's maximum when left out. */
             max_wall_time?: number;
             /** @description Submit a job array. */
             array?: components["schemas"]["JobArraySpecRequest"];

@@ -44,7 +44,8 @@ describe("the submit form", () => {
     await userEvent.type(screen.getByLabelText("Wall time (minutes)"), "500");
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     expect(await screen.findByText("Give a command to run.")).toBeInTheDocument();
-    const wall = screen.getByText("At most 7200 s in VC vision.");
+    // In the unit of the field the user filled: minutes, not the API's seconds.
+    const wall = screen.getByText("At most 120 min (2h 00m) in VC vision; you asked for 500 min.");
     expect(wall.closest(".field")).toContainElement(screen.getByLabelText("Wall time (minutes)"));
     expect(screen.getByText("Please correct the marked fields.")).toBeInTheDocument();
     const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
@@ -181,6 +182,19 @@ describe("the submit form", () => {
     expect(screen.getByLabelText("Environment")).toHaveValue("LR=0.1");
     expect(screen.getByLabelText("Max retry count")).toHaveValue(3);
     expect(screen.getByLabelText("Wall time (minutes)")).toHaveValue(60);
+  });
+
+  it("says a job can never start when no node could take one of its workers", async () => {
+    fakeApi({
+      ...BASE,
+      "POST /api/v1/jobs/preview/": [400, { gpus_per_worker: ["The largest A100 node has 8 GPUs; a worker asks for 16. Use more workers with fewer GPUs each."] }],
+    });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("GPUs per worker"), { target: { value: "16" } });
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
+    expect(await screen.findByText(/This job can never start: the largest A100 node has 8 GPUs; a worker asks for 16/)).toBeInTheDocument();
+    expect(screen.queryByText(/cannot start now/)).not.toBeInTheDocument();
   });
 
   it("warns, with the server's reason, when the job cannot start now", async () => {

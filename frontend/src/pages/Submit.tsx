@@ -11,6 +11,7 @@ import {
   emptyForm,
   formFromJob,
   localStartCheck,
+  neverStartReason,
   JOB_PRESETS,
   parseEnv,
   parsePorts,
@@ -97,7 +98,7 @@ export function SubmitPage() {
     [form, gpuTypeName, gpusPerWorker],
   );
   const bodyKey = JSON.stringify(body);
-  const [preview, setPreview] = useState<{ key: string; answer: Schemas["StartPreview"] | null }>({ key: "", answer: null });
+  const [preview, setPreview] = useState<{ key: string; answer: Schemas["StartPreview"] | null; never?: string | null }>({ key: "", answer: null });
   const [previewMissing, setPreviewMissing] = useState(false);
   useEffect(() => {
     if (!form.vc || !form.command.trim() || previewMissing) return;
@@ -108,7 +109,8 @@ export function SubmitPage() {
         .catch((reason) => {
           if ((reason as Error).name === "AbortError") return;
           if (reason instanceof ApiError && (reason.status === 404 || reason.status === 405)) setPreviewMissing(true);
-          setPreview({ key: bodyKey, answer: null });
+          const never = reason instanceof ApiError && reason.status === 400 ? neverStartReason(reason.fields) : null;
+          setPreview({ key: bodyKey, answer: null, never });
         });
     }, 300);
     return () => {
@@ -119,6 +121,7 @@ export function SubmitPage() {
   const asked = !previewMissing && !!form.command.trim();
   const answered = preview.key === bodyKey;
   const serverAnswer = answered ? preview.answer : null;
+  const never = answered ? (preview.never ?? null) : null;
   const localReason = localStartCheck(
     Number(form.workers) || 1,
     Number(gpusPerWorker) || 0,
@@ -159,7 +162,14 @@ export function SubmitPage() {
       navigate("jobs" in answer ? `/jobs?array=${answer.array}` : `/jobs/${answer.id}`);
     } catch (reason) {
       const fields = reason instanceof ApiError ? { ...reason.fields } : {};
-      if (fields.max_wall_time) fields.wall_minutes = fields.max_wall_time;
+      if (fields.max_wall_time) {
+        // Said in the field's own unit: minutes.
+        const asked = Number(form.wall_minutes);
+        fields.wall_minutes =
+          vc.data && maxMinutes !== undefined && asked > maxMinutes
+            ? [`At most ${maxMinutes} min (${duration(vc.data.max_wall_time)}) in VC ${vc.data.name}; you asked for ${asked} min.`]
+            : fields.max_wall_time;
+      }
       if (fields.array) fields.tasks = fields.array;
       setErrors(fields);
       setFailure(reason);
@@ -340,6 +350,10 @@ export function SubmitPage() {
             <p className="hint" role="status">
               Checking whether this job can start now…
             </p>
+          ) : never ? (
+            <div className="warning" role="status">
+              This job can never start: {never.replace(/\.$/, "")}.
+            </div>
           ) : reason ? (
             <div className="warning" role="status">
               This job cannot start now: {reason.replace(/\.$/, "")}.

@@ -194,6 +194,16 @@ export function localStartCheck(
   return null;
 }
 
+/** The fields whose refusal means no node or quota could ever take the job as it is. */
+const NEVER_FITS = ["gpus_per_worker", "cpus_per_worker", "memory_per_worker", "workers", "gpu_type", "node_selector"];
+
+/** Why the server refused to preview the job (a worker larger than any node, more than
+ * the VC's quota), as the rest of a sentence; null when nothing says it can never start. */
+export function neverStartReason(fields: Record<string, string[]>): string | null {
+  const message = NEVER_FITS.map((name) => fields[name]?.[0]).find(Boolean);
+  return message ? message.charAt(0).toLowerCase() + message.slice(1) : null;
+}
+
 /** Where the form opens: the VC and GPU type where a job of the form's first shape (one
  * worker, one GPU; CPUs only for a CPU-only type) can start now, GPU types first and the
  * most free quota first; else the one with the most free quota. Null without candidates. */

@@ -26,10 +26,12 @@ TIMEOUT_SECONDS = 30
 class CliError(Exception):
     """A failure to tell the user, and the exit code it ends the command with."""
 
-    def __init__(self, message: str, exit_code: int = FAILED, body: object = None) -> None:
+    def __init__(
+        self, message: str, exit_code: int = FAILED, body: object = None, status: int = 0
+    ) -> None:
         super().__init__(message)
         self.message, self.exit_code = message, exit_code
-        self.body = body  # the API's error answer, when it gave one
+        self.body, self.status = body, status  # the API's error answer, when it gave one
 
 
 def config_path() -> Path:
@@ -165,4 +167,4 @@ def _error_of(response: requests.Response) -> CliError:
         exit_code = BAD_INPUT
     else:
         exit_code = FAILED
-    return CliError("\n".join(lines), exit_code, body)
+    return CliError("\n".join(lines), exit_code, body, code)

@@ -7,6 +7,8 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -183,8 +185,14 @@ def wait_for_end(client: Api, job_id: str, poll: float) -> dict:
 @click.option("--worker", type=int, help="One worker's log (default: all; with -f, worker 0).")
 @click.option("--poll", default=1.0, show_default=True, help="Seconds between looks (-f).")
 def logs(job_id: str, follow: bool, worker: int | None, poll: float) -> None:
-    """A job's log: every worker's, or one worker's; with -f, followed to the job's end."""
+    """A job's log: every worker's, or one worker's; with -f, followed to the job's end.
+    JOB_ID is a job's id, or an array's task as ARRAY_INDEX."""
     client = Api(Config.load())
+    with arrays_explained(client, job_id):
+        _print_log(client, task_job_id(client, job_id), follow, worker, poll)
+
+
+def _print_log(client: Api, job_id: str, follow: bool, worker: int | None, poll: float) -> None:
     if worker is None and not follow:
         response = client.request("GET", f"jobs/{job_id}/log/", stream=True)
         for chunk in response.iter_content(64 * 1024):
@@ -204,6 +212,38 @@ def logs(job_id: str, follow: bool, worker: int | None, poll: float) -> None:
             return
         if offset >= chunk["size"]:
             time.sleep(poll)
+
+
+def task_job_id(client: Api, given: str) -> str:
+    """The job a user names: a job's id, or an array's task as ARRAY_INDEX (Slurm's way,
+    ``k3m9x2q7ab_3``: task 3 of array k3m9x2q7ab)."""
+    array_id, underscore, index = given.rpartition("_")
+    if not underscore or not array_id or not index.isdigit():
+        return given
+    found = client.get("jobs/", array=array_id, array_index=index).get("results") or []
+    if not found:
+        size = client.get(f"job-arrays/{array_id}/")["size"]  # 404: no such array
+        raise CliError(f"Array {array_id} has no task {index}: its tasks are 0 to {size - 1}.")
+    return found[0]["id"]
+
+
+@contextmanager
+def arrays_explained(client: Api, given: str) -> Iterator[None]:
+    """A job id that is an array's own id is explained, not answered "No Job matches"."""
+    try:
+        yield
+    except CliError as refused:
+        if refused.status != 404:
+            raise
+        try:
+            array = client.get(f"job-arrays/{given}/")
+        except CliError:
+            raise CliError(f"No job {given} of yours.") from None
+        raise CliError(
+            f"{given} is a job array of {array['size']} tasks, not a job: name a task as "
+            f"{given}_0 to {given}_{array['size'] - 1}, or list them with trainyard jobs "
+            f"--array {given}."
+        ) from None
 
 
 def ssh_argv(endpoint: str, extra: tuple[str, ...]) -> list[str]:

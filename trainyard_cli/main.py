@@ -41,7 +41,13 @@ err = Console(stderr=True)
 
 
 class TrainyardGroup(click.Group):
-    """Every command's CliError printed (in the API's words) and turned into its exit code."""
+    """Every command's CliError printed (in the API's words) and turned into its exit code;
+    ``list`` is ``jobs``, as other schedulers' users type it."""
+
+    ALIASES = {"list": "jobs"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -122,11 +128,15 @@ cli.add_command(job_commands.logs)
 @click.option("--status", "statuses", multiple=True, help="Only jobs in this status (repeat).")
 @click.option("--owner", help="Only this user's jobs (VC admins).")
 @click.option("--type", "job_type", help="batch, interactive or distributed.")
+@click.option("--array", "array_id", help="Only this job array's tasks.")
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
-def list_jobs(vc, statuses, owner, job_type, limit, as_json) -> None:
-    """The jobs I may see, newest first."""
-    params = {"vc": vc, "owner": owner, "type": job_type, "status": list(statuses) or None}
+def list_jobs(vc, statuses, owner, job_type, array_id, limit, as_json) -> None:
+    """The jobs I may see, newest first (also: trainyard list)."""
+    params = {
+        "vc": vc, "owner": owner, "type": job_type, "status": list(statuses) or None,
+        "array": array_id,
+    }  # fmt: skip
     found = list(api().pages("jobs/", limit=limit, **{k: v for k, v in params.items() if v}))
     if as_json:
         print_json(found)
@@ -152,9 +162,12 @@ SHOWN_FIELDS = (
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 def show(job_id: str, as_json: bool) -> None:
-    """A job's detail, and its attempts."""
+    """A job's detail, and its attempts. JOB_ID is a job's id, or an array's task as
+    ARRAY_INDEX."""
     client = api()
-    job = client.get(f"jobs/{job_id}/")
+    with job_commands.arrays_explained(client, job_id):
+        job_id = job_commands.task_job_id(client, job_id)
+        job = client.get(f"jobs/{job_id}/")
     attempts = client.get(f"jobs/{job_id}/attempts/")
     if as_json:
         print_json(job | {"attempts": attempts})

@@ -107,6 +107,29 @@ def test_a_manifest_with_an_array_submits_its_tasks_and_waits_for_them_all(cli, 
     ]  # fmt: skip
     assert "1 failed, 2 finished" in done.stderr.splitlines()[-1]
 
+    array_id = done.stdout.strip()
+    third = cli("logs", f"{array_id}_2")  # Slurm's ARRAY_INDEX names a task
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == cli("logs", jobs[2].job_id).stdout
+    assert third.stdout.startswith("=== attempt 1 on a100-")
+    shown = cli("show", f"{array_id}_2", "--json")
+    assert json.loads(shown.stdout)["id"] == jobs[2].job_id
+    explained = cli("logs", array_id)
+    assert explained.returncode == 1
+    assert (
+        f"{array_id} is a job array of 3 tasks, not a job: name a task as {array_id}_0 to "
+        f"{array_id}_2, or list them with trainyard jobs --array {array_id}."
+    ) in explained.stderr
+    assert (
+        f"Array {array_id} has no task 7: its tasks are 0 to 2."
+        in cli("show", f"{array_id}_7").stderr
+    )
+    listed = cli("list", "--array", array_id, "--json")  # list: an alias of jobs
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(job["id"] for job in json.loads(listed.stdout)) == sorted(
+        job.job_id for job in jobs
+    )
+
 
 def test_logs_follow_prints_the_job_as_it_runs_to_its_end(cli, tmp_path):
     command = "for i in 1 2 3 4 5; do echo step $i; sleep 0.2; done; echo done training"

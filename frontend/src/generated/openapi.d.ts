@@ -3229,6 +3229,8 @@ export interface operations {
             query?: {
                 /** @description An array's id. */
                 array?: string;
+                /** @description A task's index in its array (with array). */
+                array_index?: number;
                 /** @description Which field to use when ordering the results. */
                 ordering?: string;
                 owner?: string;

@@ -51,6 +51,16 @@ describe("a job's page", () => {
     expect(screen.queryByLabelText("Endpoints")).not.toBeInTheDocument();
   });
 
+  it("says plainly that a job does not exist, without a Retry that cannot help", async () => {
+    fakeApi({ "GET /api/v1/jobs/nope/": [404, { detail: "No Job matches the given query." }] });
+    renderPage(<JobDetailPage />, "/jobs/nope", "/jobs/:id");
+    expect(await screen.findByRole("heading", { name: "No job nope" })).toBeInTheDocument();
+    expect(screen.getByRole("alert")).toHaveTextContent("There is no job nope that you may see");
+    expect(screen.getByRole("link", { name: "its tasks" })).toHaveAttribute("href", "/jobs?array=nope");
+    expect(screen.queryByText("No Job matches the given query.")).not.toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Retry" })).not.toBeInTheDocument();
+  });
+
   it("follows a running job's log from where it left off, and shows how to reach the job", async () => {
     const offsets: (string | null)[] = [];
     const chunks = ["epoch 1\n", "epoch 2\n", "epoch 3\n"];

@@ -1,6 +1,6 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
-import type { Job, Schemas } from "../api";
+import { ApiError, type Job, type Schemas } from "../api";
 import { useMe } from "../auth";
 import { ErrorBox, Loading, StatusBadge } from "../components/common";
 import { GpuUtilisationChart } from "../components/GpuUtilisationChart";
@@ -65,6 +65,7 @@ export function JobDetailPage() {
   }
 
   if (job.loading && !job.data) return <Loading what={`job ${id}`} />;
+  if (!job.data && job.error instanceof ApiError && job.error.status === 404) return <NoSuchJob id={id} />;
   if (!job.data) return <ErrorBox error={job.error} retry={job.reload} />;
   const j = job.data;
   const left = timeLeft(j);
@@ -336,4 +337,17 @@ function deadlineVerdict(job: Job): string {
   if (job.deadline_forecast === true) return "predicted to make it";
   if (job.deadline_forecast === false) return "predicted to miss it";
   return "no forecast yet";
+}
+
+/** A job id that names no job the user may see: said plainly, with where to look. */
+function NoSuchJob({ id }: { id: string }) {
+  return (
+    <section>
+      <h1>No job {id}</h1>
+      <p className="empty" role="alert">
+        There is no job {id} that you may see: it may belong to a VC you are not in, or have been
+        deleted. See <Link to="/jobs">your jobs</Link>, or, if {id} is a job array, <Link to={`/jobs?array=${encodeURIComponent(id)}`}>its tasks</Link>.
+      </p>
+    </section>
+  );
 }

@@ -193,6 +193,20 @@ def test_every_mistake_of_a_submission_is_named_in_one_answer(world):
     assert not Job.objects.exists()
 
 
+def test_an_interactive_job_gets_the_vcs_interactive_wall_time_not_its_maximum(world):
+    client = world.client(world.member)
+
+    shell = submit(client, type="interactive", command="exec sleep infinity").json()
+    batch = submit(client, command="python train.py").json()
+
+    assert (shell["max_wall_time"], batch["max_wall_time"]) == (8 * 3600, WEEK)
+    world.vision.interactive_wall_time = 2 * 3600
+    world.vision.max_wall_time = 3600  # the VC's maximum caps it
+    world.vision.save()
+    capped = submit(client, type="interactive", command="exec sleep infinity").json()
+    assert capped["max_wall_time"] == 3600
+
+
 def test_vc_of_another_tenant_is_answered_as_unknown(world):
     client = world.client(world.member)
 

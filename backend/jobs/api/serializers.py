@@ -44,7 +44,7 @@ from backend.jobs.submission import (
     quota_with_worker_fit,
     visible_vc_for_submission,
 )
-from backend.vcs.models import Quota
+from backend.vcs.models import Quota, VirtualCluster
 
 MAX_DAY_BUCKETS = 400
 MAX_SPAN_DAYS = 3660
@@ -362,7 +362,7 @@ class JobSubmitSerializer(serializers.Serializer):
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
             retry_on=attrs["retry_on"],
-            max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
+            max_wall_time=attrs.get("max_wall_time", _default_wall_time(vc, attrs["type"])),
             deadline=attrs.get("deadline"),
         )
         for name, messages in check_request(spec.as_request(), quota).items():
@@ -381,6 +381,14 @@ class JobSubmitSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
+
+
+def _default_wall_time(vc: VirtualCluster, job_type: str) -> int:
+    """A job's wall time when it gives none: the VC's maximum, or for an interactive job
+    (a shell, a notebook, which nobody ends) the VC's interactive default, 8 h unless set."""
+    if job_type == JobType.INTERACTIVE:
+        return min(vc.interactive_wall_time, vc.max_wall_time)
+    return vc.max_wall_time
 
 
 def _default_name(command: str) -> str:

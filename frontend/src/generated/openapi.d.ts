@@ -2361,6 +2361,8 @@ export interface components {
             notification?: string;
             policy?: components["schemas"]["PolicyEnum"];
             max_wall_time?: number;
+            /** @description Wall time of an interactive job submitted without one (seconds). */
+            interactive_wall_time?: number;
             max_interactive_gpus?: number;
             default_max_retries?: number;
             user_gpu_limit?: number | null;
@@ -2751,6 +2753,11 @@ export interface components {
             max_wall_time?: number;
             /**
              * Format: int64
+             * @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time).
+             */
+            interactive_wall_time?: number;
+            /**
+             * Format: int64
              * @description GPUs the VC's interactive jobs may hold at once.
              */
             max_interactive_gpus?: number;
@@ -2800,6 +2807,8 @@ export interface components {
             policy?: components["schemas"]["PolicyEnum"];
             /** @description Longest a job may run, in seconds. */
             max_wall_time?: number;
+            /** @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time). */
+            interactive_wall_time?: number;
             /** @description GPUs the VC's interactive jobs may hold at once. */
             max_interactive_gpus?: number;
             default_max_retries?: number;
@@ -2821,6 +2830,11 @@ export interface components {
              * @description Longest a job may run, in seconds.
              */
             max_wall_time?: number;
+            /**
+             * Format: int64
+             * @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time).
+             */
+            interactive_wall_time?: number;
             /**
              * Format: int64
              * @description GPUs the VC's interactive jobs may hold at once.

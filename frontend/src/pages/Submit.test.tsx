@@ -84,6 +84,8 @@ describe("the submit form", () => {
     await userEvent.click(screen.getByRole("button", { name: "Jupyter" }));
     expect(screen.getByLabelText("Job type")).toHaveValue("interactive");
     expect(screen.getByLabelText("Ports")).toHaveValue("jupyter=8888");
+    // An empty wall time gives the VC's interactive default, and the form says so.
+    expect(screen.getByText(/empty: 1h 00m \(60 min\) for an interactive job; at most 2h 00m/)).toBeInTheDocument();
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     await waitFor(() => expect(currentLocation).toBe("/jobs/j-lab"));
     const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");

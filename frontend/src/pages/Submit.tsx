@@ -315,7 +315,7 @@ export function SubmitPage() {
               label="Wall time (minutes)"
               name="wall_minutes"
               errors={errors}
-              hint={vc.data ? `at most ${duration(vc.data.max_wall_time)} (${maxMinutes} min) in VC ${vc.data.name}` : undefined}
+              hint={vc.data ? wallTimeHint(vc.data, form.type, maxMinutes) : undefined}
             >
               <input id="f-wall_minutes" type="number" min={1} max={maxMinutes} value={form.wall_minutes} onChange={(e) => set("wall_minutes", e.target.value)} />
             </Field>
@@ -370,4 +370,13 @@ export function SubmitPage() {
       </div>
     </section>
   );
+}
+
+/** The wall-time field's hint: the VC's cap and, for an interactive job, what an empty
+ * field gives (the VC's interactive default, not its maximum). */
+function wallTimeHint(vc: Vc, type: string, maxMinutes: number | undefined): string {
+  const cap = `at most ${duration(vc.max_wall_time)} (${maxMinutes} min) in VC ${vc.name}`;
+  if (type !== "interactive") return cap;
+  const given = Math.min(vc.interactive_wall_time, vc.max_wall_time);
+  return `empty: ${duration(given)} (${Math.floor(given / 60)} min) for an interactive job; ${cap}`;
 }

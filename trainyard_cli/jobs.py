@@ -109,14 +109,8 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
     body = build_submission(manifest, command, **flags)
     client = Api(Config.load())
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    try:
+    with fields_named(flag_names):
         job = client.post("jobs/", body, headers)
-    except CliError as refused:
-        if refused.exit_code != BAD_INPUT or not isinstance(refused.body, dict):
-            raise
-        # Named as the user wrote them: --gpus, not gpus_per_worker.
-        message = "\n".join(describe_errors(refused.body, flag_names))
-        raise CliError(message, BAD_INPUT) from None
     if as_json:
         click.echo(json.dumps(job, indent=2, sort_keys=True))
     else:
@@ -133,6 +127,18 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
             code = ended.get("exit_code") or FAILED
             code = code if 0 < code < 256 else FAILED
         raise click.exceptions.Exit(code)
+
+
+@contextmanager
+def fields_named(names: dict[str, str]) -> Iterator[None]:
+    """The API's field errors told with the names the user wrote (``--gpus``, not
+    ``gpus_per_worker``)."""
+    try:
+        yield
+    except CliError as refused:
+        if refused.exit_code != BAD_INPUT or not isinstance(refused.body, dict):
+            raise
+        raise CliError("\n".join(describe_errors(refused.body, names)), BAD_INPUT) from None
 
 
 def _flag_names(command: click.Command, flags: dict[str, Any]) -> dict[str, str]:

@@ -35,6 +35,7 @@ from trainyard_cli.client import (
     Config,
     config_path,
 )
+from trainyard_cli.manifest import duration_seconds
 
 out = Console()
 err = Console(stderr=True)
@@ -190,6 +191,39 @@ def show(job_id: str, as_json: bool) -> None:
                          str(attempt["exit_code"] if attempt["exit_code"] is not None else ""),
                          attempt["message"])  # fmt: skip
         out.print(runs)
+
+
+CHANGE_FLAGS = {
+    "priority": "--priority", "max_wall_time": "--wall-time", "max_retries": "--retries",
+}  # fmt: skip
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--priority", type=int, help="Order within the VC's queue (-100 to 100).")
+@click.option("--wall-time", help="At most this long: 3600, 90m, 2h30m, 2d (the VC's limit).")
+@click.option("--retries", type=int, help="Retries it may still spend, in all.")
+def change(job_id: str, priority: int | None, wall_time: str | None, retries: int | None) -> None:
+    """Change a submitted job's priority, wall time or retries (VC admins); the job's
+    history records it."""
+    body: dict[str, int] = {}
+    if priority is not None:
+        body["priority"] = priority
+    if wall_time is not None:
+        body["max_wall_time"] = duration_seconds(wall_time, "--wall-time")
+    if retries is not None:
+        body["max_retries"] = retries
+    if not body:
+        raise CliError("Give what to change: --priority, --wall-time or --retries", BAD_INPUT)
+    client = api()
+    with job_commands.arrays_explained(client, job_id):
+        job_id = job_commands.task_job_id(client, job_id)
+        with job_commands.fields_named(CHANGE_FLAGS):
+            job = client.request("PATCH", f"jobs/{job_id}/", json=body).json()
+    out.print(
+        f"{job['id']}: priority {job['priority']}, wall time {job['max_wall_time']} s, "
+        f"retries {job['retries_used']} of {job['max_retries']} used"
+    )
 
 
 def _act(action: str, job_ids: tuple[str, ...], reason: str) -> None:

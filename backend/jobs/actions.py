@@ -24,7 +24,7 @@ from backend.jobs.models import (
     StopOutcome,
     new_job_id,
 )
-from backend.jobs.submission import Request, approval_message, needs_approval
+from backend.jobs.submission import Request, approval_message, duration_text, needs_approval
 from backend.jobs.transitions import (
     bulk_transition,
     record_event,
@@ -281,11 +281,35 @@ def approve_job(job: Job, actor: User | None, reason: str = "") -> Job:
 
 
 @transaction.atomic
-def set_job_priority(job: Job, priority: int, actor: User) -> Job:
+def change_job(job: Job, actor: User, changes: dict[str, int]) -> Job:
+    """Set the job's ``priority``, ``max_wall_time`` and ``max_retries`` (those given) and
+    record what changed, from what, as an event. A job that has ended cannot change
+    (ActionRefused). The job manager reads them at its next pass: a running job over its
+    new wall time is stopped as timed out."""
     job = _locked(job)
-    job.priority = priority
-    job.save(update_fields=["priority", "updated_at"])
+    if job.status in TERMINAL_STATUSES:
+        raise ActionRefused(f"Job {job.job_id} has ended ({job.status}): nothing to change.")
+    said = [
+        f"{_CHANGE_LABELS[name]} {_shown_value(name, getattr(job, name))} -> "
+        f"{_shown_value(name, value)}"
+        for name, value in changes.items()
+        if getattr(job, name) != value
+    ]
+    if not said:
+        return job
+    for name, value in changes.items():
+        setattr(job, name, value)
+    job.save(update_fields=[*changes, "updated_at"])
+    record_event(job, job.status, actor, "changed: " + "; ".join(said))
+    run_job_manager_after_commit()
     return job
+
+
+_CHANGE_LABELS = {"priority": "priority", "max_wall_time": "wall time", "max_retries": "retries"}
+
+
+def _shown_value(name: str, value: int) -> str:
+    return duration_text(value) if name == "max_wall_time" else str(value)
 
 
 # --- job arrays ---------------------------------------------------------------------------

@@ -194,6 +194,20 @@ def test_jobs_show_kill_many_queue_and_usage(cli, world):
     assert "vision" in usage and "A100" in usage
     assert "sleep 300" in cli("show", sleepers[0]).stdout
 
+    _, admin_token = create_api_token(world.vc_admin, "cli tests")
+    as_admin = {"TRAINYARD_TOKEN": admin_token}
+    changed = cli("change", sleepers[0], "--wall-time", "2h", "--retries", "0", env=as_admin)
+    assert changed.returncode == 0, changed.stderr
+    job = Job.objects.get(job_id=sleepers[0])
+    assert (job.max_wall_time, job.max_retries) == (7200, 0)
+    assert job.events.last().reason == "changed: wall time 7 d -> 2 h; retries 3 -> 0"
+    too_long = cli("change", sleepers[0], "--wall-time", "30d", env=as_admin)
+    assert too_long.returncode == 2
+    assert "--wall-time: VC vision allows at most 7 d" in too_long.stderr
+    refused = cli("change", sleepers[1], "--retries", "9")  # mia is a member
+    assert refused.returncode == 4
+    assert "Only an admin of VC vision can change" in refused.stderr
+
     killed = cli("kill", *sleepers, "not-a-job", "--reason", "cleaning up")
 
     assert killed.returncode == 1  # one of them was refused

@@ -40,6 +40,7 @@ from backend.jobs.submission import (
     check_name,
     check_path,
     check_request,
+    duration_text,
     nodes_with_labels,
     quota_with_worker_fit,
     visible_vc_for_submission,
@@ -512,8 +513,42 @@ class JobSummarySerializer(JobSerializer):
         read_only_fields = fields
 
 
-class JobPrioritySerializer(serializers.Serializer):
-    priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY)
+CHANGEABLE = ("priority", "max_wall_time", "max_retries")
+
+
+class JobChangeSerializer(serializers.Serializer):
+    """What a VC admin may change of a submitted job: any of these, at least one. The
+    job's VC (in the context, ``vc``) caps the wall time."""
+
+    priority = serializers.IntegerField(
+        min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, required=False
+    )
+    max_wall_time = serializers.IntegerField(
+        min_value=MIN_WALL_TIME,
+        required=False,
+        help_text="Seconds, at most the VC's max_wall_time; a running job's limit counts "
+        "from its start.",
+        error_messages={"min_value": f"At least {MIN_WALL_TIME} seconds (1 min)."},
+    )
+    max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+
+    def validate_max_wall_time(self, seconds: int) -> int:
+        vc: VirtualCluster = self.context["vc"]
+        if seconds > vc.max_wall_time:
+            raise serializers.ValidationError(
+                f"VC {vc.name} allows at most {duration_text(vc.max_wall_time)} "
+                f"({vc.max_wall_time} seconds); asked for {duration_text(seconds)} "
+                f"({seconds} seconds)."
+            )
+        return seconds
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError(
+                {name: ["Give priority, max_wall_time or max_retries: what to change (this "
+                        "field is required without the others)."] for name in CHANGEABLE}
+            )  # fmt: skip
+        return attrs
 
 
 class JobActionSerializer(serializers.Serializer):

@@ -259,7 +259,10 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** @description Change a job's priority within its VC (VC admins). */
+        /**
+         * @description Change a job's priority, wall time (within its VC's limit) or retries (VC
+         *     admins and cluster admins); each change is recorded as an event of the job.
+         */
         patch: operations["v1_jobs_partial_update"];
         trace?: never;
     };
@@ -2292,8 +2295,15 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory_per_gpu?: number | string;
         };
-        PatchedJobPriorityRequest: {
+        /**
+         * @description What a VC admin may change of a submitted job: any of these, at least one. The
+         *     job's VC (in the context, ``vc``) caps the wall time.
+         */
+        PatchedJobChangeRequest: {
             priority?: number;
+            /** @description Seconds, at most the VC's max_wall_time; a running job's limit counts from its start. */
+            max_wall_time?: number;
+            max_retries?: number;
         };
         PatchedNodeUpdateRequest: {
             gpu_type?: string;
@@ -3351,9 +3361,9 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["PatchedJobPriorityRequest"];
-                "application/x-www-form-urlencoded": components["schemas"]["PatchedJobPriorityRequest"];
-                "multipart/form-data": components["schemas"]["PatchedJobPriorityRequest"];
+                "application/json": components["schemas"]["PatchedJobChangeRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedJobChangeRequest"];
+                "multipart/form-data": components["schemas"]["PatchedJobChangeRequest"];
             };
         };
         responses: {

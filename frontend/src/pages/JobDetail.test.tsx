@@ -1,7 +1,7 @@
-import { screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { fakeApi, renderPage } from "../test-utils";
+import { MEMBER, fakeApi, renderPage } from "../test-utils";
 import { JobDetailPage } from "./JobDetail";
 
 const FAILED = {
@@ -59,6 +59,41 @@ describe("a job's page", () => {
     expect(screen.getByRole("link", { name: "its tasks" })).toHaveAttribute("href", "/jobs?array=nope");
     expect(screen.queryByText("No Job matches the given query.")).not.toBeInTheDocument();
     expect(screen.queryByRole("button", { name: "Retry" })).not.toBeInTheDocument();
+  });
+
+  it("lets a VC admin change a queued job's wall time and retries, and shows the refusal on its field", async () => {
+    const queued = { ...FAILED, id: "q1", status: "queued", exit_code: null, failure_class: "", finished_at: null, started_at: null, max_wall_time: 7200 };
+    let answers = 0;
+    const api = fakeApi({
+      "GET /api/v1/jobs/q1/": queued,
+      "GET /api/v1/jobs/q1/events/": [],
+      "GET /api/v1/jobs/q1/attempts/": [],
+      "PATCH /api/v1/jobs/q1/": (body: unknown) => {
+        answers += 1;
+        return answers === 1
+          ? [400, { max_wall_time: ["VC vision allows at most 7 d (604800 seconds); asked for 8 d (691200 seconds)."] }]
+          : [200, { ...queued, ...(body as object) }];
+      },
+    });
+    renderPage(<JobDetailPage />, "/jobs/q1", "/jobs/:id", { ...MEMBER, vcs: [{ name: "vision", role: "admin" }] });
+    const form = await screen.findByRole("form", { name: "Change the job" });
+    fireEvent.change(within(form).getByLabelText("Wall time (minutes)"), { target: { value: "11520" } });
+    await userEvent.click(within(form).getByRole("button", { name: "Change" }));
+    const refusal = await within(form).findByText(/allows at most 7 d/);
+    expect(refusal.closest(".field")).toContainElement(within(form).getByLabelText("Wall time (minutes)"));
+    fireEvent.change(within(form).getByLabelText("Wall time (minutes)"), { target: { value: "60" } });
+    fireEvent.change(within(form).getByLabelText("Retries"), { target: { value: "0" } });
+    await userEvent.click(within(form).getByRole("button", { name: "Change" }));
+    expect(await within(form).findByText("Saved: wall time 1h 00m, 0 retries, priority 0.")).toBeInTheDocument();
+    const patches = api.calls.filter((call) => call.method === "PATCH");
+    expect(patches[1].body).toEqual({ priority: 0, max_wall_time: 3600, max_retries: 0 });
+  });
+
+  it("shows no change form to a member", async () => {
+    fakeApi({ "GET /api/v1/jobs/q2/": { ...FAILED, id: "q2", status: "queued" }, "GET /api/v1/jobs/q2/events/": [], "GET /api/v1/jobs/q2/attempts/": [] });
+    renderPage(<JobDetailPage />, "/jobs/q2", "/jobs/:id");
+    await screen.findByLabelText("Spec");
+    expect(screen.queryByRole("form", { name: "Change the job" })).not.toBeInTheDocument();
   });
 
   it("follows a running job's log from where it left off, and shows how to reach the job", async () => {

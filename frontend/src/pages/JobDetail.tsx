@@ -1,7 +1,8 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
 import { ApiError, type Job, type Schemas } from "../api";
-import { useMe } from "../auth";
+import { isVcAdmin, useMe } from "../auth";
+import { JobChangeForm } from "../components/JobChangeForm";
 import { ErrorBox, Loading, StatusBadge } from "../components/common";
 import { GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { actOnJob, exposePort, type JobAction, useJob, useJobAttempts, useJobEvents, useJobGpuHours, useJobMetrics } from "../endpoints";
@@ -258,6 +259,12 @@ export function JobDetailPage() {
                 </p>
               )}
             </div>
+          )}
+          {isVcAdmin(me, j.vc) && ACTIVE.includes(j.status) && (
+            <>
+              <h2>Change (VC admins)</h2>
+              <JobChangeForm key={j.id} job={j} onChanged={() => { job.reload(); events.reload(); }} />
+            </>
           )}
           <h2>Status history</h2>
           <ErrorBox error={events.error} />

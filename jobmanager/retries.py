@@ -215,8 +215,8 @@ def classify(
 def exited_by_itself(exit_code: int | None) -> bool:
     """Whether the job's command ended with an exit code of its own choosing: not by a
     signal (128+N), and not without a known code (a worker that vanished)."""
-    return exit_code is not None and exit_code > 0 and not (
-        128 < exit_code <= _LAST_SIGNAL_EXIT_CODE
+    return (
+        exit_code is not None and exit_code > 0 and not (128 < exit_code <= _LAST_SIGNAL_EXIT_CODE)
     )
 
 

@@ -424,8 +424,7 @@ def test_a_plain_exit_that_no_rule_explains_is_the_users(exit_code):
     assert classification == Classification(
         FailureClass.USER,
         "",
-        f"user error: your command exited {exit_code} and its log shows no infrastructure "
-        "fault",
+        f"user error: your command exited {exit_code} and its log shows no infrastructure fault",
     )
 
 

@@ -5,6 +5,7 @@ submission as ty-test-<user>)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import signal
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.utils import timezone
 
+from backend.jobs.management.commands import stop_jobs
+from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
@@ -171,6 +175,26 @@ def test_a_command_exiting_3_is_retried_when_the_job_retries_on_any_failure(worl
     assert job.not_before is not None  # after a backoff
     assert job.status_message.startswith("user error: your command exited 3 ")
     assert job.status_message.endswith("; retry 1 of 3 in 30 s")
+
+
+def test_stop_jobs_stops_what_a_stopped_portal_leaves_running(world, jobs, monkeypatch):
+    job = submit(world, command="echo started; sleep 300")
+    jobs.run_until(job, JobStatus.RUNNING)
+    wait_for(lambda: "started" in log_of(job), "the job to start")
+    # What make run says as it stops: the job keeps running, and how to stop it.
+    assert left_running_message(jobs_left_running()) == (
+        "1 job keeps running: the next make run adopts it. To stop it too: make stop-jobs."
+    )
+    monkeypatch.setattr(stop_jobs, "get_backend", lambda: jobs.backend)
+    said = io.StringIO()
+
+    call_command("stop_jobs", stdout=said)
+
+    assert said.getvalue() == f"Stopping 1 job(s): {job.job_id}.\n"
+    wait_for(lambda: job_processes(job.job_id) == [], "its processes to end")
+    job = jobs.run_until(job, JobStatus.KILLED)  # recorded at the job manager's next pass
+    assert job.events.filter(reason="stopped with make stop-jobs").exists()
+    assert left_running_message(jobs_left_running()) == ""
 
 
 def test_a_job_killed_mid_run_leaves_no_process(world, jobs):

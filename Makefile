@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # pytest's processes for the whole suite (pytest-xdist); 0 runs it serially.
 PYTEST_XDIST_WORKERS ?= 3
 
-.PHONY: run test test-sqlite lint format install schema api-types api-types-check bench clean frontend frontend-test screenshots
+.PHONY: run stop-jobs test test-sqlite lint format install schema api-types api-types-check bench clean frontend frontend-test screenshots
 
 # The dashboard: npm ci when the lock file changed, a Vite build when its sources changed.
 FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts -type f 2>/dev/null)
@@ -54,6 +54,10 @@ frontend-test: $(FRONTEND_MODULES) api-types-check
 
 run: install frontend
 	$(PY) manage.py run_trainyard
+
+# Kill the jobs a stopped make run left running (the next start adopts them otherwise).
+stop-jobs: install
+	$(PY) manage.py stop_jobs
 
 test: install frontend frontend-test
 	$(VENV)/bin/ruff check .

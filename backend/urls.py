@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import BaseRouter, DefaultRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
-from backend.core.views import health_view, home_view
+from backend.core.views import health_view, home_view, not_found_view
 from backend.monitoring.views import metrics_view
 
 # Each app's API routes (its api/urls.py, as NetBox has them), all under /api/v1/.
@@ -50,3 +50,5 @@ urlpatterns = [
 
 # Errors answer JSON, and a database outage 503 with Retry-After (backend/core/outage.py).
 handler500 = "backend.core.outage.server_error"
+# An unknown page answers the dashboard, which says so in its own words; the API, JSON.
+handler404 = not_found_view

@@ -82,12 +82,21 @@ _CLASS_LABELS = {
     FailureClass.PREEMPTION: "preemption",
     FailureClass.UNKNOWN: "unknown cause",
 }
-_CLASS_POLICIES = {
-    FailureClass.USER: "not retried",
-    FailureClass.INFRASTRUCTURE: "retried with backoff while the job has retries left",
-    FailureClass.PREEMPTION: "requeued without spending a retry",
-    FailureClass.UNKNOWN: "retried with backoff while the job has retries left",
-}
+# The highest exit code read as a death by signal (128+N, N at most 64 on Linux).
+_LAST_SIGNAL_EXIT_CODE = 128 + 64
+
+
+class RetryOn(StrEnum):
+    """Which failures a job spends its retries on (its ``retry_on``).
+
+    ``infrastructure``, the default: infrastructure failures and unknown causes; a user
+    error fails the job at once, since running the same command again repeats it.
+    ``any``: every failure, user errors included (a job that fails now and then by
+    design, or whose errors the rules misread).
+    """
+
+    INFRASTRUCTURE = "infrastructure"
+    ANY = "any"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +173,11 @@ def classify(
     """Classify a failed attempt by the first of ``rules`` (default :func:`load_rules`) that
     matches; "unknown" with rule "" when none does.
 
+    No rule matching a plain non-zero exit (not a signal's 128+N) with no reason from the
+    cluster beyond the exit itself is the user's: "your command exited 3". A death by
+    signal, or an end with no exit code, stays "unknown": something outside the job may
+    have caused it.
+
     Exit code 0 is not a failure: the answer is None, unless the cluster gave a
     ``reason`` for the end ("OOMKilled", or "ImagePullBackOff: Back-off pulling image
     ..." for a worker that never started): a word, then ": " and its message. ``None``
@@ -179,16 +193,30 @@ def classify(
         evidence = rule.match(exit_code, text, reason)
         if evidence is not None:
             label = f"{_CLASS_LABELS[rule.failure_class]} ({rule.name})"
-            parts = [rule.description, evidence, _CLASS_POLICIES[rule.failure_class]]
+            parts = [rule.description, evidence]
             return Classification(
                 rule.failure_class, rule.name, f"{label}: " + "; ".join(p for p in parts if p)
             )
+    if reason in _GENERIC_REASONS and exited_by_itself(exit_code):
+        return Classification(
+            FailureClass.USER,
+            "",
+            f"user error: your command exited {exit_code} and its log shows no "
+            "infrastructure fault",
+        )
     said = f' (the cluster: "{_shortened(reason)}")' if reason not in _GENERIC_REASONS else ""
     return Classification(
         FailureClass.UNKNOWN,
         "",
-        f"unknown cause: {describe_exit_code(exit_code)}{said} and the log matched no rule; "
-        f"{_CLASS_POLICIES[FailureClass.UNKNOWN]}",
+        f"unknown cause: {describe_exit_code(exit_code)}{said} and the log matched no rule",
+    )
+
+
+def exited_by_itself(exit_code: int | None) -> bool:
+    """Whether the job's command ended with an exit code of its own choosing: not by a
+    signal (128+N), and not without a known code (a worker that vanished)."""
+    return (
+        exit_code is not None and exit_code > 0 and not (128 < exit_code <= _LAST_SIGNAL_EXIT_CODE)
     )
 
 
@@ -204,26 +232,33 @@ def retry_decision(
     max_retries: int,
     base_backoff_seconds: float = 30,
     max_backoff_seconds: float = 1800,
+    retry_on: RetryOn | str = RetryOn.INFRASTRUCTURE,
 ) -> RetryDecision:
     """What to do after a failed attempt.
 
-    User errors are not retried. Infrastructure and unknown failures are retried while
-    ``retries_used < max_retries``, each retry spending one, after
+    User errors are not retried, unless ``retry_on`` is "any". The other failures are
+    retried while ``retries_used < max_retries``, each retry spending one, after
     ``base_backoff_seconds * 2**retries_used`` capped at ``max_backoff_seconds``.
     Preemption requeues at once and spends nothing.
+
+    The reason is one line for the job's page: what happened (the classification's
+    message, else its class and rule), then whether and why it runs again.
     """
     if retries_used < 0 or max_retries < 0:
         raise ValueError("retries_used and max_retries must not be negative")
     if base_backoff_seconds < 0 or max_backoff_seconds < 0:
         raise ValueError("backoff seconds must not be negative")
     failure_class = FailureClass(classification.failure_class)
-    cause = _CLASS_LABELS[failure_class] + (
+    cause = classification.message or _CLASS_LABELS[failure_class] + (
         f" ({classification.rule})" if classification.rule else ""
     )
     if failure_class == FailureClass.PREEMPTION:
         return RetryDecision(True, False, 0.0, f"{cause}; requeued without spending a retry")
-    if failure_class == FailureClass.USER:
-        return RetryDecision(False, False, 0.0, f"{cause}; not retried")
+    if failure_class == FailureClass.USER and RetryOn(retry_on) != RetryOn.ANY:
+        return RetryDecision(
+            False, False, 0.0, f"{cause}; not retried: a retry would repeat it (retry_on: any "
+            "retries user errors too)"
+        )  # fmt: skip
     if retries_used >= max_retries:
         used = "the job allows no retries" if max_retries == 0 else f"all {max_retries} used"
         return RetryDecision(False, False, 0.0, f"{cause}; not retried: {used}")

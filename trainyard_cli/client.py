@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,12 @@ TIMEOUT_SECONDS = 30
 class CliError(Exception):
     """A failure to tell the user, and the exit code it ends the command with."""
 
-    def __init__(self, message: str, exit_code: int = FAILED) -> None:
+    def __init__(
+        self, message: str, exit_code: int = FAILED, body: object = None, status: int = 0
+    ) -> None:
         super().__init__(message)
         self.message, self.exit_code = message, exit_code
+        self.body, self.status = body, status  # the API's error answer, when it gave one
 
 
 def config_path() -> Path:
@@ -70,8 +73,10 @@ class Config:
         return path
 
 
-def describe_errors(body: object) -> list[str]:
-    """The API's error body as lines: ``field: message`` per field, the detail on its own."""
+def describe_errors(body: object, names: Mapping[str, str] | None = None) -> list[str]:
+    """The API's error body as lines: ``field: message`` per field, the detail on its own.
+    ``names`` says what to call a field instead (the flag that gave it: ``--gpus``)."""
+    names = names or {}
     if isinstance(body, dict):
         lines = []
         for field, value in body.items():
@@ -82,10 +87,10 @@ def describe_errors(body: object) -> list[str]:
                 elif field in ("detail", "non_field_errors"):
                     lines.append(str(message))
                 else:
-                    lines.append(f"{field}: {message}")
+                    lines.append(f"{names.get(field, field)}: {message}")
         return lines
     if isinstance(body, list):
-        return [line for item in body for line in describe_errors(item)]
+        return [line for item in body for line in describe_errors(item, names)]
     return [str(body)] if body else []
 
 
@@ -162,4 +167,4 @@ def _error_of(response: requests.Response) -> CliError:
         exit_code = BAD_INPUT
     else:
         exit_code = FAILED
-    return CliError("\n".join(lines), exit_code)
+    return CliError("\n".join(lines), exit_code, body, code)

@@ -7,13 +7,15 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config
+from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config, describe_errors
 from trainyard_cli.manifest import duration_seconds, read_manifest
 
 err = Console(stderr=True)
@@ -88,6 +90,12 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option("--preemptible/--guaranteed", default=None, help="May borrow GPUs beyond the quota.")
 @click.option("--priority", type=int)
 @click.option("--retries", "max_retries", type=int, help="Retries for infrastructure failures.")
+@click.option(
+    "--retry-on",
+    type=click.Choice(["infrastructure", "any"]),
+    help="Spend retries on infrastructure failures (default) or on any failure, user errors "
+    "(a command exiting 3) too.",
+)
 @click.option("--wall-time", "max_wall_time", help="At most this long: 3600, 90m, 2h30m, 2d.")
 @click.option("--idempotency-key", help="Repeat the submission safely: the same key, one job.")
 @click.option("--wait", is_flag=True, help="Wait for the end; exit with the job's exit code.")
@@ -97,10 +105,12 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> None:
     """Submit a job from flags or a manifest (-f job.yaml): trainyard submit --vc vision
     --gpus 8 -- python train.py. Prints the job's id."""
+    flag_names = _flag_names(click.get_current_context().command, flags)
     body = build_submission(manifest, command, **flags)
     client = Api(Config.load())
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    job = client.post("jobs/", body, headers)
+    with fields_named(flag_names):
+        job = client.post("jobs/", body, headers)
     if as_json:
         click.echo(json.dumps(job, indent=2, sort_keys=True))
     else:
@@ -117,6 +127,29 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
             code = ended.get("exit_code") or FAILED
             code = code if 0 < code < 256 else FAILED
         raise click.exceptions.Exit(code)
+
+
+@contextmanager
+def fields_named(names: dict[str, str]) -> Iterator[None]:
+    """The API's field errors told with the names the user wrote (``--gpus``, not
+    ``gpus_per_worker``)."""
+    try:
+        yield
+    except CliError as refused:
+        if refused.exit_code != BAD_INPUT or not isinstance(refused.body, dict):
+            raise
+        raise CliError("\n".join(describe_errors(refused.body, names)), BAD_INPUT) from None
+
+
+def _flag_names(command: click.Command, flags: dict[str, Any]) -> dict[str, str]:
+    """The flag each submission field was given by (``gpus_per_worker``: ``--gpus``); the
+    fields left to the manifest keep their names."""
+    given = {name for name, value in flags.items() if value not in (None, ())}
+    return {
+        param.name: max(param.opts, key=len)
+        for param in command.params
+        if isinstance(param, click.Option) and param.name in given
+    }
 
 
 def wait_for_array(client: Api, array_id: str, poll: float) -> int:
@@ -158,8 +191,14 @@ def wait_for_end(client: Api, job_id: str, poll: float) -> dict:
 @click.option("--worker", type=int, help="One worker's log (default: all; with -f, worker 0).")
 @click.option("--poll", default=1.0, show_default=True, help="Seconds between looks (-f).")
 def logs(job_id: str, follow: bool, worker: int | None, poll: float) -> None:
-    """A job's log: every worker's, or one worker's; with -f, followed to the job's end."""
+    """A job's log: every worker's, or one worker's; with -f, followed to the job's end.
+    JOB_ID is a job's id, or an array's task as ARRAY_INDEX."""
     client = Api(Config.load())
+    with arrays_explained(client, job_id):
+        _print_log(client, task_job_id(client, job_id), follow, worker, poll)
+
+
+def _print_log(client: Api, job_id: str, follow: bool, worker: int | None, poll: float) -> None:
     if worker is None and not follow:
         response = client.request("GET", f"jobs/{job_id}/log/", stream=True)
         for chunk in response.iter_content(64 * 1024):
@@ -179,6 +218,38 @@ def logs(job_id: str, follow: bool, worker: int | None, poll: float) -> None:
             return
         if offset >= chunk["size"]:
             time.sleep(poll)
+
+
+def task_job_id(client: Api, given: str) -> str:
+    """The job a user names: a job's id, or an array's task as ARRAY_INDEX (Slurm's way,
+    ``k3m9x2q7ab_3``: task 3 of array k3m9x2q7ab)."""
+    array_id, underscore, index = given.rpartition("_")
+    if not underscore or not array_id or not index.isdigit():
+        return given
+    found = client.get("jobs/", array=array_id, array_index=index).get("results") or []
+    if not found:
+        size = client.get(f"job-arrays/{array_id}/")["size"]  # 404: no such array
+        raise CliError(f"Array {array_id} has no task {index}: its tasks are 0 to {size - 1}.")
+    return found[0]["id"]
+
+
+@contextmanager
+def arrays_explained(client: Api, given: str) -> Iterator[None]:
+    """A job id that is an array's own id is explained, not answered "No Job matches"."""
+    try:
+        yield
+    except CliError as refused:
+        if refused.status != 404:
+            raise
+        try:
+            array = client.get(f"job-arrays/{given}/")
+        except CliError:
+            raise CliError(f"No job {given} of yours.") from None
+        raise CliError(
+            f"{given} is a job array of {array['size']} tasks, not a job: name a task as "
+            f"{given}_0 to {given}_{array['size'] - 1}, or list them with trainyard jobs "
+            f"--array {given}."
+        ) from None
 
 
 def ssh_argv(endpoint: str, extra: tuple[str, ...]) -> list[str]:

@@ -35,13 +35,20 @@ from trainyard_cli.client import (
     Config,
     config_path,
 )
+from trainyard_cli.manifest import duration_seconds
 
 out = Console()
 err = Console(stderr=True)
 
 
 class TrainyardGroup(click.Group):
-    """Every command's CliError printed (in the API's words) and turned into its exit code."""
+    """Every command's CliError printed (in the API's words) and turned into its exit code;
+    ``list`` is ``jobs``, as other schedulers' users type it."""
+
+    ALIASES = {"list": "jobs"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -122,11 +129,15 @@ cli.add_command(job_commands.logs)
 @click.option("--status", "statuses", multiple=True, help="Only jobs in this status (repeat).")
 @click.option("--owner", help="Only this user's jobs (VC admins).")
 @click.option("--type", "job_type", help="batch, interactive or distributed.")
+@click.option("--array", "array_id", help="Only this job array's tasks.")
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
-def list_jobs(vc, statuses, owner, job_type, limit, as_json) -> None:
-    """The jobs I may see, newest first."""
-    params = {"vc": vc, "owner": owner, "type": job_type, "status": list(statuses) or None}
+def list_jobs(vc, statuses, owner, job_type, array_id, limit, as_json) -> None:
+    """The jobs I may see, newest first (also: trainyard list)."""
+    params = {
+        "vc": vc, "owner": owner, "type": job_type, "status": list(statuses) or None,
+        "array": array_id,
+    }  # fmt: skip
     found = list(api().pages("jobs/", limit=limit, **{k: v for k, v in params.items() if v}))
     if as_json:
         print_json(found)
@@ -152,9 +163,12 @@ SHOWN_FIELDS = (
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 def show(job_id: str, as_json: bool) -> None:
-    """A job's detail, and its attempts."""
+    """A job's detail, and its attempts. JOB_ID is a job's id, or an array's task as
+    ARRAY_INDEX."""
     client = api()
-    job = client.get(f"jobs/{job_id}/")
+    with job_commands.arrays_explained(client, job_id):
+        job_id = job_commands.task_job_id(client, job_id)
+        job = client.get(f"jobs/{job_id}/")
     attempts = client.get(f"jobs/{job_id}/attempts/")
     if as_json:
         print_json(job | {"attempts": attempts})
@@ -177,6 +191,39 @@ def show(job_id: str, as_json: bool) -> None:
                          str(attempt["exit_code"] if attempt["exit_code"] is not None else ""),
                          attempt["message"])  # fmt: skip
         out.print(runs)
+
+
+CHANGE_FLAGS = {
+    "priority": "--priority", "max_wall_time": "--wall-time", "max_retries": "--retries",
+}  # fmt: skip
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--priority", type=int, help="Order within the VC's queue (-100 to 100).")
+@click.option("--wall-time", help="At most this long: 3600, 90m, 2h30m, 2d (the VC's limit).")
+@click.option("--retries", type=int, help="Retries it may still spend, in all.")
+def change(job_id: str, priority: int | None, wall_time: str | None, retries: int | None) -> None:
+    """Change a submitted job's priority, wall time or retries (VC admins); the job's
+    history records it."""
+    body: dict[str, int] = {}
+    if priority is not None:
+        body["priority"] = priority
+    if wall_time is not None:
+        body["max_wall_time"] = duration_seconds(wall_time, "--wall-time")
+    if retries is not None:
+        body["max_retries"] = retries
+    if not body:
+        raise CliError("Give what to change: --priority, --wall-time or --retries", BAD_INPUT)
+    client = api()
+    with job_commands.arrays_explained(client, job_id):
+        job_id = job_commands.task_job_id(client, job_id)
+        with job_commands.fields_named(CHANGE_FLAGS):
+            job = client.request("PATCH", f"jobs/{job_id}/", json=body).json()
+    out.print(
+        f"{job['id']}: priority {job['priority']}, wall time {job['max_wall_time']} s, "
+        f"retries {job['retries_used']} of {job['max_retries']} used"
+    )
 
 
 def _act(action: str, job_ids: tuple[str, ...], reason: str) -> None:

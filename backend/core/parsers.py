@@ -3,6 +3,10 @@
 A body larger than ``TRAINYARD_MAX_JSON_BYTES`` is refused before it is read whole; one
 nested deeper than ``TRAINYARD_MAX_JSON_DEPTH`` (which Python's parser would meet with a
 RecursionError, a few KB of brackets being enough) is refused as malformed.
+
+It reads the request's stream itself: DRF hands a ``JSONParser`` the whole ``request.body``,
+which Django refuses past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB) with an HTML "Bad
+Request (400)" before any parser could answer in JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.settings import api_settings
 from rest_framework.utils import json
 
@@ -41,7 +45,12 @@ def deeper_than(value: object, limit: int) -> bool:
     return False
 
 
-class LimitedJSONParser(JSONParser):
+class LimitedJSONParser(BaseParser):
+    """JSON bodies up to TRAINYARD_MAX_JSON_BYTES (413 past it) nested at most
+    TRAINYARD_MAX_JSON_DEPTH deep (400 past it)."""
+
+    media_type = "application/json"
+
     def parse(self, stream, media_type=None, parser_context=None):
         parser_context = parser_context or {}
         limit = settings.TRAINYARD_MAX_JSON_BYTES

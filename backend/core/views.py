@@ -26,6 +26,20 @@ def home_view(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
 
 
+# Paths that programs ask for: an unknown one answers JSON, not the dashboard's page.
+MACHINE_PATH_PREFIXES = ("/api/", "/metrics", "/healthz", "/static/", "/endpoints/")
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The 404 handler: JSON for the API and other programs' paths; for any other path the
+    dashboard's page with status 404, which shows the dashboard's own "Page not found"."""
+    if request.path.startswith(MACHINE_PATH_PREFIXES):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    page = home_view(request)
+    page.status_code = 404
+    return page
+
+
 def health_view(request: HttpRequest) -> JsonResponse:
     """200 when the database answers, 503 when it does not. Probes should ask the health
     server (backend/core/health.py), which no burst of requests holds up."""

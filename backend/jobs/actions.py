@@ -20,10 +20,11 @@ from backend.jobs.models import (
     JobArray,
     JobEvent,
     JobStatus,
+    RetryOn,
     StopOutcome,
     new_job_id,
 )
-from backend.jobs.submission import Request, approval_message, needs_approval
+from backend.jobs.submission import Request, approval_message, duration_text, needs_approval
 from backend.jobs.transitions import (
     bulk_transition,
     record_event,
@@ -53,6 +54,7 @@ class JobSpec:
     memory_per_worker: int
     max_retries: int
     max_wall_time: int
+    retry_on: str = RetryOn.INFRASTRUCTURE
     image: str = ""
     working_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -126,6 +128,7 @@ def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object)
         preemptible=spec.preemptible,
         priority=spec.priority,
         max_retries=spec.max_retries,
+        retry_on=spec.retry_on,
         max_wall_time=spec.max_wall_time,
         data_path=spec.data_path,
         output_path=spec.output_path,
@@ -278,11 +281,35 @@ def approve_job(job: Job, actor: User | None, reason: str = "") -> Job:
 
 
 @transaction.atomic
-def set_job_priority(job: Job, priority: int, actor: User) -> Job:
+def change_job(job: Job, actor: User, changes: dict[str, int]) -> Job:
+    """Set the job's ``priority``, ``max_wall_time`` and ``max_retries`` (those given) and
+    record what changed, from what, as an event. A job that has ended cannot change
+    (ActionRefused). The job manager reads them at its next pass: a running job over its
+    new wall time is stopped as timed out."""
     job = _locked(job)
-    job.priority = priority
-    job.save(update_fields=["priority", "updated_at"])
+    if job.status in TERMINAL_STATUSES:
+        raise ActionRefused(f"Job {job.job_id} has ended ({job.status}): nothing to change.")
+    said = [
+        f"{_CHANGE_LABELS[name]} {_shown_value(name, getattr(job, name))} -> "
+        f"{_shown_value(name, value)}"
+        for name, value in changes.items()
+        if getattr(job, name) != value
+    ]
+    if not said:
+        return job
+    for name, value in changes.items():
+        setattr(job, name, value)
+    job.save(update_fields=[*changes, "updated_at"])
+    record_event(job, job.status, actor, "changed: " + "; ".join(said))
+    run_job_manager_after_commit()
     return job
+
+
+_CHANGE_LABELS = {"priority": "priority", "max_wall_time": "wall time", "max_retries": "retries"}
+
+
+def _shown_value(name: str, value: int) -> str:
+    return duration_text(value) if name == "max_wall_time" else str(value)
 
 
 # --- job arrays ---------------------------------------------------------------------------

@@ -765,18 +765,20 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
             result.finished.append(locked.job_id)
         else:
             assert failed is not None  # only a failed worker is classified
-            _close_attempt(locked, failed.exit_code, classification, classification.message)
             decision = retry_decision(
                 classification,
                 retries_used=locked.retries_used,
                 max_retries=locked.max_retries,
                 base_backoff_seconds=settings.TRAINYARD_RETRY_BACKOFF_SECONDS,
                 max_backoff_seconds=settings.TRAINYARD_RETRY_BACKOFF_MAX_SECONDS,
+                retry_on=locked.retry_on,
             )
+            # One line says what happened and what follows: the status message.
+            _close_attempt(locked, failed.exit_code, classification, decision.reason)
             locked.exit_code = failed.exit_code
             locked.failure_class = classification.failure_class
             locked.failure_rule = classification.rule
-            locked.insight_message = classification.message
+            locked.insight_message = ""
             if decision.retry:
                 if decision.spends_retry:
                     locked.retries_used += 1

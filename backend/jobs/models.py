@@ -81,6 +81,14 @@ class FailureClass(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+class RetryOn(models.TextChoices):
+    """Which failures a job spends its retries on: the values of
+    ``jobmanager.retries.RetryOn``."""
+
+    INFRASTRUCTURE = "infrastructure"
+    ANY = "any"
+
+
 class StopOutcome(models.TextChoices):
     """What a job becomes once the backend has stopped it (killing / pausing jobs)."""
 
@@ -180,6 +188,13 @@ class Job(models.Model):
     preemptible = models.BooleanField(default=False)
     priority = models.IntegerField(default=0)
     max_retries = models.PositiveSmallIntegerField(default=3)
+    retry_on = models.CharField(
+        max_length=16,
+        choices=RetryOn.choices,
+        default=RetryOn.INFRASTRUCTURE,
+        help_text="infrastructure: retries are spent on infrastructure failures and unknown "
+        "causes, a user error fails the job at once; any: on every failure.",
+    )
     max_wall_time = models.PositiveIntegerField(help_text="Seconds.")
     node_selector = models.JSONField(
         default=dict, blank=True, help_text="Labels the node of every worker must carry."

@@ -62,6 +62,22 @@ def utf8_size(text: str) -> int | None:
         return None
 
 
+def counted(count: int | Decimal, unit: str) -> str:
+    """A count with its unit as people write it: "1 GPU", "8 GPUs", "10000 CPUs", "0.5 CPU"
+    (a decimal without its trailing zeros, never in exponent form)."""
+    number = f"{count.normalize():f}" if isinstance(count, Decimal) else str(count)
+    return f"{number} {unit}" if count == 1 or (0 < count < 1) else f"{number} {unit}s"
+
+
+def duration_text(seconds: int) -> str:
+    """Seconds as days, hours, minutes and seconds: "7 d", "2 h 30 min", "90 s" -> "1 min 30 s"."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, rest = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "min"), (rest, "s")]
+    return " ".join(f"{value} {unit}" for value, unit in parts if value) or "0 s"
+
+
 def check_command(command: str) -> list[str]:
     if not command.strip():
         return ["Give the command to run, e.g. 'python train.py --epochs 10'."]
@@ -202,8 +218,9 @@ def explain_no_fit(request: Request) -> FieldErrors:
         most_gpus = max(nodes.values_list("gpus", flat=True))
         return {
             "gpus_per_worker": [
-                f"The largest {request.gpu_type.name} node has {most_gpus} GPUs; a worker asks "
-                f"for {request.gpus_per_worker}. Use more workers with fewer GPUs each."
+                f"The largest {request.gpu_type.name} node has {counted(most_gpus, 'GPU')}; a "
+                f"worker asks for {request.gpus_per_worker}. Use more workers with fewer GPUs "
+                "each."
             ]
         }
     fits_cpus = fits_gpus.filter(cpus__gte=request.cpus_per_worker)
@@ -211,8 +228,10 @@ def explain_no_fit(request: Request) -> FieldErrors:
         most_cpus = max(fits_gpus.values_list("cpus", flat=True))
         return {
             "cpus_per_worker": [
-                f"No {request.gpu_type.name} node with {request.gpus_per_worker} GPUs has "
-                f"{request.cpus_per_worker} CPUs; the most is {most_cpus.normalize()}."
+                f"No {request.gpu_type.name} node with "
+                f"{counted(request.gpus_per_worker, 'GPU')} has "
+                f"{counted(request.cpus_per_worker, 'CPU')}; the most is "
+                f"{counted(most_cpus, 'CPU')}."
             ]
         }
     most_memory = max(fits_cpus.values_list("memory", flat=True))
@@ -240,8 +259,8 @@ def quota_errors(request: Request, quota: Quota | None) -> FieldErrors:
     total_cpus = request.workers * request.cpus_per_worker
     if total_cpus > quota.cpus:
         errors["cpus_per_worker"] = [
-            f"The job needs {total_cpus.normalize()} CPUs in all; VC {vc_name}'s {name} quota "
-            f"is {quota.cpus.normalize()}. {borrow}"
+            f"The job needs {counted(total_cpus, 'CPU')} in all; VC {vc_name}'s {name} quota "
+            f"is {counted(quota.cpus, 'CPU')}. {borrow}"
         ]
     total_memory = request.workers * request.memory_per_worker
     if total_memory > quota.memory:
@@ -255,8 +274,10 @@ def quota_errors(request: Request, quota: Quota | None) -> FieldErrors:
 def check_vc_limits(request: Request) -> FieldErrors:
     errors: FieldErrors = {}
     if request.max_wall_time > request.vc.max_wall_time:
+        limit, asked = request.vc.max_wall_time, request.max_wall_time
         errors["max_wall_time"] = [
-            f"VC {request.vc.name} allows at most {request.vc.max_wall_time} seconds."
+            f"VC {request.vc.name} allows at most {duration_text(limit)} ({limit} seconds); "
+            f"this job asks for {duration_text(asked)} ({asked} seconds)."
         ]
     total_gpus = request.workers * request.gpus_per_worker
     if request.type == JobType.INTERACTIVE and total_gpus > request.vc.max_interactive_gpus:

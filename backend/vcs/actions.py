@@ -16,6 +16,7 @@ VC_SETTINGS = (
     "notification",
     "policy",
     "max_wall_time",
+    "interactive_wall_time",
     "max_interactive_gpus",
     "default_max_retries",
     "user_gpu_limit",

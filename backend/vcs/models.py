@@ -63,6 +63,11 @@ class VirtualCluster(models.Model):
     max_wall_time = models.PositiveIntegerField(
         default=7 * 24 * 3600, help_text="Longest a job may run, in seconds."
     )
+    interactive_wall_time = models.PositiveIntegerField(
+        default=8 * 3600,
+        help_text="Wall time of an interactive job submitted without one, in seconds (at "
+        "most max_wall_time).",
+    )
     max_interactive_gpus = models.PositiveIntegerField(
         default=8, help_text="GPUs the VC's interactive jobs may hold at once."
     )

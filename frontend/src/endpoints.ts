@@ -87,6 +87,7 @@ export const previewJob = (body: Body<"/api/v1/jobs/preview/", "post">, signal?:
   api<Answer<"/api/v1/jobs/preview/", "post">>(pathTo("/api/v1/jobs/preview/", none), { method: "POST", body, signal });
 export type JobAction = "kill" | "pause" | "resume" | "approve";
 export const actOnJob = (id: string, action: JobAction) => send("post", `/api/v1/jobs/{id}/${action}/`, { id }, {});
+export const changeJob = (id: string, body: Body<"/api/v1/jobs/{id}/", "patch">) => send("patch", "/api/v1/jobs/{id}/", { id }, body);
 export const exposePort = (id: string, body: Body<"/api/v1/jobs/{id}/ports/", "post">) => send("post", "/api/v1/jobs/{id}/ports/", { id }, body);
 export const actOnJobs = (body: Body<"/api/v1/jobs/batch/", "post">) =>
   // Not Present: a result carries `status` or `error`, not both.

@@ -78,6 +78,7 @@ export const VISION = {
   notification: "",
   policy: "FIFO",
   max_wall_time: 7200,
+  interactive_wall_time: 3600,
   max_interactive_gpus: 8,
   default_max_retries: 2,
   user_gpu_limit: null,

@@ -92,6 +92,19 @@ def test_the_dashboard_does_not_shadow_the_api_admin_or_health(built_dashboard, 
     assert browser.get("/admin/").status_code == 302
 
 
+def test_an_unknown_page_answers_the_dashboard_with_404_and_the_api_json(built_dashboard):
+    browser = Client()
+
+    page = browser.get("/no/such/page")
+
+    assert page.status_code == 404
+    assert page["Content-Type"] == "text/html; charset=utf-8"
+    assert page.content == browser.get("/jobs").content  # its router says "Page not found"
+    missing = browser.get("/api/v1/no-such-thing/")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not found."})
+    assert browser.get("/metrics/nothing").json() == {"detail": "Not found."}
+
+
 def test_without_a_build_the_landing_page_points_to_the_api(settings, tmp_path):
     settings.DASHBOARD_BUILD_DIR = tmp_path / "missing"
     response = Client().get("/")

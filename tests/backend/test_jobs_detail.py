@@ -54,7 +54,9 @@ def test_member_cannot_change_their_jobs_priority(world):
     response = world.client(world.member).patch(job_url(job), {"priority": 7}, format="json")
 
     assert response.status_code == 403
-    assert response.json()["detail"] == "Only an admin of VC vision can change priorities."
+    assert response.json()["detail"] == (
+        "Only an admin of VC vision can change a job's priority, wall time or retries."
+    )
     job.refresh_from_db()
     assert job.priority == 0
 
@@ -82,6 +84,52 @@ def test_invalid_priority_is_a_bad_request(world, body, message):
 
     assert response.status_code == 400
     assert message in response.json()["priority"][0]
+
+
+@pytest.mark.parametrize("role", ["vc_admin", "staff"])
+def test_admin_changes_a_jobs_wall_time_and_retries_and_it_is_recorded(world, role):
+    job = make_job(world, status=JobStatus.RUNNING, max_wall_time=7 * 24 * 3600, max_retries=3)
+
+    response = world.client(getattr(world, role)).patch(
+        job_url(job), {"max_wall_time": 2 * 3600, "max_retries": 0}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    assert (response.json()["max_wall_time"], response.json()["max_retries"]) == (7200, 0)
+    job.refresh_from_db()
+    assert (job.max_wall_time, job.max_retries, job.status) == (7200, 0, JobStatus.RUNNING)
+    event = job.events.last()
+    assert (event.actor, event.from_status, event.to_status) == (
+        getattr(world, role), JobStatus.RUNNING, JobStatus.RUNNING,
+    )  # fmt: skip
+    assert event.reason == "changed: wall time 7 d -> 2 h; retries 3 -> 0"
+
+
+def test_a_wall_time_past_the_vcs_limit_is_refused_in_its_words(world):
+    job = make_job(world)
+
+    response = world.client(world.vc_admin).patch(
+        job_url(job), {"max_wall_time": 8 * 24 * 3600, "max_retries": 50}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "max_wall_time": [
+            "VC vision allows at most 7 d (604800 seconds); asked for 8 d (691200 seconds)."
+        ],
+        "max_retries": ["Ensure this value is less than or equal to 20."],
+    }
+
+
+def test_a_member_cannot_change_their_jobs_wall_time_nor_an_ended_job_change(world):
+    job = make_job(world)
+    refused = world.client(world.member).patch(job_url(job), {"max_wall_time": 600}, format="json")
+    assert refused.status_code == 403
+
+    ended = make_job(world, status=JobStatus.FINISHED)
+    conflict = world.client(world.vc_admin).patch(job_url(ended), {"max_retries": 1}, format="json")
+    assert conflict.status_code == 409
+    assert "has ended (finished): nothing to change" in conflict.json()["detail"]
 
 
 def test_jobs_cannot_be_replaced_or_deleted(world):

@@ -73,7 +73,12 @@ INVALID_SUBMISSIONS = {
     "wall time above the vc max": (
         {"max_wall_time": WEEK + 1},
         "max_wall_time",
-        f"at most {WEEK} seconds",
+        f"allows at most 7 d ({WEEK} seconds); this job asks for 7 d 1 s ({WEEK + 1} seconds)",
+    ),
+    "far more cpus than any node": (
+        {"gpus_per_worker": 1, "cpus_per_worker": 10000},
+        "cpus_per_worker",
+        "No A100 node with 1 GPU has 10000 CPUs; the most is 64 CPUs.",
     ),
     "interactive job above its gpu cap": (
         {"type": "interactive", "workers": 2, "gpus_per_worker": 8},
@@ -134,7 +139,7 @@ INVALID_SUBMISSIONS = {
     "workers zero": ({"workers": 0}, "workers", "greater than or equal to 1"),
     "vc as a list": ({"vc": ["vision"]}, "vc", "Not a valid string"),
     "preemptible not a boolean": ({"preemptible": "maybe"}, "preemptible", "valid boolean"),
-    "wall time too short": ({"max_wall_time": 10}, "max_wall_time", "greater than or equal"),
+    "wall time too short": ({"max_wall_time": 10}, "max_wall_time", "At least 60 seconds"),
     "ports not a list": ({"ports": "8888"}, "ports", "Expected a list"),
     "a port twice": (
         {"ports": [{"name": "a", "port": 8888}, {"name": "b", "port": 8888}]},
@@ -160,6 +165,46 @@ def test_invalid_submission_names_the_field(world, fields, field, message):
     assert response.status_code == 400, response.content
     assert message in " ".join(response.json()[field])
     assert not Job.objects.exists()
+
+
+def test_every_mistake_of_a_submission_is_named_in_one_answer(world):
+    response = submit(
+        world.client(world.member),
+        workers=0,  # each field's own rule
+        env={"1LR": "0.1"},
+        command="",
+        gpus_per_worker=16,  # and the rules across fields, on the fields that passed
+        max_wall_time=WEEK + 1,
+        priority=5,
+        node_selector={"zone": "mars"},
+    )
+
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert sorted(errors) == [
+        "command", "env", "gpus_per_worker", "max_wall_time", "node_selector", "priority",
+        "workers",
+    ]  # fmt: skip
+    assert errors["gpus_per_worker"] == [
+        "The largest A100 node has 8 GPUs; a worker asks for 16. Use more workers with fewer "
+        "GPUs each."
+    ]
+    assert "allows at most 7 d" in errors["max_wall_time"][0]
+    assert not Job.objects.exists()
+
+
+def test_an_interactive_job_gets_the_vcs_interactive_wall_time_not_its_maximum(world):
+    client = world.client(world.member)
+
+    shell = submit(client, type="interactive", command="exec sleep infinity").json()
+    batch = submit(client, command="python train.py").json()
+
+    assert (shell["max_wall_time"], batch["max_wall_time"]) == (8 * 3600, WEEK)
+    world.vision.interactive_wall_time = 2 * 3600
+    world.vision.max_wall_time = 3600  # the VC's maximum caps it
+    world.vision.save()
+    capped = submit(client, type="interactive", command="exec sleep infinity").json()
+    assert capped["max_wall_time"] == 3600
 
 
 def test_vc_of_another_tenant_is_answered_as_unknown(world):

@@ -5,17 +5,22 @@ submission as ty-test-<user>)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import signal
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.utils import timezone
 
+from backend.jobs.management.commands import stop_jobs
+from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
@@ -141,6 +146,55 @@ def test_a_syntax_error_fails_the_job_without_a_retry(world, jobs, host_tmp):
     assert (job.exit_code, job.failure_class, job.retries_used) == (1, FailureClass.USER, 0)
     assert job.failure_rule == "python-syntax-error"
     assert "SyntaxError" in log_of(job)
+
+
+def test_a_command_exiting_3_fails_at_once_as_a_user_error_not_retried(world, jobs):
+    job = submit(world, command="echo training; exit 3", max_retries=3)
+    submitted = time.monotonic()
+
+    job = jobs.run_until(job, JobStatus.FAILED)
+
+    assert time.monotonic() - submitted < 5
+    assert (job.exit_code, job.failure_class, job.retries_used, job.attempt) == (
+        3, FailureClass.USER, 0, 1,
+    )  # fmt: skip
+    assert job.status_message == (
+        "user error: your command exited 3 and its log shows no infrastructure fault; "
+        "not retried: a retry would repeat it (retry_on: any retries user errors too)"
+    )
+    assert job.insight_message == ""  # one line on the page, not two that disagree
+    assert job.attempts.get(number=1).message == job.status_message
+
+
+def test_a_command_exiting_3_is_retried_when_the_job_retries_on_any_failure(world, jobs):
+    job = submit(world, command="echo training; exit 3", max_retries=3, retry_on="any")
+
+    job = jobs.run_until(job, JobStatus.QUEUED, attempt=1)
+
+    assert (job.failure_class, job.retries_used) == (FailureClass.USER, 1)
+    assert job.not_before is not None  # after a backoff
+    assert job.status_message.startswith("user error: your command exited 3 ")
+    assert job.status_message.endswith("; retry 1 of 3 in 30 s")
+
+
+def test_stop_jobs_stops_what_a_stopped_portal_leaves_running(world, jobs, monkeypatch):
+    job = submit(world, command="echo started; sleep 300")
+    jobs.run_until(job, JobStatus.RUNNING)
+    wait_for(lambda: "started" in log_of(job), "the job to start")
+    # What make run says as it stops: the job keeps running, and how to stop it.
+    assert left_running_message(jobs_left_running()) == (
+        "1 job keeps running: the next make run adopts it. To stop it too: make stop-jobs."
+    )
+    monkeypatch.setattr(stop_jobs, "get_backend", lambda: jobs.backend)
+    said = io.StringIO()
+
+    call_command("stop_jobs", stdout=said)
+
+    assert said.getvalue() == f"Stopping 1 job(s): {job.job_id}.\n"
+    wait_for(lambda: job_processes(job.job_id) == [], "its processes to end")
+    job = jobs.run_until(job, JobStatus.KILLED)  # recorded at the job manager's next pass
+    assert job.events.filter(reason="stopped with make stop-jobs").exists()
+    assert left_running_message(jobs_left_running()) == ""
 
 
 def test_a_job_killed_mid_run_leaves_no_process(world, jobs):

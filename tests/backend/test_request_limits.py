@@ -34,6 +34,22 @@ def test_json_just_past_the_nesting_limit_answers_400_and_within_it_is_read(worl
     assert response.status_code == 201, response.json()
 
 
+@pytest.mark.parametrize("megabytes", [3, 5])
+def test_bodies_past_djangos_own_limit_answer_json(world, megabytes):
+    # Django refuses bodies over 2.5 MB (DATA_UPLOAD_MAX_MEMORY_SIZE) with an HTML page.
+    body = json.dumps({"vc": "vision", "command": "x" * megabytes * 1024 * 1024}).encode()
+
+    response = post_raw(world, body)
+
+    assert response["Content-Type"] == "application/json"
+    if megabytes == 3:  # under the 4 MiB limit: read, and the field refused
+        assert response.status_code == 400
+        assert "at most 131,071 (128 KiB) can be run" in response.json()["command"][0]
+    else:
+        assert response.status_code == 413
+        assert response.json() == {"detail": "The request body is larger than 4194304 bytes."}
+
+
 def test_a_body_over_the_size_limit_answers_413_json(world, settings):
     settings.TRAINYARD_MAX_JSON_BYTES = 10_000
     body = json.dumps({"vc": "vision", "command": "x" * 20_000}).encode()

@@ -255,6 +255,9 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
             assert alice_session.get(f"{base_url}/api/v1/me/", timeout=10).status_code == 200
             assert time.monotonic() - asked_at < 2
     stops_cleanly(process, env["TRAINYARD_VAR_DIR"])
+    said = output.read_text()
+    assert "Redis shutdown failed" not in said  # its embedded Redis stopped as asked
+    assert "keeps running" not in said and "keep running" not in said  # its job ended
 
 
 def test_run_as_a_normal_account_is_single_user_mode_and_says_so():

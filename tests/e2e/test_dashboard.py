@@ -329,3 +329,20 @@ def test_ssh_key_and_allowed_ip_pages_reject_bad_input_with_a_clear_message(open
     expect(table).to_contain_text("203.0.113.0/24")
     expect(table.get_by_role("row").nth(1).get_by_role("cell").nth(3)).not_to_have_text("never")
     window.shot("allowed-ips")
+
+
+def test_an_unknown_page_and_a_missing_job_are_said_plainly(open_browser):
+    window = open_browser()
+    window.sign_in("mia")
+    page = window.page
+
+    answer = page.goto("/no/such/page")
+
+    assert answer is not None and answer.status == 404
+    expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+    page.get_by_role("link", name="your jobs").click()
+    expect(page).to_have_url(re.compile("/jobs$"))
+    page.goto("/jobs/nosuchjob1")
+    expect(page.get_by_role("heading", name="No job nosuchjob1")).to_be_visible(timeout=WAIT_MS)
+    expect(page.get_by_text("No Job matches the given query.")).to_have_count(0)
+    expect(page.get_by_role("button", name="Retry")).to_have_count(0)

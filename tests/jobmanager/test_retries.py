@@ -363,7 +363,7 @@ def test_message_says_what_matched_and_what_follows():
 
     assert classification.message == (
         "user error (python-syntax-error): the job's Python code does not parse; "
-        "log: \"SyntaxError: '(' was never closed\"; not retried"
+        "log: \"SyntaxError: '(' was never closed\""
     )
 
 
@@ -378,7 +378,7 @@ def test_long_matched_lines_are_shortened_around_the_match():
 def test_an_xid_that_applications_cause_is_not_blamed_on_the_hardware():
     classification = classify(1, XID_13)
 
-    assert (classification.failure_class, classification.rule) == ("unknown", "")
+    assert (classification.failure_class, classification.rule) == ("user", "")
 
 
 def test_first_matching_rule_wins():
@@ -408,18 +408,29 @@ def test_rule_order_in_a_file_decides():
 
 @pytest.mark.parametrize(
     ("exit_code", "rule"),
-    [(137, ""), (-9, ""), (139, "segmentation-fault"), (-11, "segmentation-fault"), (1, "")],
+    [(137, ""), (-9, ""), (139, "segmentation-fault"), (-11, "segmentation-fault"), (None, "")],
 )
-def test_exit_code_without_a_log(exit_code, rule):
+def test_a_signal_or_no_exit_code_without_a_log_is_unknown(exit_code, rule):
     classification = classify(exit_code, "")
 
     assert classification.rule == rule
     assert classification.failure_class == "unknown"
 
 
+@pytest.mark.parametrize("exit_code", [1, 3, 128, 255])
+def test_a_plain_exit_that_no_rule_explains_is_the_users(exit_code):
+    classification = classify(exit_code, "epoch 3 step 1200 loss 2.31\n", reason="Error")
+
+    assert classification == Classification(
+        FailureClass.USER,
+        "",
+        f"user error: your command exited {exit_code} and its log shows no infrastructure fault",
+    )
+
+
 def test_sigkill_without_oom_evidence_is_not_blamed_on_the_user():
     assert classify(137, "epoch 3 step 1200 loss 2.31\n").failure_class == "unknown"
-    assert classify(1, HOST_OOM_KILLED).failure_class == "unknown"  # "Killed" needs SIGKILL
+    assert classify(1, HOST_OOM_KILLED).rule == ""  # "Killed" needs SIGKILL
 
 
 def test_no_exit_code_matches_patterns_only():
@@ -427,17 +438,16 @@ def test_no_exit_code_matches_patterns_only():
     assert classify(None, "").message.startswith("unknown cause: no exit code")
 
 
-def test_unknown_when_nothing_matches():
-    log = 'Traceback (most recent call last):\n  ...\nKeyError: "labels"\n'
+def test_unknown_when_nothing_matches_a_death_by_signal():
+    log = "epoch 3 step 1200 loss 2.31\n"
 
-    classification = classify(1, log)
-
-    assert classification == Classification(
+    assert classify(143, log) == Classification(
         FailureClass.UNKNOWN,
         "",
-        "unknown cause: exit code 1 and the log matched no rule; "
-        "retried with backoff while the job has retries left",
+        "unknown cause: exit code 143 (SIGTERM) and the log matched no rule",
     )
+    # A reason the cluster gave that no rule knows is not blamed on the user either.
+    assert classify(1, log, reason="NodeLost2").failure_class == "unknown"
 
 
 def test_exit_code_zero_is_not_a_failure():
@@ -607,8 +617,36 @@ def test_user_errors_are_not_retried():
     decision = retry_decision(USER, retries_used=0, max_retries=5)
 
     assert decision == RetryDecision(
-        False, False, 0.0, "user error (cuda-out-of-memory); not retried"
+        False,
+        False,
+        0.0,
+        "user error (cuda-out-of-memory); not retried: a retry would repeat it "
+        "(retry_on: any retries user errors too)",
     )
+
+
+def test_user_errors_are_retried_when_the_job_retries_on_any_failure():
+    exited = classify(3, "")
+    decisions = [retry_decision(exited, used, 2, retry_on="any") for used in range(3)]
+
+    assert [(d.retry, d.spends_retry) for d in decisions] == [
+        (True, True), (True, True), (False, False),
+    ]  # fmt: skip
+    assert decisions[0].reason == (
+        "user error: your command exited 3 and its log shows no infrastructure fault; "
+        "retry 1 of 2 in 30 s"
+    )
+    assert decisions[2].reason.endswith("; not retried: all 2 used")
+
+
+def test_the_reason_is_one_line_saying_what_happened_and_what_follows():
+    decision = retry_decision(classify(3, ""), retries_used=0, max_retries=3)
+
+    assert decision.reason == (
+        "user error: your command exited 3 and its log shows no infrastructure fault; "
+        "not retried: a retry would repeat it (retry_on: any retries user errors too)"
+    )
+    assert "\n" not in decision.reason and decision.reason.count("retried") == 1
 
 
 @pytest.mark.parametrize("classification", [INFRA, UNKNOWN])

@@ -67,17 +67,24 @@ def test_a_manifest_submitted_with_wait_returns_the_jobs_exit_code(cli, tmp_path
         "max_wall_time: 10m\ncommand: echo training; exit 3\n",
     )
 
-    done = cli("submit", "-f", job_file, "--wait", "--poll", "0.2", "--retries", "0")
+    done = cli("submit", "-f", job_file, "--wait", "--poll", "0.2", "--retries", "3")
 
     assert done.returncode == 3, done.stderr
     job = Job.objects.get(job_id=done.stdout.strip())
     assert (job.name, job.status, job.exit_code) == ("exits-three", JobStatus.FAILED, 3)
-    assert job.max_wall_time == 600
+    assert (job.max_wall_time, job.retries_used) == (600, 0)  # a user error: not retried
     progress = done.stderr.splitlines()  # each change of status it saw, in order
     seen = [line.split()[2].rstrip(":") for line in progress]
     lifecycle = ["queued", "scheduling", "running", "failed"]
     assert seen == sorted(set(seen), key=lifecycle.index) and seen[-1] == "failed"
-    assert "unknown cause: exit code 3" in progress[-1]
+    assert progress[-1].endswith(
+        "failed: user error: your command exited 3 and its log shows no infrastructure fault; "
+        "not retried: a retry would repeat it (retry_on: any retries user errors too)"
+    )
+
+    retried = cli("submit", "-f", job_file, "--retry-on", "any", "--retries", "1")
+    assert retried.returncode == 0, retried.stderr
+    assert Job.objects.get(job_id=retried.stdout.strip()).retry_on == "any"
 
     finished = cli("submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--wait",
                    "--poll", "0.2", "--", "echo", "all good")  # fmt: skip
@@ -99,6 +106,29 @@ def test_a_manifest_with_an_array_submits_its_tasks_and_waits_for_them_all(cli, 
         ("0.1", JobStatus.FINISHED), ("0.2", JobStatus.FINISHED), ("0.3", JobStatus.FAILED),
     ]  # fmt: skip
     assert "1 failed, 2 finished" in done.stderr.splitlines()[-1]
+
+    array_id = done.stdout.strip()
+    third = cli("logs", f"{array_id}_2")  # Slurm's ARRAY_INDEX names a task
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == cli("logs", jobs[2].job_id).stdout
+    assert third.stdout.startswith("=== attempt 1 on a100-")
+    shown = cli("show", f"{array_id}_2", "--json")
+    assert json.loads(shown.stdout)["id"] == jobs[2].job_id
+    explained = cli("logs", array_id)
+    assert explained.returncode == 1
+    assert (
+        f"{array_id} is a job array of 3 tasks, not a job: name a task as {array_id}_0 to "
+        f"{array_id}_2, or list them with trainyard jobs --array {array_id}."
+    ) in explained.stderr
+    assert (
+        f"Array {array_id} has no task 7: its tasks are 0 to 2."
+        in cli("show", f"{array_id}_7").stderr
+    )
+    listed = cli("list", "--array", array_id, "--json")  # list: an alias of jobs
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(job["id"] for job in json.loads(listed.stdout)) == sorted(
+        job.job_id for job in jobs
+    )
 
 
 def test_logs_follow_prints_the_job_as_it_runs_to_its_end(cli, tmp_path):
@@ -126,6 +156,13 @@ def test_a_bad_manifest_prints_the_field_errors_and_exits_non_zero(cli, tmp_path
     assert refused.returncode == 2
     assert "vc: No virtual cluster named 'nowhere' of yours." in refused.stderr
     assert "workers: Ensure this value is greater than or equal to 1." in refused.stderr
+
+    flags = cli("submit", "-f", manifest(tmp_path, "vc: vision\nmax_wall_time: 30d\n"),
+                "--gpu-type", "A100", "--gpus", "16", "--", "python train.py")  # fmt: skip
+    assert flags.returncode == 2
+    assert flags.stderr.count("\n") >= 2, flags.stderr  # both mistakes, in one answer
+    assert "--gpus: The largest A100 node has 8 GPUs; a worker asks for 16." in flags.stderr
+    assert "max_wall_time: VC vision allows at most 7 d" in flags.stderr  # from the manifest
 
     broken = cli("submit", "-f", manifest(tmp_path, "vc: [vision\n"))
     assert broken.returncode == 2 and "not valid YAML" in broken.stderr
@@ -156,6 +193,20 @@ def test_jobs_show_kill_many_queue_and_usage(cli, world):
     usage = cli("usage").stdout
     assert "vision" in usage and "A100" in usage
     assert "sleep 300" in cli("show", sleepers[0]).stdout
+
+    _, admin_token = create_api_token(world.vc_admin, "cli tests")
+    as_admin = {"TRAINYARD_TOKEN": admin_token}
+    changed = cli("change", sleepers[0], "--wall-time", "2h", "--retries", "0", env=as_admin)
+    assert changed.returncode == 0, changed.stderr
+    job = Job.objects.get(job_id=sleepers[0])
+    assert (job.max_wall_time, job.max_retries) == (7200, 0)
+    assert job.events.last().reason == "changed: wall time 7 d -> 2 h; retries 3 -> 0"
+    too_long = cli("change", sleepers[0], "--wall-time", "30d", env=as_admin)
+    assert too_long.returncode == 2
+    assert "--wall-time: VC vision allows at most 7 d" in too_long.stderr
+    refused = cli("change", sleepers[1], "--retries", "9")  # mia is a member
+    assert refused.returncode == 4
+    assert "Only an admin of VC vision can change" in refused.stderr
 
     killed = cli("kill", *sleepers, "not-a-job", "--reason", "cleaning up")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -19,10 +20,19 @@ from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
-from backend.jobs.models import FailureClass, Job, JobArray, JobAttempt, JobEvent, JobType
+from backend.jobs.models import (
+    FailureClass,
+    Job,
+    JobArray,
+    JobAttempt,
+    JobEvent,
+    JobType,
+    RetryOn,
+)
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
     BIDI_CONTROLS,
+    FieldErrors,
     check_command,
     check_env,
     check_image,
@@ -30,11 +40,12 @@ from backend.jobs.submission import (
     check_name,
     check_path,
     check_request,
+    duration_text,
     nodes_with_labels,
     quota_with_worker_fit,
     visible_vc_for_submission,
 )
-from backend.vcs.models import Quota
+from backend.vcs.models import Quota, VirtualCluster
 
 MAX_DAY_BUCKETS = 400
 MAX_SPAN_DAYS = 3660
@@ -141,7 +152,18 @@ class JobSubmitSerializer(serializers.Serializer):
     preemptible = serializers.BooleanField(default=False)
     priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, default=0)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
-    max_wall_time = serializers.IntegerField(min_value=MIN_WALL_TIME, required=False)
+    retry_on = serializers.ChoiceField(
+        choices=RetryOn.choices,
+        default=RetryOn.INFRASTRUCTURE,
+        help_text="Which failures spend retries: infrastructure (and unknown causes; a user "
+        "error, such as a command exiting 3, fails the job at once) or any.",
+    )
+    max_wall_time = serializers.IntegerField(
+        min_value=MIN_WALL_TIME,
+        required=False,
+        help_text="Seconds; the VC's maximum when left out.",
+        error_messages={"min_value": f"At least {MIN_WALL_TIME} seconds (1 min)."},
+    )
     array = JobArraySpecSerializer(required=False, help_text="Submit a job array.")
     deadline = serializers.DateTimeField(
         required=False,
@@ -215,8 +237,9 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_data_path = _check_path
     validate_output_path = _check_path
 
-    def _gpu_type_name(self, attrs: dict) -> str:
-        """The named GPU type, or the VC's only one."""
+    def _gpu_type_name(self, attrs: dict, errors: FieldErrors) -> str | None:
+        """The named GPU type, or the VC's only one (None, with an error, when it has
+        several or none)."""
         vc = attrs["vc"]
         name = attrs.get("gpu_type")
         if name is None:
@@ -227,22 +250,19 @@ class JobSubmitSerializer(serializers.Serializer):
             )
             if len(names) != 1:
                 known = ", ".join(names) or "none"
-                raise serializers.ValidationError(
-                    {"gpu_type": [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]}
-                )
+                errors["gpu_type"] = [f"Name a GPU type; VC {vc.name} has quotas for: {known}."]
+                return None
             name = names[0]
         return name
 
-    def _gpu_type(self, name: str) -> GpuType:
+    def _gpu_type(self, name: str, errors: FieldErrors) -> GpuType | None:
         gpu_type = GpuType.objects.filter(name=name).order_by().first()
         if gpu_type is None:
             known = ", ".join(GpuType.objects.values_list("name", flat=True)) or "none"
-            raise serializers.ValidationError(
-                {"gpu_type": [f"Unknown GPU type {name!r}; known types: {known}."]}
-            )
+            errors["gpu_type"] = [f"Unknown GPU type {name!r}; known types: {known}."]
         return gpu_type
 
-    def _check_owner_and_paths(self, user: User, attrs: dict) -> None:
+    def _owner_and_path_errors(self, user: User, attrs: dict) -> FieldErrors:
         """The owner needs a Unix account wherever jobs run as their owners, and every
         path must lie under a root the owner may use, resolved as the owner
         (backend.jobs.paths)."""
@@ -251,38 +271,60 @@ class JobSubmitSerializer(serializers.Serializer):
             try:
                 account = unix_account_of(user)
             except NoUnixAccount as error:
-                raise serializers.ValidationError({"unix_account": [str(error)]}) from error
+                return {"unix_account": [str(error)]}
         paths = {name: attrs.get(name, "") for name in PATH_FIELDS}
         run_as = run_as_of(account) if account is not None else None
-        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths, run_as)
-        if errors:
-            raise serializers.ValidationError(errors)
+        return job_path_errors(user, attrs["vc"].name, home_of(account), paths, run_as)
 
-    def validate(self, attrs: dict) -> dict:
-        user = self.context["request"].user
-        vc = attrs["vc"]
-        size_errors = check_launch_size(attrs["command"], attrs["env"])
-        if size_errors:
-            raise serializers.ValidationError({"env": size_errors})
-        self._check_owner_and_paths(user, attrs)
-        gpu_type_name = self._gpu_type_name(attrs)
+    def _gpus(self, attrs: dict, gpu_type_name: str | None, errors: FieldErrors) -> int:
+        """GPUs per worker with the default filled in; a wrong count is reported and the
+        nearest valid one returned, so that the other rules still run."""
         gpus = attrs.get("gpus_per_worker")
         if gpu_type_name == CPU_ONLY_GPU_TYPE:
             if gpus:
-                raise serializers.ValidationError(
-                    {"gpus_per_worker": ["CPU-only nodes have no GPUs; ask for 0."]}
-                )
-            gpus = 0
-        elif gpus is None:
-            gpus = 1
-        elif gpus == 0:
-            raise serializers.ValidationError(
-                {
-                    "gpus_per_worker": [
-                        f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
-                    ]
-                }
-            )
+                errors["gpus_per_worker"] = ["CPU-only nodes have no GPUs; ask for 0."]
+            return 0
+        if gpus == 0:
+            errors["gpus_per_worker"] = [
+                f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
+            ]
+        return gpus or 1
+
+    def to_internal_value(self, data: object) -> dict:
+        """The fields, each checked; when some are wrong, the rules across fields are run
+        on the others too, so that one answer names every mistake."""
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as refused:
+            detail = refused.detail
+            if not isinstance(detail, dict) or not isinstance(data, Mapping) or "vc" in detail:
+                raise
+            rest = {name: data[name] for name in data if name not in detail}
+            if "command" in detail:
+                rest["command"] = "true"  # a stand-in: its own error is already given
+            others = type(self)(data=rest, context=self.context)
+            if not others.is_valid():
+                for name, messages in others.errors.items():
+                    detail.setdefault(name, messages)
+            raise serializers.ValidationError(detail) from None
+
+    def validate(self, attrs: dict) -> dict:
+        """Every rule across fields, each failure kept: the answer names them all."""
+        user = self.context["request"].user
+        vc = attrs["vc"]
+        errors: FieldErrors = {}
+        if size_errors := check_launch_size(attrs["command"], attrs["env"]):
+            errors["env"] = size_errors
+        errors.update(self._owner_and_path_errors(user, attrs))
+        gpu_type_name = self._gpu_type_name(attrs, errors)
+        gpus = self._gpus(attrs, gpu_type_name, errors)
+        priority = attrs["priority"]
+        if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
+            errors["priority"] = [
+                f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."
+            ]
+        if gpu_type_name is None:
+            raise serializers.ValidationError(errors)
         quota = None
         if not attrs["preemptible"]:
             quota = quota_with_worker_fit(
@@ -292,21 +334,16 @@ class JobSubmitSerializer(serializers.Serializer):
                 attrs.get("cpus_per_worker"),
                 attrs.get("memory_per_worker"),
             )
-        gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name)
+        gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name, errors)
+        if gpu_type is None:
+            raise serializers.ValidationError(errors)
         units = max(gpus, 1)  # CPU-only workers get one t-shirt size
         cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
         memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
-        priority = attrs["priority"]
-        if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
-            raise serializers.ValidationError(
-                {"priority": [f"Only a VC admin can set a priority above {MEMBER_MAX_PRIORITY}."]}
-            )
         selector = attrs.get("node_selector") or {}
         if selector and not nodes_with_labels(gpu_type, selector):
             wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
-            raise serializers.ValidationError(
-                {"node_selector": [f"No {gpu_type.name} node has the labels {wanted}."]}
-            )
+            errors["node_selector"] = [f"No {gpu_type.name} node has the labels {wanted}."]
         spec = JobSpec(
             vc=vc,
             gpu_type=gpu_type,
@@ -327,19 +364,34 @@ class JobSubmitSerializer(serializers.Serializer):
             preemptible=attrs["preemptible"],
             priority=priority,
             max_retries=attrs.get("max_retries", vc.default_max_retries),
-            max_wall_time=attrs.get("max_wall_time", vc.max_wall_time),
+            retry_on=attrs["retry_on"],
+            max_wall_time=attrs.get("max_wall_time", _default_wall_time(vc, attrs["type"])),
             deadline=attrs.get("deadline"),
         )
-        errors = check_request(spec.as_request(), quota)
+        for name, messages in check_request(spec.as_request(), quota).items():
+            errors.setdefault(name, messages)
+        task_envs = None
+        if "array" in attrs:
+            task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
+            task_errors = {
+                str(index): size_errors
+                for index, task_env in enumerate(task_envs)
+                if task_env
+                and (size_errors := check_launch_size(spec.command, spec.env | task_env))
+            }
+            if task_errors:
+                errors["array"] = {"tasks": task_errors}  # type: ignore[assignment]
         if errors:
             raise serializers.ValidationError(errors)
-        if "array" not in attrs:
-            return {"spec": spec}
-        task_envs = JobArraySpecSerializer().task_envs(attrs["array"])
-        for index, task_env in enumerate(task_envs):
-            if task_env and (size_errors := check_launch_size(spec.command, spec.env | task_env)):
-                raise serializers.ValidationError({"array": {"tasks": {str(index): size_errors}}})
-        return {"spec": spec, "task_envs": task_envs}
+        return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
+
+
+def _default_wall_time(vc: VirtualCluster, job_type: str) -> int:
+    """A job's wall time when it gives none: the VC's maximum, or for an interactive job
+    (a shell, a notebook, which nobody ends) the VC's interactive default, 8 h unless set."""
+    if job_type == JobType.INTERACTIVE:
+        return min(vc.interactive_wall_time, vc.max_wall_time)
+    return vc.max_wall_time
 
 
 def _default_name(command: str) -> str:
@@ -383,12 +435,11 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "id", "name", "owner", "vc", "type", "status", "status_message",
             "insight_message", "repair_message", "image", "command", "working_dir", "env",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
-            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "data_path", "output_path", "node_selector", "ports", "placement", "exit_code",
-            "failure_class",
-            "failure_rule", "borrowing", "attempt", "not_before", "estimated_start_at",
-            "submitted_at", "started_at", "finished_at", "updated_at", "run_as", "limits",
-            "array", "array_index", "deadline", "deadline_forecast",
+            "preemptible", "priority", "max_retries", "retry_on", "retries_used",
+            "max_wall_time", "data_path", "output_path", "node_selector", "ports", "placement",
+            "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
+            "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
+            "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -455,16 +506,51 @@ class JobSummarySerializer(JobSerializer):
         fields = [
             "id", "name", "owner", "vc", "type", "status", "status_message", "image",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
-            "preemptible", "priority", "max_retries", "retries_used", "max_wall_time",
-            "exit_code", "failure_class", "borrowing", "estimated_start_at", "submitted_at",
+            "preemptible", "priority", "max_retries", "retry_on", "retries_used",
+            "max_wall_time", "exit_code", "failure_class", "borrowing", "estimated_start_at",
+            "submitted_at",
             "started_at", "finished_at", "updated_at", "array", "array_index", "deadline",
             "deadline_forecast",
         ]  # fmt: skip
         read_only_fields = fields
 
 
-class JobPrioritySerializer(serializers.Serializer):
-    priority = serializers.IntegerField(min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY)
+CHANGEABLE = ("priority", "max_wall_time", "max_retries")
+
+
+class JobChangeSerializer(serializers.Serializer):
+    """What a VC admin may change of a submitted job: any of these, at least one. The
+    job's VC (in the context, ``vc``) caps the wall time."""
+
+    priority = serializers.IntegerField(
+        min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY, required=False
+    )
+    max_wall_time = serializers.IntegerField(
+        min_value=MIN_WALL_TIME,
+        required=False,
+        help_text="Seconds, at most the VC's max_wall_time; a running job's limit counts "
+        "from its start.",
+        error_messages={"min_value": f"At least {MIN_WALL_TIME} seconds (1 min)."},
+    )
+    max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+
+    def validate_max_wall_time(self, seconds: int) -> int:
+        vc: VirtualCluster = self.context["vc"]
+        if seconds > vc.max_wall_time:
+            raise serializers.ValidationError(
+                f"VC {vc.name} allows at most {duration_text(vc.max_wall_time)} "
+                f"({vc.max_wall_time} seconds); asked for {duration_text(seconds)} "
+                f"({seconds} seconds)."
+            )
+        return seconds
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError(
+                {name: ["Give priority, max_wall_time or max_retries: what to change (this "
+                        "field is required without the others)."] for name in CHANGEABLE}
+            )  # fmt: skip
+        return attrs
 
 
 class JobActionSerializer(serializers.Serializer):

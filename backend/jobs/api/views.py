@@ -35,9 +35,9 @@ from backend.jobs.api.serializers import (
     JobAttemptSerializer,
     JobBatchResultSerializer,
     JobBatchSerializer,
+    JobChangeSerializer,
     JobDetailSerializer,
     JobEventSerializer,
-    JobPrioritySerializer,
     JobSerializer,
     JobSubmitSerializer,
     JobSummarySerializer,
@@ -65,7 +65,11 @@ JOB_ACTIONS: dict[str, Callable[[Job, User | None, str], Job]] = {
 # Who may, beyond those who see the job (its owner, its VC's admins, cluster admins).
 JOB_ACTION_PERMISSIONS: dict[str, tuple[type[Rule], ...]] = {
     "approve": (IsVcAdmin.saying("Only an admin of VC {vc} can approve jobs."),),
-    "partial_update": (IsVcAdmin.saying("Only an admin of VC {vc} can change priorities."),),
+    "partial_update": (
+        IsVcAdmin.saying(
+            "Only an admin of VC {vc} can change a job's priority, wall time or retries."
+        ),
+    ),
     "ports": (IsOwner.saying("Only the job's owner may expose its ports."),),
 }
 
@@ -185,13 +189,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             response["Idempotent-Replayed"] = "true"
         return response
 
-    @extend_schema(request=JobPrioritySerializer, responses=JobSerializer)
+    @extend_schema(request=JobChangeSerializer, responses=JobSerializer)
     def partial_update(self, request: Request, id: str) -> Response:
-        """Change a job's priority within its VC (VC admins)."""
+        """Change a job's priority, wall time (within its VC's limit) or retries (VC
+        admins and cluster admins); each change is recorded as an event of the job."""
         job = self.get_object()
-        change = JobPrioritySerializer(data=request.data)
+        change = JobChangeSerializer(data=request.data, context={"vc": job.vc})
         change.is_valid(raise_exception=True)
-        job = actions.set_job_priority(job, change.validated_data["priority"], acting_user(request))
+        job = actions.change_job(job, acting_user(request), change.validated_data)
         return Response(JobSerializer(job).data)
 
     def _act(self, request: Request, name: str) -> Response:

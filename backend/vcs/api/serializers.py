@@ -27,7 +27,8 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
         model = VirtualCluster
         fields = [
             "name", "description", "notification", "policy", "max_wall_time",
-            "max_interactive_gpus", "default_max_retries", "user_gpu_limit", *IDLE_SETTINGS,
+            "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
+            "user_gpu_limit", *IDLE_SETTINGS,
             "created_at", "my_role",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
@@ -79,11 +80,13 @@ class VirtualClusterCreateSerializer(serializers.ModelSerializer):
         model = VirtualCluster
         fields = [
             "name", "description", "notification", "policy", "max_wall_time",
-            "max_interactive_gpus", "default_max_retries", "user_gpu_limit",
+            "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
+            "user_gpu_limit",
         ]  # fmt: skip
         # The same bounds as a later PATCH of the settings.
         extra_kwargs = {
             "max_wall_time": {"min_value": 60, "max_value": MAX_VC_WALL_TIME},
+            "interactive_wall_time": {"min_value": 60, "max_value": MAX_VC_WALL_TIME},
             "max_interactive_gpus": {"max_value": 100000},
             "default_max_retries": {"max_value": 20},
             "user_gpu_limit": {"max_value": 100000},
@@ -98,6 +101,12 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     policy = serializers.ChoiceField(choices=SchedulingPolicy.choices, required=False)
     max_wall_time = serializers.IntegerField(
         min_value=60, max_value=MAX_VC_WALL_TIME, required=False
+    )
+    interactive_wall_time = serializers.IntegerField(
+        min_value=60,
+        max_value=MAX_VC_WALL_TIME,
+        required=False,
+        help_text="Wall time of an interactive job submitted without one (seconds).",
     )
     max_interactive_gpus = serializers.IntegerField(min_value=0, max_value=100000, required=False)
     default_max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)

@@ -259,7 +259,10 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** @description Change a job's priority within its VC (VC admins). */
+        /**
+         * @description Change a job's priority, wall time (within its VC's limit) or retries (VC
+         *     admins and cluster admins); each change is recorded as an event of the job.
+         */
         patch: operations["v1_jobs_partial_update"];
         trace?: never;
     };
@@ -1509,6 +1512,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -1666,6 +1676,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -1785,6 +1802,15 @@ export interface components {
             /** @default 0 */
             priority?: number;
             max_retries?: number;
+            /**
+             * @description Which failures spend retries: infrastructure (and unknown causes; a user error, such as a command exiting 3, fails the job at once) or any.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             * @default infrastructure
+             */
+            retry_on?: components["schemas"]["RetryOnEnum"];
+            /** @description Seconds; the VC's maximum when left out. */
             max_wall_time?: number;
             /** @description Submit a job array. */
             array?: components["schemas"]["JobArraySpecRequest"];
@@ -1819,6 +1845,13 @@ export interface components {
             readonly preemptible: boolean;
             readonly priority: number;
             readonly max_retries: number;
+            /**
+             * @description infrastructure: retries are spent on infrastructure failures and unknown causes, a user error fails the job at once; any: on every failure.
+             *
+             *     * `infrastructure` - Infrastructure
+             *     * `any` - Any
+             */
+            readonly retry_on: components["schemas"]["RetryOnEnum"];
             readonly retries_used: number;
             /** @description Seconds. */
             readonly max_wall_time: number;
@@ -2262,8 +2295,15 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory_per_gpu?: number | string;
         };
-        PatchedJobPriorityRequest: {
+        /**
+         * @description What a VC admin may change of a submitted job: any of these, at least one. The
+         *     job's VC (in the context, ``vc``) caps the wall time.
+         */
+        PatchedJobChangeRequest: {
             priority?: number;
+            /** @description Seconds, at most the VC's max_wall_time; a running job's limit counts from its start. */
+            max_wall_time?: number;
+            max_retries?: number;
         };
         PatchedNodeUpdateRequest: {
             gpu_type?: string;
@@ -2331,6 +2371,8 @@ export interface components {
             notification?: string;
             policy?: components["schemas"]["PolicyEnum"];
             max_wall_time?: number;
+            /** @description Wall time of an interactive job submitted without one (seconds). */
+            interactive_wall_time?: number;
             max_interactive_gpus?: number;
             default_max_retries?: number;
             user_gpu_limit?: number | null;
@@ -2415,6 +2457,12 @@ export interface components {
             cpus: number;
             memory: number;
         };
+        /**
+         * @description * `infrastructure` - Infrastructure
+         *     * `any` - Any
+         * @enum {string}
+         */
+        RetryOnEnum: "infrastructure" | "any";
         /**
          * @description * `member` - Member
          *     * `admin` - Admin
@@ -2715,6 +2763,11 @@ export interface components {
             max_wall_time?: number;
             /**
              * Format: int64
+             * @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time).
+             */
+            interactive_wall_time?: number;
+            /**
+             * Format: int64
              * @description GPUs the VC's interactive jobs may hold at once.
              */
             max_interactive_gpus?: number;
@@ -2764,6 +2817,8 @@ export interface components {
             policy?: components["schemas"]["PolicyEnum"];
             /** @description Longest a job may run, in seconds. */
             max_wall_time?: number;
+            /** @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time). */
+            interactive_wall_time?: number;
             /** @description GPUs the VC's interactive jobs may hold at once. */
             max_interactive_gpus?: number;
             default_max_retries?: number;
@@ -2785,6 +2840,11 @@ export interface components {
              * @description Longest a job may run, in seconds.
              */
             max_wall_time?: number;
+            /**
+             * Format: int64
+             * @description Wall time of an interactive job submitted without one, in seconds (at most max_wall_time).
+             */
+            interactive_wall_time?: number;
             /**
              * Format: int64
              * @description GPUs the VC's interactive jobs may hold at once.
@@ -3193,6 +3253,8 @@ export interface operations {
             query?: {
                 /** @description An array's id. */
                 array?: string;
+                /** @description A task's index in its array (with array). */
+                array_index?: number;
                 /** @description Which field to use when ordering the results. */
                 ordering?: string;
                 owner?: string;
@@ -3299,9 +3361,9 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["PatchedJobPriorityRequest"];
-                "application/x-www-form-urlencoded": components["schemas"]["PatchedJobPriorityRequest"];
-                "multipart/form-data": components["schemas"]["PatchedJobPriorityRequest"];
+                "application/json": components["schemas"]["PatchedJobChangeRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedJobChangeRequest"];
+                "multipart/form-data": components["schemas"]["PatchedJobChangeRequest"];
             };
         };
         responses: {

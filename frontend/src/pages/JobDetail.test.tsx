@@ -1,7 +1,7 @@
-import { screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { fakeApi, renderPage } from "../test-utils";
+import { MEMBER, fakeApi, renderPage } from "../test-utils";
 import { JobDetailPage } from "./JobDetail";
 
 const FAILED = {
@@ -10,7 +10,7 @@ const FAILED = {
   insight_message: "", repair_message: "Node a100-2 was drained for repair after this attempt.",
   image: "", command: "python bert.py", env: {}, workers: 1, gpu_type: "A100", gpus_per_worker: 1,
   cpus_per_worker: 8, memory_per_worker: 65536, preemptible: false, priority: 0, max_retries: 2,
-  retries_used: 1, max_wall_time: 3600, exit_code: 1, failure_class: "user",
+  retry_on: "infrastructure", retries_used: 1, max_wall_time: 3600, exit_code: 1, failure_class: "user",
   failure_rule: "python-syntax-error", attempt: 2, estimated_start_at: null,
   submitted_at: "2026-11-29T10:00:00Z", started_at: "2026-11-29T10:00:05Z",
   finished_at: "2026-11-29T10:01:00Z", endpoints: {},
@@ -40,6 +40,7 @@ describe("a job's page", () => {
     const spec = screen.getByLabelText("Spec");
     expect(within(spec).getByText("Runs as").nextSibling).toHaveTextContent("ty-mia (uid 30001, gid 30001)");
     expect(within(spec).getByText("Limits").nextSibling).toHaveTextContent("RLIMIT_DATA");
+    expect(within(spec).getByText("Retries").nextSibling).toHaveTextContent("1 of 2 used, on infrastructure failures");
     const attempts = await screen.findByRole("table", { name: "Attempts" });
     expect(within(attempts).getByText("infrastructure (xid-79)")).toBeInTheDocument();
     expect(within(attempts).getByText("user (python-syntax-error)")).toBeInTheDocument();
@@ -48,6 +49,51 @@ describe("a job's page", () => {
     expect(screen.getByRole("link", { name: "Download full log" })).toHaveAttribute("href", "/api/v1/jobs/f1/log/");
     expect(screen.getByRole("link", { name: "Clone" })).toHaveAttribute("href", "/submit?clone=f1");
     expect(screen.queryByLabelText("Endpoints")).not.toBeInTheDocument();
+  });
+
+  it("says plainly that a job does not exist, without a Retry that cannot help", async () => {
+    fakeApi({ "GET /api/v1/jobs/nope/": [404, { detail: "No Job matches the given query." }] });
+    renderPage(<JobDetailPage />, "/jobs/nope", "/jobs/:id");
+    expect(await screen.findByRole("heading", { name: "No job nope" })).toBeInTheDocument();
+    expect(screen.getByRole("alert")).toHaveTextContent("There is no job nope that you may see");
+    expect(screen.getByRole("link", { name: "its tasks" })).toHaveAttribute("href", "/jobs?array=nope");
+    expect(screen.queryByText("No Job matches the given query.")).not.toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Retry" })).not.toBeInTheDocument();
+  });
+
+  it("lets a VC admin change a queued job's wall time and retries, and shows the refusal on its field", async () => {
+    const queued = { ...FAILED, id: "q1", status: "queued", exit_code: null, failure_class: "", finished_at: null, started_at: null, max_wall_time: 7200 };
+    let answers = 0;
+    const api = fakeApi({
+      "GET /api/v1/jobs/q1/": queued,
+      "GET /api/v1/jobs/q1/events/": [],
+      "GET /api/v1/jobs/q1/attempts/": [],
+      "PATCH /api/v1/jobs/q1/": (body: unknown) => {
+        answers += 1;
+        return answers === 1
+          ? [400, { max_wall_time: ["VC vision allows at most 7 d (604800 seconds); asked for 8 d (691200 seconds)."] }]
+          : [200, { ...queued, ...(body as object) }];
+      },
+    });
+    renderPage(<JobDetailPage />, "/jobs/q1", "/jobs/:id", { ...MEMBER, vcs: [{ name: "vision", role: "admin" }] });
+    const form = await screen.findByRole("form", { name: "Change the job" });
+    fireEvent.change(within(form).getByLabelText("Wall time (minutes)"), { target: { value: "11520" } });
+    await userEvent.click(within(form).getByRole("button", { name: "Change" }));
+    const refusal = await within(form).findByText(/allows at most 7 d/);
+    expect(refusal.closest(".field")).toContainElement(within(form).getByLabelText("Wall time (minutes)"));
+    fireEvent.change(within(form).getByLabelText("Wall time (minutes)"), { target: { value: "60" } });
+    fireEvent.change(within(form).getByLabelText("Retries"), { target: { value: "0" } });
+    await userEvent.click(within(form).getByRole("button", { name: "Change" }));
+    expect(await within(form).findByText("Saved: wall time 1h 00m, 0 retries, priority 0.")).toBeInTheDocument();
+    const patches = api.calls.filter((call) => call.method === "PATCH");
+    expect(patches[1].body).toEqual({ priority: 0, max_wall_time: 3600, max_retries: 0 });
+  });
+
+  it("shows no change form to a member", async () => {
+    fakeApi({ "GET /api/v1/jobs/q2/": { ...FAILED, id: "q2", status: "queued" }, "GET /api/v1/jobs/q2/events/": [], "GET /api/v1/jobs/q2/attempts/": [] });
+    renderPage(<JobDetailPage />, "/jobs/q2", "/jobs/:id");
+    await screen.findByLabelText("Spec");
+    expect(screen.queryByRole("form", { name: "Change the job" })).not.toBeInTheDocument();
   });
 
   it("follows a running job's log from where it left off, and shows how to reach the job", async () => {

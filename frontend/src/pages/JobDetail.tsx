@@ -1,7 +1,8 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useParams } from "react-router";
-import type { Job, Schemas } from "../api";
-import { useMe } from "../auth";
+import { ApiError, type Job, type Schemas } from "../api";
+import { isVcAdmin, useMe } from "../auth";
+import { JobChangeForm } from "../components/JobChangeForm";
 import { ErrorBox, Loading, StatusBadge } from "../components/common";
 import { GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { actOnJob, exposePort, type JobAction, useJob, useJobAttempts, useJobEvents, useJobGpuHours, useJobMetrics } from "../endpoints";
@@ -65,6 +66,7 @@ export function JobDetailPage() {
   }
 
   if (job.loading && !job.data) return <Loading what={`job ${id}`} />;
+  if (!job.data && job.error instanceof ApiError && job.error.status === 404) return <NoSuchJob id={id} />;
   if (!job.data) return <ErrorBox error={job.error} retry={job.reload} />;
   const j = job.data;
   const left = timeLeft(j);
@@ -176,7 +178,7 @@ export function JobDetailPage() {
           <dd>{j.priority}</dd>
           <dt>Retries</dt>
           <dd>
-            {j.retries_used} of {j.max_retries} used
+            {j.retries_used} of {j.max_retries} used, on {j.retry_on === "any" ? "any failure" : "infrastructure failures"}
           </dd>
           <dt>Wall time</dt>
           <dd>
@@ -258,6 +260,12 @@ export function JobDetailPage() {
               )}
             </div>
           )}
+          {isVcAdmin(me, j.vc) && ACTIVE.includes(j.status) && (
+            <>
+              <h2>Change (VC admins)</h2>
+              <JobChangeForm key={j.id} job={j} onChanged={() => { job.reload(); events.reload(); }} />
+            </>
+          )}
           <h2>Status history</h2>
           <ErrorBox error={events.error} />
           <ol className="events" aria-label="Status history">
@@ -336,4 +344,17 @@ function deadlineVerdict(job: Job): string {
   if (job.deadline_forecast === true) return "predicted to make it";
   if (job.deadline_forecast === false) return "predicted to miss it";
   return "no forecast yet";
+}
+
+/** A job id that names no job the user may see: said plainly, with where to look. */
+function NoSuchJob({ id }: { id: string }) {
+  return (
+    <section>
+      <h1>No job {id}</h1>
+      <p className="empty" role="alert">
+        There is no job {id} that you may see: it may belong to a VC you are not in, or have been
+        deleted. See <Link to="/jobs">your jobs</Link>, or, if {id} is a job array, <Link to={`/jobs?array=${encodeURIComponent(id)}`}>its tasks</Link>.
+      </p>
+    </section>
+  );
 }

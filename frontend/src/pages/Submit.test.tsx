@@ -44,7 +44,8 @@ describe("the submit form", () => {
     await userEvent.type(screen.getByLabelText("Wall time (minutes)"), "500");
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     expect(await screen.findByText("Give a command to run.")).toBeInTheDocument();
-    const wall = screen.getByText("At most 7200 s in VC vision.");
+    // In the unit of the field the user filled: minutes, not the API's seconds.
+    const wall = screen.getByText("At most 120 min (2h 00m) in VC vision; you asked for 500 min.");
     expect(wall.closest(".field")).toContainElement(screen.getByLabelText("Wall time (minutes)"));
     expect(screen.getByText("Please correct the marked fields.")).toBeInTheDocument();
     const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
@@ -83,6 +84,8 @@ describe("the submit form", () => {
     await userEvent.click(screen.getByRole("button", { name: "Jupyter" }));
     expect(screen.getByLabelText("Job type")).toHaveValue("interactive");
     expect(screen.getByLabelText("Ports")).toHaveValue("jupyter=8888");
+    // An empty wall time gives the VC's interactive default, and the form says so.
+    expect(screen.getByText(/empty: 1h 00m \(60 min\) for an interactive job; at most 2h 00m/)).toBeInTheDocument();
     await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
     await waitFor(() => expect(currentLocation).toBe("/jobs/j-lab"));
     const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
@@ -138,6 +141,21 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ command: "python sweep.py", array: { count: 3 } });
   });
 
+  it("sends retry_on only when the job retries on any failure", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { command: ["Give a command to run."] }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    expect(screen.getByLabelText("Retry on")).toHaveValue("infrastructure");
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await screen.findByText("Give a command to run.");
+    fireEvent.change(screen.getByLabelText("Retry on"), { target: { value: "any" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(api.calls.filter((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/")).toHaveLength(2));
+    const [first, second] = api.calls.filter((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(first.body).not.toHaveProperty("retry_on");
+    expect(second.body).toMatchObject({ retry_on: "any" });
+  });
+
   it("shows an array's refusal on the Tasks field", async () => {
     fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { array: { count: ["Ensure this value is less than or equal to 10000."] } }] });
     renderPage(<SubmitPage />, "/submit");
@@ -166,6 +184,19 @@ describe("the submit form", () => {
     expect(screen.getByLabelText("Environment")).toHaveValue("LR=0.1");
     expect(screen.getByLabelText("Max retry count")).toHaveValue(3);
     expect(screen.getByLabelText("Wall time (minutes)")).toHaveValue(60);
+  });
+
+  it("says a job can never start when no node could take one of its workers", async () => {
+    fakeApi({
+      ...BASE,
+      "POST /api/v1/jobs/preview/": [400, { gpus_per_worker: ["The largest A100 node has 8 GPUs; a worker asks for 16. Use more workers with fewer GPUs each."] }],
+    });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("GPUs per worker"), { target: { value: "16" } });
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
+    expect(await screen.findByText(/This job can never start: the largest A100 node has 8 GPUs; a worker asks for 16/)).toBeInTheDocument();
+    expect(screen.queryByText(/cannot start now/)).not.toBeInTheDocument();
   });
 
   it("warns, with the server's reason, when the job cannot start now", async () => {

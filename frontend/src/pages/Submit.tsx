@@ -11,6 +11,7 @@ import {
   emptyForm,
   formFromJob,
   localStartCheck,
+  neverStartReason,
   JOB_PRESETS,
   parseEnv,
   parsePorts,
@@ -97,7 +98,7 @@ export function SubmitPage() {
     [form, gpuTypeName, gpusPerWorker],
   );
   const bodyKey = JSON.stringify(body);
-  const [preview, setPreview] = useState<{ key: string; answer: Schemas["StartPreview"] | null }>({ key: "", answer: null });
+  const [preview, setPreview] = useState<{ key: string; answer: Schemas["StartPreview"] | null; never?: string | null }>({ key: "", answer: null });
   const [previewMissing, setPreviewMissing] = useState(false);
   useEffect(() => {
     if (!form.vc || !form.command.trim() || previewMissing) return;
@@ -108,7 +109,8 @@ export function SubmitPage() {
         .catch((reason) => {
           if ((reason as Error).name === "AbortError") return;
           if (reason instanceof ApiError && (reason.status === 404 || reason.status === 405)) setPreviewMissing(true);
-          setPreview({ key: bodyKey, answer: null });
+          const never = reason instanceof ApiError && reason.status === 400 ? neverStartReason(reason.fields) : null;
+          setPreview({ key: bodyKey, answer: null, never });
         });
     }, 300);
     return () => {
@@ -119,6 +121,7 @@ export function SubmitPage() {
   const asked = !previewMissing && !!form.command.trim();
   const answered = preview.key === bodyKey;
   const serverAnswer = answered ? preview.answer : null;
+  const never = answered ? (preview.never ?? null) : null;
   const localReason = localStartCheck(
     Number(form.workers) || 1,
     Number(gpusPerWorker) || 0,
@@ -159,7 +162,14 @@ export function SubmitPage() {
       navigate("jobs" in answer ? `/jobs?array=${answer.array}` : `/jobs/${answer.id}`);
     } catch (reason) {
       const fields = reason instanceof ApiError ? { ...reason.fields } : {};
-      if (fields.max_wall_time) fields.wall_minutes = fields.max_wall_time;
+      if (fields.max_wall_time) {
+        // Said in the field's own unit: minutes.
+        const asked = Number(form.wall_minutes);
+        fields.wall_minutes =
+          vc.data && maxMinutes !== undefined && asked > maxMinutes
+            ? [`At most ${maxMinutes} min (${duration(vc.data.max_wall_time)}) in VC ${vc.data.name}; you asked for ${asked} min.`]
+            : fields.max_wall_time;
+      }
       if (fields.array) fields.tasks = fields.array;
       setErrors(fields);
       setFailure(reason);
@@ -295,11 +305,17 @@ export function SubmitPage() {
             <Field label="Max retry count" name="max_retries" errors={errors} hint={vc.data ? `empty: the VC's default, ${vc.data.default_max_retries}` : undefined}>
               <input id="f-max_retries" type="number" min={0} max={20} value={form.max_retries} onChange={(e) => set("max_retries", e.target.value)} />
             </Field>
+            <Field label="Retry on" name="retry_on" errors={errors} hint="a user error (a command exiting 3) is retried only on any failure">
+              <select id="f-retry_on" value={form.retry_on} onChange={(e) => set("retry_on", e.target.value)}>
+                <option value="infrastructure">infrastructure failures</option>
+                <option value="any">any failure</option>
+              </select>
+            </Field>
             <Field
               label="Wall time (minutes)"
               name="wall_minutes"
               errors={errors}
-              hint={vc.data ? `at most ${duration(vc.data.max_wall_time)} (${maxMinutes} min) in VC ${vc.data.name}` : undefined}
+              hint={vc.data ? wallTimeHint(vc.data, form.type, maxMinutes) : undefined}
             >
               <input id="f-wall_minutes" type="number" min={1} max={maxMinutes} value={form.wall_minutes} onChange={(e) => set("wall_minutes", e.target.value)} />
             </Field>
@@ -334,6 +350,10 @@ export function SubmitPage() {
             <p className="hint" role="status">
               Checking whether this job can start now…
             </p>
+          ) : never ? (
+            <div className="warning" role="status">
+              This job can never start: {never.replace(/\.$/, "")}.
+            </div>
           ) : reason ? (
             <div className="warning" role="status">
               This job cannot start now: {reason.replace(/\.$/, "")}.
@@ -350,4 +370,13 @@ export function SubmitPage() {
       </div>
     </section>
   );
+}
+
+/** The wall-time field's hint: the VC's cap and, for an interactive job, what an empty
+ * field gives (the VC's interactive default, not its maximum). */
+function wallTimeHint(vc: Vc, type: string, maxMinutes: number | undefined): string {
+  const cap = `at most ${duration(vc.max_wall_time)} (${maxMinutes} min) in VC ${vc.name}`;
+  if (type !== "interactive") return cap;
+  const given = Math.min(vc.interactive_wall_time, vc.max_wall_time);
+  return `empty: ${duration(given)} (${Math.floor(given / 60)} min) for an interactive job; ${cap}`;
 }

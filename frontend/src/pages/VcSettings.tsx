@@ -9,6 +9,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
   const [values, setValues] = useState({
     policy: vc.policy,
     max_wall_hours: String(vc.max_wall_time / 3600),
+    interactive_wall_hours: String((vc.interactive_wall_time ?? 8 * 3600) / 3600),
     max_interactive_gpus: String(vc.max_interactive_gpus),
     default_max_retries: String(vc.default_max_retries),
     user_gpu_limit: vc.user_gpu_limit === null ? "" : String(vc.user_gpu_limit),
@@ -31,6 +32,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
       const body = {
         policy: values.policy,
         max_wall_time: Math.round(Number(values.max_wall_hours) * 3600),
+        interactive_wall_time: Math.round(Number(values.interactive_wall_hours) * 3600),
         max_interactive_gpus: Number(values.max_interactive_gpus),
         default_max_retries: Number(values.default_max_retries),
         user_gpu_limit: values.user_gpu_limit.trim() === "" ? null : Number(values.user_gpu_limit),
@@ -48,6 +50,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     } catch (reason) {
       const fields = reason instanceof ApiError ? { ...reason.fields } : {};
       if (fields.max_wall_time) fields.max_wall_hours = fields.max_wall_time;
+      if (fields.interactive_wall_time) fields.interactive_wall_hours = fields.interactive_wall_time;
       setErrors(fields);
       setFailure(reason);
     }
@@ -75,6 +78,9 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         <div className="row">
           <Field label="Max job time (hours)" name="max_wall_hours" errors={errors}>
             <input id="f-max_wall_hours" type="number" min={0.02} step="any" value={values.max_wall_hours} onChange={set("max_wall_hours")} />
+          </Field>
+          <Field label="Interactive job time (hours)" name="interactive_wall_hours" errors={errors} hint="for interactive jobs that give none">
+            <input id="f-interactive_wall_hours" type="number" min={0.02} step="any" value={values.interactive_wall_hours} onChange={set("interactive_wall_hours")} />
           </Field>
           <Field label="Max interactive GPUs" name="max_interactive_gpus" errors={errors}>
             <input id="f-max_interactive_gpus" type="number" min={0} value={values.max_interactive_gpus} onChange={set("max_interactive_gpus")} />

@@ -20,6 +20,8 @@ export interface SubmitForm {
   output_path: string;
   preemptible: boolean;
   max_retries: string;
+  /** Which failures spend retries: "infrastructure" (user errors fail at once) or "any". */
+  retry_on: string;
   wall_minutes: string;
   ports: string;
   /** How many jobs of this spec to submit as one job array ("1": a single job). */
@@ -45,6 +47,7 @@ export function emptyForm(vc: string): SubmitForm {
     output_path: "",
     preemptible: false,
     max_retries: "",
+    retry_on: "infrastructure",
     wall_minutes: "",
     ports: "",
     tasks: "1",
@@ -72,6 +75,7 @@ export function formFromJob(job: Job): SubmitForm {
     output_path: job.output_path ?? "",
     preemptible: job.preemptible,
     max_retries: String(job.max_retries),
+    retry_on: job.retry_on ?? "infrastructure",
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
     ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
     tasks: "1",
@@ -133,6 +137,7 @@ export function submission(form: SubmitForm): Submission {
     body.memory_per_worker = /^\d+$/.test(memory) ? Number(memory) : memory;
   }
   if (form.max_retries.trim()) body.max_retries = Number(form.max_retries);
+  if (form.retry_on !== "infrastructure") body.retry_on = form.retry_on as Submission["retry_on"];
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
   if (form.deadline) body.deadline = new Date(form.deadline).toISOString();
   const { ports } = parsePorts(form.ports);
@@ -174,6 +179,16 @@ export function localStartCheck(
     return `needs ${workers} x ${gpusPerWorker} ${row.gpu_type} on free nodes; largest free block is ${largest}`;
   }
   return null;
+}
+
+/** The fields whose refusal means no node or quota could ever take the job as it is. */
+const NEVER_FITS = ["gpus_per_worker", "cpus_per_worker", "memory_per_worker", "workers", "gpu_type", "node_selector"];
+
+/** Why the server refused to preview the job (a worker larger than any node, more than
+ * the VC's quota), as the rest of a sentence; null when nothing says it can never start. */
+export function neverStartReason(fields: Record<string, string[]>): string | null {
+  const message = NEVER_FITS.map((name) => fields[name]?.[0]).find(Boolean);
+  return message ? message.charAt(0).toLowerCase() + message.slice(1) : null;
 }
 
 /** Where the form opens: the VC and GPU type where a job of the form's first shape (one

@@ -39,6 +39,7 @@ from backend.core.embedded_redis import (
 )
 from backend.core.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
+from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 
 RESTART_BACKOFF_SECONDS = (1, 2, 4, 8, 16, 30)
 STABLE_SECONDS = 60.0  # a child that ran this long before dying restarts at the first delay
@@ -208,6 +209,8 @@ class Command(BaseCommand):
                 child.stop()
             for child in children:
                 child.wait()
+            if left := left_running_message(jobs_left_running()):
+                self.stdout.write(left)
             if redis is not None:
                 stop_embedded_redis(redis)
 

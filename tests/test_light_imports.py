@@ -21,8 +21,9 @@ from tests.servers import ROOT
 HEAVY = ("kubernetes", "kubernetes_validate", "jsonschema", "torch", "asyncssh")
 DJANGO = "import django; django.setup()\n"
 ENTRY_POINTS = {
-    # What a gunicorn worker loads before its first request (deploy/gunicorn.conf.py).
-    "web": DJANGO + "from django.urls import get_resolver\nget_resolver().url_patterns\n",
+    # What gunicorn's master loads before it forks its workers (deploy/gunicorn.conf.py).
+    "web": "import backend.wsgi\nfrom django.urls import get_resolver\n"
+    "get_resolver().url_patterns\n",
     # A Celery worker or beat: the app and every app's tasks module.
     "celery": "from backend.celery import app\n" + DJANGO + "app.loader.import_default_modules()\n",
     "manage.py check": DJANGO + "from django.core.management import call_command\n"

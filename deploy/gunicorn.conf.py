@@ -54,14 +54,14 @@ _health = {}
 
 
 def when_ready(server) -> None:
-    if server.cfg.preload_app:
-        load_every_view()  # before the first worker is forked
     bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
     if bind:
         _health["process"] = subprocess.Popen(
             [sys.executable, "-m", "backend.core.health", bind, "--parent", str(os.getpid())],
             cwd=Path(__file__).resolve().parents[1],
         )
+    if server.cfg.preload_app:
+        load_every_view()  # before the first worker is forked
 
 
 def on_exit(server) -> None:

@@ -30,15 +30,25 @@ control_socket_mode = 0o600
 umask = 0o077
 
 
-def post_worker_init(worker) -> None:
+# The master loads the app (and, when ready, every view) once; workers are forked from it
+# with all of it loaded: a worker started after a crash answers at once, and a restarted
+# server does not have each of its workers import Django side by side on the same cores.
+preload_app = True
+
+
+def load_every_view() -> None:
     """Load the URLconf (and with it every view and serializer) now rather than on the first
     request, then move all of it out of the garbage collector's sight: it lives as long as
-    the worker, and scanning it on collections costs a good part of each request's CPU."""
+    the process, and scanning it on collections costs a good part of each request's CPU."""
     from django.conf import settings
     from django.urls import get_resolver
 
     get_resolver(settings.ROOT_URLCONF).url_patterns  # noqa: B018 - imports every view
     gc.freeze()
+
+
+def post_worker_init(worker) -> None:
+    load_every_view()  # already done by the master, unless it was started without preload
 
 
 # Health checks beside the request workers (backend/core/health.py): a process of its own,
@@ -55,6 +65,8 @@ def when_ready(server) -> None:
             [sys.executable, "-m", "backend.core.health", bind, "--parent", parent, "--web", web],
             cwd=Path(__file__).resolve().parents[1],
         )
+    if server.cfg.preload_app:
+        load_every_view()  # before the first worker is forked
 
 
 def on_exit(server) -> None:

@@ -54,6 +54,14 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def answers(url: str) -> int | None:
+    """The status a GET of ``url`` is answered with; None when nothing answers."""
+    try:
+        return requests.get(url, timeout=1).status_code
+    except requests.RequestException:
+        return None
+
+
 def is_healthy(base_url: str) -> bool:
     try:
         return requests.get(f"{base_url}/healthz", timeout=1).status_code == 200

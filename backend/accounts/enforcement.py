@@ -16,10 +16,7 @@ import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Protocol
 
 from jobmanager.backends.k8s_manifests import (
     LABEL_MANAGED_BY,
@@ -28,6 +25,9 @@ from jobmanager.backends.k8s_manifests import (
     dns_label,
     label_value,
 )
+
+if TYPE_CHECKING:  # the client loads only where a Kubernetes point is configured
+    from kubernetes import client
 
 
 @dataclass(frozen=True, order=True)
@@ -185,12 +185,16 @@ class KubernetesIpBlocks:
     name = "kubernetes"
 
     def __init__(self, api_client: client.ApiClient, namespace: str, ssh_port: int = 22) -> None:
+        from kubernetes.client import NetworkingV1Api
+
         self.api_client = api_client
-        self.networking = client.NetworkingV1Api(api_client)
+        self.networking = NetworkingV1Api(api_client)
         self.namespace = namespace
         self.ssh_port = ssh_port
 
     def apply(self, grants: Sequence[Grant]) -> Changes:
+        from kubernetes.client.exceptions import ApiException
+
         by_user: dict[str, list[str]] = defaultdict(list)
         for grant in grants:
             by_user[grant.username].append(grant.network)

@@ -1,6 +1,6 @@
 """Chaos: 200 submissions with retries while web, worker, beat, Redis and MariaDB are killed.
 
-    .venv/bin/python -m bench.chaos.run [--jobs 200] [--kill-every 4] [--repeat 1]
+    .venv/bin/python -m bench.chaos.run [--jobs 200] [--kill-every 4] [--repeat 1] [--cpu-hogs 2]
 
 Starts a MariaDB and a Redis of its own (ports and data directories as
 tests/fault_servers.py picks them: ``TRAINYARD_TEST_PORTS``, ``TRAINYARD_TEST_DIR_PREFIX``)
@@ -11,12 +11,14 @@ its Idempotency-Key until it is answered 200/201, while every ``--kill-every`` s
 web, worker, beat, Redis, MariaDB (in turn) is killed with SIGKILL: run_trainyard restarts
 its children, the bench starts Redis (empty: no persistence) and MariaDB (crash recovery)
 again after a second. Once every submission is answered, the kills stop and the jobs get
-``--settle`` seconds to end. Printed, per run:
+``--settle`` seconds to end. ``--cpu-hogs N`` runs N processes spinning on the CPU beside
+it all the while (the system's start-ups and answers compete with them). Printed, per run:
 
 - acknowledged: submissions answered 200/201 (their job ids);
 - lost: acknowledged jobs the database does not hold;
 - duplicated: jobs beyond one per Idempotency-Key, or a key answered with two ids;
-- stuck: acknowledged jobs not ended (finished) by the end of the settling time.
+- stuck: acknowledged jobs not ended (finished) by the end of the settling time;
+- how long submitting took: until the last submission was answered.
 
 Goal (issue: self-healing under faults): all zero but acknowledged.
 """
@@ -136,7 +138,15 @@ def submit_with_retries(base_url: str, token: str, key: str, deadline: float) ->
     return None
 
 
-def one_run(jobs: int, kill_every: float, settle: float) -> dict:
+def cpu_hogs(count: int) -> list[subprocess.Popen]:
+    """``count`` processes that spin on the CPU until killed."""
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(count)
+    ]
+
+
+def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
     from tests.fault_servers import MariaDBServer, RedisServer, own_port
     from tests.unix_accounts import TEST_ACCOUNT_ENV
 
@@ -144,6 +154,7 @@ def one_run(jobs: int, kill_every: float, settle: float) -> dict:
     directory.chmod(0o711)  # the jobs' accounts pass through to their directories
     mariadb, redis = MariaDBServer(), RedisServer()
     system = None
+    spinning = cpu_hogs(hogs)
     try:
         mariadb.sql("CREATE DATABASE trainyard CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
         port = own_port()
@@ -214,11 +225,15 @@ def one_run(jobs: int, kill_every: float, settle: float) -> dict:
             "stuck": len(open_jobs),
             "stuck_statuses": dict(Counter(status.get(j, "missing") for j in open_jobs)),
             "kills": dict(chaos.kills),
+            "cpu_hogs": hogs,
             "submit_phase_s": round(submitted_s, 1),
             "restarts_logged": (directory / "run_trainyard.log").read_text().count("restarted"),
         }
         return result
     finally:
+        for hog in spinning:
+            hog.kill()
+            hog.wait()
         if system is not None and system.poll() is None:
             system.send_signal(signal.SIGINT)
             try:
@@ -239,11 +254,12 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=4.0)
     parser.add_argument("--settle", type=float, default=180.0)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--cpu-hogs", type=int, default=0, help="processes spinning beside it")
     args = parser.parse_args()
     runs = []
     print(f"{'run':>3} {'acknowledged':>12} {'lost':>5} {'duplicated':>10} {'stuck':>5}  kills")
     for number in range(1, args.repeat + 1):
-        result = one_run(args.jobs, args.kill_every, args.settle)
+        result = one_run(args.jobs, args.kill_every, args.settle, args.cpu_hogs)
         runs.append(result)
         kills = ", ".join(f"{victim} {count}" for victim, count in result["kills"].items())
         print(

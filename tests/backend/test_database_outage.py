@@ -15,7 +15,14 @@ import requests
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
 from tests.fault_servers import MariaDBServer, own_port
-from tests.servers import ROOT, kill_process_group, start_celery, start_gunicorn, wait_until
+from tests.servers import (
+    ROOT,
+    answers,
+    kill_process_group,
+    start_celery,
+    start_gunicorn,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +112,7 @@ def test_mariadb_stopped_and_started_answers_503_json_then_resumes_by_itself(
             assert int(answer.headers["Retry-After"]) > 0
             assert "database is unavailable" in answer.json()["detail"]
         assert requests.get(f"{base_url}/healthz", timeout=30).status_code == 503
-        wait_until(lambda: requests.get(f"{health}/livez", timeout=5).ok, 30, "health server")
+        wait_until(lambda: answers(f"{health}/livez") == 200, 30, "health server")
         assert requests.get(f"{health}/healthz", timeout=5).status_code == 503  # not ready
 
         mariadb.start()

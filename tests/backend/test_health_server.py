@@ -10,16 +10,9 @@ import pytest
 import requests
 
 from tests.fault_servers import own_port
-from tests.servers import kill_process_group, start_gunicorn, wait_until
+from tests.servers import answers, kill_process_group, start_gunicorn, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-
-
-def answers(url: str) -> int | None:
-    try:
-        return requests.get(url, timeout=1).status_code
-    except requests.RequestException:
-        return None
 
 
 def test_probes_are_answered_while_the_only_request_worker_is_stuck_and_it_is_not_ready():

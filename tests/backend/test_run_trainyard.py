@@ -18,7 +18,7 @@ import requests
 
 from tests.backend.front_support import slow_clients
 from tests.backend.gateway_support import listening
-from tests.servers import ROOT, free_port, wait_until
+from tests.servers import ROOT, free_port, is_healthy, wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
@@ -175,10 +175,13 @@ def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once
 
 
 def child_running(process: subprocess.Popen, role: str) -> psutil.Process | None:
-    """run_trainyard's ``celery worker`` or ``celery beat`` child, if it has one now."""
+    """run_trainyard's ``web`` (gunicorn), ``celery worker`` or ``celery beat`` child, if it
+    has one now."""
     for child in psutil.Process(process.pid).children():
         with contextlib.suppress(psutil.Error):
             command = child.cmdline()
+            if role == "web" and "gunicorn" in command:
+                return child
             if "celery" in command and role in command:
                 return child
     return None
@@ -201,9 +204,10 @@ def stops_cleanly(process: subprocess.Popen, var_dir) -> None:
 
 
 def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts(trainyard):
-    """Up with the demo logins, each user's jobs as their own account; a worker and beat
-    killed -9 are restarted (jobs still run); Ctrl-C stops everything. One start serves
-    all of it: on a loaded two-core machine a start takes a minute."""
+    """Up with the demo logins, each user's jobs as their own account; the web server killed
+    -9 answers again within seconds; a worker and beat killed -9 are restarted (jobs still
+    run); Ctrl-C stops everything. One start serves all of it: on a loaded two-core machine
+    a start takes a minute."""
     process, output, env, base_url = trainyard
     banner, logins = started(output, process)
     assert f"Trainyard is running at {base_url}/" in banner
@@ -214,6 +218,22 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
     ssh_port = env["TRAINYARD_SSH_PORT"]
     assert re.search(rf"SSH into running jobs: ssh -p {ssh_port} .* \(host key SHA256:", banner)
     assert listening(int(ssh_port))  # the gateway
+
+    # The web server killed -9 answers again within 3 s (times the suite's deadline scale).
+    victim = child_running(process, "web")
+    victim.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_until(
+        lambda: (
+            (web := child_running(process, "web")) is not None
+            and web.pid != victim.pid
+            and is_healthy(base_url)
+        ),
+        3,
+        "a 200 from the web server started again",
+    )
+    print(f"the web server answered 200 {time.monotonic() - killed:.2f} s after its kill -9")
+    assert "web exited with -9; restarting it in 0.0 s" in output.read_text()
 
     for role in ("worker", "beat"):
         victim = child_running(process, role)

@@ -9,9 +9,11 @@ jobs are isolated: as their owners' accounts (root), or all as this account (sin
 mode), and the gateway's host key fingerprint.
 
 It supervises its children as an init system would: one that dies (a crash, the OOM
-killer, kill -9) is logged and started again after a backoff (1 s, doubling up to 30 s;
-back to 1 s once it has run a minute), and what it left in its process group (gunicorn's
-or Celery's pool workers) is killed first. A dying child never stops the system.
+killer, kill -9) is logged and started again: at once when it had run 10 s or died for the
+first time, else after a backoff that doubles with each quick death in a row (1 s, 2 s,
+... 30 s) but never holds it down longer than it ran before dying. What it left in its
+process group (gunicorn's or Celery's pool workers) is killed first. A dying child never
+stops the system.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ from backend.core.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
 from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 
-RESTART_BACKOFF_SECONDS = (1, 2, 4, 8, 16, 30)
-STABLE_SECONDS = 60.0  # a child that ran this long before dying restarts at the first delay
+# Restart delays after 1, 2, 3... quick deaths in a row, each cut to the time the child ran.
+RESTART_BACKOFF_SECONDS = (0, 1, 2, 4, 8, 16, 30)
+# A child that ran this long had started: its death is not a crash loop, it restarts at once.
+STABLE_SECONDS = 10.0
+SUPERVISE_EVERY_SECONDS = 0.1  # how soon a death is seen
 
 
 class Child:
@@ -72,11 +77,13 @@ class Child:
             os.killpg(self.process.pid, signal.SIGKILL)  # its pool workers, left behind
         self.process = None
         now = time.monotonic()
-        if now - self.started_at >= STABLE_SECONDS:
+        ran = now - self.started_at
+        if ran >= STABLE_SECONDS:
             self.failures = 0
-        delay = RESTART_BACKOFF_SECONDS[min(self.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
+        backoff = RESTART_BACKOFF_SECONDS[min(self.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
         self.failures += 1
-        self.restart_at = now + delay
+        # Down no longer than it was up: a server killed while booting comes back as soon.
+        self.restart_at = now + min(backoff, ran)
         return code
 
     def stop(self) -> None:
@@ -192,9 +199,9 @@ class Command(BaseCommand):
                 for child in children:
                     code = child.exited()
                     if code is not None:
-                        delay = child.restart_at - time.monotonic()
+                        delay = max(0.0, child.restart_at - time.monotonic())
                         self.stderr.write(
-                            f"{child.name} exited with {code}; restarting it in {delay:.0f} s "
+                            f"{child.name} exited with {code}; restarting it in {delay:.1f} s "
                             f"(restart {child.failures})."
                         )
                     if child.process is None and time.monotonic() >= child.restart_at:
@@ -203,7 +210,7 @@ class Command(BaseCommand):
                 if not banner_shown and _answers(f"http://{bind}/healthz"):
                     self._print_banner(bind, demo=not options["no_demo"], declared=declared)
                     banner_shown = True
-                time.sleep(0.5)
+                time.sleep(SUPERVISE_EVERY_SECONDS)
         finally:
             for child in children:
                 child.stop()

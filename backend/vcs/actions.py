@@ -18,6 +18,7 @@ VC_SETTINGS = (
     "max_wall_time",
     "max_interactive_gpus",
     "default_max_retries",
+    "lends_dedicated_nodes",
     "user_gpu_limit",
     "idle_util_percent",
     "idle_warn_minutes",

@@ -1944,6 +1944,8 @@ export interface components {
             readonly removal_requested_at: string | null;
             /** Format: date-time */
             readonly created_at: string;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeFault: {
             readonly id: number;
@@ -2020,6 +2022,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeUpdate: {
             readonly name: string;
@@ -2047,6 +2051,8 @@ export interface components {
             readonly removal_requested_at: string | null;
             /** Format: date-time */
             readonly created_at: string;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeUpdateRequest: {
             gpu_type: string;
@@ -2057,6 +2063,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         /** @enum {unknown} */
         NullEnum: null;
@@ -2274,6 +2282,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory?: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         PatchedStorageRootRequest: {
             name?: string;
@@ -2333,6 +2343,7 @@ export interface components {
             max_wall_time?: number;
             max_interactive_gpus?: number;
             default_max_retries?: number;
+            lends_dedicated_nodes?: boolean;
             user_gpu_limit?: number | null;
             idle_util_percent?: number;
             idle_warn_minutes?: number | null;
@@ -2755,6 +2766,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
+            lends_dedicated_nodes?: boolean;
         };
         VirtualClusterCreateRequest: {
             name: string;
@@ -2827,6 +2840,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
+            lends_dedicated_nodes?: boolean;
             readonly resources: components["schemas"]["VcResources"][];
         };
     };

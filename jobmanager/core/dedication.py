@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jobmanager.core.snapshot import JobShape, QueuedJob, Snapshot, VcState
+from jobmanager.core.snapshot import QueuedJob, Snapshot, VcState
 
 
 def pools_for(vc: str, preemptible: bool, lenders: tuple[str, ...]) -> tuple[str, ...]:
@@ -27,22 +27,19 @@ def lenders(vcs: tuple[VcState, ...]) -> tuple[str, ...]:
     return tuple(sorted(vc.name for vc in vcs if vc.lends_dedicated))
 
 
-def with_pools(snapshot: Snapshot) -> Snapshot:
+def with_pools(job: QueuedJob, lending: tuple[str, ...]) -> QueuedJob:
+    """The job with its shape naming the dedicated nodes it may use (``lending``: the VCs
+    that lend theirs)."""
+    pools = pools_for(job.vc, job.preemptible, lending)
+    if job.shape.pools == pools:
+        return job
+    return replace(job, shape=replace(job.shape, pools=pools))
+
+
+def snapshot_with_pools(snapshot: Snapshot) -> Snapshot:
     """The snapshot with each queued job's shape naming the dedicated nodes it may use;
     the snapshot itself where no node is dedicated (nothing to decide)."""
     if not any(node.dedicated_to for node in snapshot.nodes):
         return snapshot
     lending = lenders(snapshot.vcs)
-    shapes: dict[tuple[JobShape, tuple[str, ...]], JobShape] = {}
-
-    def opened(job: QueuedJob) -> QueuedJob:
-        pools = pools_for(job.vc, job.preemptible, lending)
-        if job.shape.pools == pools:
-            return job
-        key = (job.shape, pools)
-        shape = shapes.get(key)
-        if shape is None:
-            shape = shapes[key] = replace(job.shape, pools=pools)
-        return replace(job, shape=shape)
-
-    return replace(snapshot, queued=tuple(opened(job) for job in snapshot.queued))
+    return replace(snapshot, queued=tuple(with_pools(job, lending) for job in snapshot.queued))

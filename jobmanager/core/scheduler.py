@@ -38,7 +38,7 @@ import heapq
 from collections.abc import Callable
 
 from jobmanager.core.backfill import is_dead, place_job, reserve_for
-from jobmanager.core.dedication import with_pools
+from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
 from jobmanager.core.ordering import rank, rank_is_static
@@ -115,7 +115,7 @@ def schedule(
     a caller that keeps ``book`` gives its jobs' shapes their pools itself.
     """
     if book is None:
-        snapshot = with_pools(snapshot)
+        snapshot = snapshot_with_pools(snapshot)
         book = _book(snapshot)
     if summary is None:
         summary = RunningSummary.of(snapshot.running)

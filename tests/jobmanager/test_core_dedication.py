@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jobmanager.core.snapshot import Policy
+from jobmanager.core.timeline import estimate_start_times
 from tests.jobmanager.core_builders import (
     decide,
     gpus_by_node,
@@ -14,6 +15,7 @@ from tests.jobmanager.core_builders import (
     queued,
     reasons,
     running,
+    snapshot,
     started,
     vc,
 )
@@ -58,3 +60,15 @@ def test_a_lending_vc_takes_other_vcs_preemptible_jobs_and_preempts_them_to_get_
     borrowed = running("guest", "b", ("ded", (0, 1, 2, 3)), preemptible=True)
     decisions = decide(cluster, vcs, [borrowed], [queued("own", "a", gpus=4, at=50)])
     assert preempted(decisions) == {"guest"}
+
+
+def test_start_time_estimates_place_jobs_only_where_their_vc_may_run():
+    cluster = (replace(node("ded", gpus=8), dedicated_to="a"), node("shared", gpus=8))
+    busy = [running("long", "a", ("shared", tuple(range(8))), deadline=1000.0)]
+    jobs = [queued("b-job", "b", gpus=8), queued("a-job", "a", gpus=8, at=1)]
+    waiting = snapshot(cluster, [vc("a", 16), vc("b", 8)], busy, jobs)
+
+    estimates = estimate_start_times(waiting, default_run_time=3600.0)
+
+    # a's job at once on its idle dedicated node; b's when the shared node frees up.
+    assert estimates == {"a-job": 100.0, "b-job": 1000.0}

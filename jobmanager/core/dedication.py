@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jobmanager.core.snapshot import QueuedJob, Snapshot, VcState
+from jobmanager.core.snapshot import JobShape, NodeState, QueuedJob, Snapshot, VcState
 
 
 def pools_for(vc: str, preemptible: bool, lenders: tuple[str, ...]) -> tuple[str, ...]:
@@ -27,19 +27,39 @@ def lenders(vcs: tuple[VcState, ...]) -> tuple[str, ...]:
     return tuple(sorted(vc.name for vc in vcs if vc.lends_dedicated))
 
 
-def with_pools(job: QueuedJob, lending: tuple[str, ...]) -> QueuedJob:
+def with_pools(
+    job: QueuedJob,
+    lending: tuple[str, ...],
+    dedicated: frozenset[str],
+    shapes: dict[tuple[JobShape, tuple[str, ...]], JobShape] | None = None,
+) -> QueuedJob:
     """The job with its shape naming the dedicated nodes it may use (``lending``: the VCs
-    that lend theirs)."""
-    pools = pools_for(job.vc, job.preemptible, lending)
+    that lend theirs; ``dedicated``: the VCs that have dedicated nodes, the only ones worth
+    naming, so that most jobs stay as they are). ``shapes`` keeps the shapes made, so that
+    jobs of one shape share one."""
+    pools = tuple(vc for vc in pools_for(job.vc, job.preemptible, lending) if vc in dedicated)
     if job.shape.pools == pools:
         return job
-    return replace(job, shape=replace(job.shape, pools=pools))
+    key = (job.shape, pools)
+    shape = shapes.get(key) if shapes is not None else None
+    if shape is None:
+        shape = replace(job.shape, pools=pools)
+        if shapes is not None:
+            shapes[key] = shape
+    return replace(job, shape=shape)
+
+
+def dedicated_vcs(nodes: tuple[NodeState, ...]) -> frozenset[str]:
+    return frozenset(node.dedicated_to for node in nodes if node.dedicated_to)
 
 
 def snapshot_with_pools(snapshot: Snapshot) -> Snapshot:
     """The snapshot with each queued job's shape naming the dedicated nodes it may use;
     the snapshot itself where no node is dedicated (nothing to decide)."""
-    if not any(node.dedicated_to for node in snapshot.nodes):
+    dedicated = dedicated_vcs(snapshot.nodes)
+    if not dedicated:
         return snapshot
     lending = lenders(snapshot.vcs)
-    return replace(snapshot, queued=tuple(with_pools(job, lending) for job in snapshot.queued))
+    shapes: dict[tuple[JobShape, tuple[str, ...]], JobShape] = {}
+    queued = tuple(with_pools(job, lending, dedicated, shapes) for job in snapshot.queued)
+    return replace(snapshot, queued=queued)

@@ -74,11 +74,18 @@ def no_fit_reason(cluster: ClusterState, shape: JobShape) -> str:
 
 
 def _open_free_counts(cluster: ClusterState, shape: JobShape) -> list[int] | None:
-    """Free GPUs of each schedulable node the job may use, where nodes dedicated to
-    other VCs are closed to it; None where none is (every node may be counted)."""
+    """Free GPUs of each schedulable node not dedicated to a VC the job may not use; None
+    where no node is closed to it that way (every node may be counted)."""
     if not cluster.has_dedicated:
         return None
-    nodes = [node for bucket in cluster.buckets[shape.gpu_type] for node in bucket.values()]
-    if all(not node.state.dedicated_to or node.admits(shape) for node in nodes):
-        return None
-    return [len(node.free_gpus) for node in nodes if node.admits(shape)]
+    pools = shape.pools
+    counts = []
+    closed = False
+    for bucket in cluster.buckets[shape.gpu_type]:
+        for node in bucket.values():
+            dedicated_to = node.state.dedicated_to
+            if dedicated_to and dedicated_to not in pools:
+                closed = True
+            else:
+                counts.append(len(node.free_gpus))
+    return counts if closed else None

@@ -72,3 +72,11 @@ def test_start_time_estimates_place_jobs_only_where_their_vc_may_run():
 
     # a's job at once on its idle dedicated node; b's when the shared node frees up.
     assert estimates == {"a-job": 100.0, "b-job": 1000.0}
+
+
+def test_a_fifo_head_that_only_another_vcs_nodes_could_hold_does_not_block_its_queue():
+    cluster = (replace(node("ded", gpus=8), dedicated_to="a"), node("shared", gpus=4))
+    jobs = [queued("b-big", "b", gpus=8), queued("b-small", "b", gpus=2, at=1)]
+    decisions = decide(cluster, [vc("a", 8), vc("b", 12, Policy.FIFO)], queued_jobs=jobs)
+
+    assert started(decisions) == ["b-small"]

@@ -11,8 +11,11 @@ class GpuTypeAdmin(admin.ModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_type", "gpus", "cpus", "memory", "schedulable", "repair_state"]
-    list_filter = ["gpu_type", "schedulable", "repair_state"]
+    list_display = [
+        "name", "gpu_type", "gpus", "cpus", "memory", "schedulable", "repair_state",
+        "dedicated_vc",
+    ]  # fmt: skip
+    list_filter = ["gpu_type", "schedulable", "repair_state", "dedicated_vc"]
     search_fields = ["name"]
 
     def save_model(self, request, obj, form, change) -> None:

@@ -75,6 +75,16 @@ class Node(models.Model):
         null=True, blank=True, help_text="Draining to be removed: gone once no job runs there."
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # Bound by a cluster admin (DLTS's VC machine hard assignment): only this VC's jobs
+    # run here, and others' preemptible ones where it lends its nodes.
+    dedicated_vc = models.ForeignKey(
+        "vcs.VirtualCluster",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="dedicated_nodes",
+        help_text="The VC the node is dedicated to; empty: shared by all.",
+    )
 
     objects = NodeQuerySet.as_manager()
 

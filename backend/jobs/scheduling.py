@@ -83,10 +83,11 @@ def load_nodes() -> tuple[NodeState, ...]:
             schedulable=row["schedulable"]
             and row["ready"]
             and row["repair_state"] == RepairState.IN_SERVICE,
+            dedicated_to=row["dedicated_vc__name"] or "",
         )
         for row in Node.objects.order_by().values(
             "name", "gpu_type__name", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state", "ready",
+            "repair_state", "ready", "dedicated_vc__name",
         )
     )  # fmt: skip
 
@@ -122,9 +123,10 @@ def load_snapshot(
             quota=quotas[row["id"]],
             policy=Policy(row["policy"]),
             max_interactive_gpus=row["max_interactive_gpus"],
+            lends_dedicated=row["lends_dedicated_nodes"],
         )
         for row in VirtualCluster.objects.order_by().values(
-            "id", "name", "policy", "max_interactive_gpus"
+            "id", "name", "policy", "max_interactive_gpus", "lends_dedicated_nodes"
         )
     )
     estimates = learned_run_times()

@@ -19,6 +19,7 @@ VC_SETTINGS = (
     "interactive_wall_time",
     "max_interactive_gpus",
     "default_max_retries",
+    "lends_dedicated_nodes",
     "user_gpu_limit",
     "idle_util_percent",
     "idle_warn_minutes",

@@ -72,6 +72,11 @@ class VirtualCluster(models.Model):
         default=8, help_text="GPUs the VC's interactive jobs may hold at once."
     )
     default_max_retries = models.PositiveSmallIntegerField(default=3)
+    lends_dedicated_nodes = models.BooleanField(
+        default=False,
+        help_text="Other VCs' preemptible jobs may run on the nodes dedicated to it while "
+        "it leaves them idle; its own jobs preempt them to get the nodes back.",
+    )
     user_gpu_limit = models.PositiveIntegerField(
         null=True,
         blank=True,

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from jobmanager.core.no_fit import no_fit_reason
 from jobmanager.core.snapshot import (
     JobShape,
     NodeState,
@@ -53,12 +54,20 @@ class FreeNode:
     def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
         return all(self.labels.get(key) == value for key, value in selector)
 
-    def fits(self, per_worker: Resources, selector: tuple[tuple[str, str], ...]) -> bool:
+    def admits(self, shape: JobShape) -> bool:
+        """Whether the job's workers may go here: its labels, and the node's VC if any."""
+        dedicated_to = self.state.dedicated_to
+        return self.matches(shape.node_selector) and (
+            not dedicated_to or dedicated_to in shape.pools
+        )
+
+    def fits(self, shape: JobShape) -> bool:
+        per_worker = shape.per_worker
         return (
             len(self.free_gpus) >= per_worker.gpus
             and self.free_millicpus >= per_worker.millicpus
             and self.free_memory >= per_worker.memory
-            and self.matches(selector)
+            and self.admits(shape)
         )
 
 
@@ -84,13 +93,14 @@ class ClusterState:
         self.strategy = strategy
         self.nodes: dict[str, FreeNode] = {}
         # GPU type -> free GPU count -> schedulable nodes with that many free (insertion order)
-        self._buckets: dict[str, list[dict[str, FreeNode]]] = {}
+        self.buckets: dict[str, list[dict[str, FreeNode]]] = {}
         self.capacity_gpus: dict[str, int] = {}  # largest schedulable node of each type
         self._pending: dict[str, set[str]] = {}  # GPU type -> nodes with pending resources
         self.version = 0  # changes whenever free capacity does
         self._explained: dict[JobShape, tuple[int, str]] = {}
         # While a trial runs: each node's state before the trial first changed it.
         self._journal: dict[str, tuple[Any, ...]] | None = None
+        self.has_dedicated = False  # some node is bound to a VC
         for node in sorted(nodes, key=lambda node: node.name):
             free = FreeNode(
                 state=node,
@@ -100,11 +110,12 @@ class ClusterState:
                 labels=dict(node.labels),
             )
             self.nodes[node.name] = free
+            self.has_dedicated = self.has_dedicated or bool(node.dedicated_to)
             if node.schedulable:
                 largest = max(self.capacity_gpus.get(node.gpu_type, 0), node.capacity.gpus)
                 self.capacity_gpus[node.gpu_type] = largest
         for gpu_type, largest in self.capacity_gpus.items():
-            self._buckets[gpu_type] = [{} for _ in range(largest + 1)]
+            self.buckets[gpu_type] = [{} for _ in range(largest + 1)]
         for free in self.nodes.values():
             self._file(free)
 
@@ -178,11 +189,11 @@ class ClusterState:
 
     def _file(self, free: FreeNode) -> None:
         if free.state.schedulable:
-            self._buckets[free.state.gpu_type][len(free.free_gpus)][free.name] = free
+            self.buckets[free.state.gpu_type][len(free.free_gpus)][free.name] = free
 
     def _unfile(self, free: FreeNode) -> None:
         if free.state.schedulable:
-            self._buckets[free.state.gpu_type][len(free.free_gpus)].pop(free.name, None)
+            self.buckets[free.state.gpu_type][len(free.free_gpus)].pop(free.name, None)
 
     def occupy(self, placement: Iterable[WorkerPlacement]) -> None:
         """Take exactly these GPUs, CPU and memory (a running job's placement).
@@ -270,7 +281,7 @@ class ClusterState:
 
     def _may_fit(self, shape: JobShape) -> bool:
         """A quick upper bound from GPU counts alone."""
-        buckets = self._buckets.get(shape.gpu_type)
+        buckets = self.buckets.get(shape.gpu_type)
         if buckets is None:
             return False
         needed = shape.per_worker.gpus
@@ -286,7 +297,7 @@ class ClusterState:
         return False
 
     def _choose_node(self, shape: JobShape) -> FreeNode | None:
-        buckets = self._buckets[shape.gpu_type]
+        buckets = self.buckets[shape.gpu_type]
         needed = shape.per_worker.gpus
         ascending = range(needed, len(buckets))
         spread = self.strategy == Placement.SPREAD
@@ -298,7 +309,7 @@ class ClusterState:
         for count in counts:
             bucket = buckets[count]
             for name in sorted(bucket) if len(bucket) > 1 else bucket:
-                if bucket[name].fits(shape.per_worker, shape.node_selector):
+                if bucket[name].fits(shape):
                     return bucket[name]
         return None
 
@@ -306,12 +317,7 @@ class ClusterState:
         self, shape: JobShape, buckets: list[dict[str, FreeNode]]
     ) -> FreeNode | None:
         """CPU-only workers: the node with the least free CPU that fits (most, to spread)."""
-        fitting = [
-            node
-            for bucket in buckets
-            for node in bucket.values()
-            if node.fits(shape.per_worker, shape.node_selector)
-        ]
+        fitting = [node for bucket in buckets for node in bucket.values() if node.fits(shape)]
         if not fitting:
             return None
         spread = self.strategy == Placement.SPREAD
@@ -323,7 +329,7 @@ class ClusterState:
         """Schedulable nodes of the job's GPU type and labels that have the GPUs for a
         worker free, or that jobs being stopped hold resources on: the only ones where a
         worker may fit without preempting anything."""
-        buckets = self._buckets.get(shape.gpu_type, [])
+        buckets = self.buckets.get(shape.gpu_type, [])
         found = {
             node.name: node
             for bucket in buckets[shape.per_worker.gpus :]
@@ -334,8 +340,7 @@ class ClusterState:
         return [
             found[name]
             for name in sorted(found)
-            if shape.per_worker.fits_in(found[name].state.capacity)
-            and found[name].matches(shape.node_selector)
+            if shape.per_worker.fits_in(found[name].state.capacity) and found[name].admits(shape)
         ]
 
     # --- jobs being stopped ----------------------------------------------------------------
@@ -396,7 +401,7 @@ class ClusterState:
                 node.free_millicpus + node.pending_millicpus,
                 node.free_memory + node.pending_memory,
             )
-            and node.matches(shape.node_selector)
+            and node.admits(shape)
         ]
         for node in nodes:
             self._move_pending(node, to_free=True)
@@ -428,11 +433,11 @@ class ClusterState:
     # --- explaining ------------------------------------------------------------------------
 
     def largest_free_block(self, gpu_type: str) -> int:
-        buckets = self._buckets.get(gpu_type, [])
+        buckets = self.buckets.get(gpu_type, [])
         return next((count for count in range(len(buckets) - 1, -1, -1) if buckets[count]), 0)
 
     def free_gpus(self, gpu_type: str) -> int:
-        buckets = self._buckets.get(gpu_type, [])
+        buckets = self.buckets.get(gpu_type, [])
         return sum(count * len(bucket) for count, bucket in enumerate(buckets))
 
     def explain_no_fit(self, shape: JobShape) -> str:
@@ -440,61 +445,6 @@ class ClusterState:
         cached = self._explained.get(shape)
         if cached is not None and cached[0] == self.version:
             return cached[1]
-        reason = self._explain(shape)
+        reason = no_fit_reason(self, shape)
         self._explained[shape] = (self.version, reason)
-        return reason
-
-    def _explain(self, shape: JobShape) -> str:
-        per_worker = shape.per_worker
-        gpu_type = shape.gpu_type
-        if gpu_type not in self._buckets:
-            return f"no schedulable node has GPU type {gpu_type}"
-        workers = f"{shape.workers} x " if shape.workers > 1 else ""
-        if per_worker.gpus > self.capacity_gpus[gpu_type]:
-            each = ", each on one node" if shape.workers > 1 else " on one node"
-            return (
-                f"needs {workers}{per_worker.gpus} {gpu_type}{each}; "
-                f"the largest {gpu_type} node has {self.capacity_gpus[gpu_type]}"
-            )
-        if shape.node_selector and not any(
-            node.matches(shape.node_selector)
-            for bucket in self._buckets[gpu_type]
-            for node in bucket.values()
-        ):
-            labels = ", ".join(f"{key}={value}" for key, value in shape.node_selector)
-            return f"no schedulable {gpu_type} node has the labels {labels}"
-        if per_worker.gpus == 0:
-            nodes = [node for bucket in self._buckets[gpu_type] for node in bucket.values()]
-            most_cpu = max((node.free_millicpus for node in nodes), default=0)
-            most_memory = max((node.free_memory for node in nodes), default=0)
-            needs = (
-                f"needs {workers}{per_worker.millicpus / 1000:g} CPUs and "
-                f"{per_worker.memory} MiB on {gpu_type} nodes; "
-            )
-            if most_cpu < per_worker.millicpus:
-                return needs + f"most free CPUs on one node: {most_cpu / 1000:g}"
-            if most_memory < per_worker.memory:
-                return needs + f"most free memory on one node: {most_memory} MiB"
-            return needs + "no node has both free"
-        separate = (
-            " on separate nodes"
-            if shape.workers > 1 and 2 * per_worker.gpus > self.capacity_gpus[gpu_type]
-            else ""
-        )
-        largest = self.largest_free_block(gpu_type)
-        reason = (
-            f"needs {workers}{per_worker.gpus} {gpu_type}{separate}; "
-            f"largest free block is {largest}"
-        )
-        if largest >= per_worker.gpus:
-            blocks = sum(
-                len(bucket) * (count // per_worker.gpus)
-                for count, bucket in enumerate(self._buckets[gpu_type])
-                if count >= per_worker.gpus
-            )
-            if blocks < shape.workers:
-                verb = "blocks are" if blocks != 1 else "block is"
-                reason += f", and only {blocks} such {verb} free"
-            else:
-                reason += " but the CPU, memory or node labels it asks for are not free there"
         return reason

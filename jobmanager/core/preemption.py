@@ -95,7 +95,7 @@ class _Room:
             or not node.state.schedulable
             or node.state.gpu_type != shape.gpu_type
             or not shape.per_worker.fits_in(node.state.capacity)
-            or not node.matches(shape.node_selector)
+            or not node.admits(shape)
         ):
             return None
         return node

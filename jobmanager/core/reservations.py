@@ -98,7 +98,7 @@ def _eligible(node: FreeNode, shape: JobShape) -> bool:
         node.state.schedulable
         and node.state.gpu_type == shape.gpu_type
         and shape.per_worker.fits_in(node.state.capacity)
-        and node.matches(shape.node_selector)
+        and node.admits(shape)
     )
 
 

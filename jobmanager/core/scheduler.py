@@ -38,6 +38,7 @@ import heapq
 from collections.abc import Callable
 
 from jobmanager.core.backfill import is_dead, place_job, reserve_for
+from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
 from jobmanager.core.ordering import rank, rank_is_static
@@ -110,8 +111,11 @@ def schedule(
     ``book``, if given, holds the queued jobs (kept up to date by the caller, who then
     leaves ``snapshot.queued`` empty); the pass does not change it. ``summary``, if given,
     sums up the snapshot's running jobs (RunningSummary, kept up to date by the caller).
+    Queued jobs go only to the dedicated nodes their VC may use (jobmanager.core.dedication);
+    a caller that keeps ``book`` gives its jobs' shapes their pools itself.
     """
     if book is None:
+        snapshot = snapshot_with_pools(snapshot)
         book = _book(snapshot)
     if summary is None:
         summary = RunningSummary.of(snapshot.running)

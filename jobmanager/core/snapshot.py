@@ -82,6 +82,9 @@ class NodeState:
     capacity: Resources
     labels: tuple[tuple[str, str], ...] = ()
     schedulable: bool = True  # False when cordoned or out of service for repair
+    # The VC a cluster admin bound the node to ("" for none): only jobs whose shape
+    # names it in JobShape.pools run there (jobmanager.core.dedication).
+    dedicated_to: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,8 @@ class VcState:
     quota: dict[str, Resources] = field(default_factory=dict)  # by GPU type
     policy: Policy = Policy.FIFO
     max_interactive_gpus: int | None = None
+    # Its dedicated nodes take other VCs' preemptible jobs while it leaves them idle.
+    lends_dedicated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +113,14 @@ class JobShape:
     workers: int
     per_worker: Resources
     node_selector: tuple[tuple[str, str], ...] = ()
+    # The VCs whose dedicated nodes it may use (its own, and lenders' when preemptible),
+    # sorted; nodes dedicated to no VC are open to every job.
+    pools: tuple[str, ...] = ()
     # Its hash, computed once: a pass looks a shape up in sets and dicts many times a job.
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector)
+        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector, self.pools)
         object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:
@@ -120,7 +128,8 @@ class JobShape:
 
     def __reduce__(self) -> tuple[type[JobShape], tuple[object, ...]]:
         # Built again where unpickled: a string's hash differs from process to process.
-        return JobShape, (self.gpu_type, self.workers, self.per_worker, self.node_selector)
+        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector, self.pools)
+        return JobShape, fields
 
     @property
     def total(self) -> Resources:

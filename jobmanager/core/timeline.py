@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from jobmanager.core.dedication import dedicated_vcs, lenders, with_pools
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.queues import QueueBook
 from jobmanager.core.running import RunningSummary
@@ -70,6 +71,9 @@ class SimulatedCluster:
     # Decayed usage by (VC, user), stored scaled by 2 ** (time / half-life).
     _usage: dict[tuple[str, str], float] = field(init=False)
     _fair: bool = field(init=False, default=False)
+    # The VCs with dedicated nodes, and those lending them (jobmanager.core.dedication).
+    _dedicated: frozenset[str] = field(init=False, default=frozenset())
+    _lending: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         self.free = ClusterState.of(self.nodes, self.running.values(), self.placement)
@@ -78,8 +82,12 @@ class SimulatedCluster:
         self.book = QueueBook(self.vcs, thresholds)  # type: ignore[arg-type]
         self._usage = defaultdict(float)
         self._fair = any(vc.policy == Policy.FAIR_SHARE for vc in self.vcs)
+        self._dedicated = dedicated_vcs(self.nodes)
+        self._lending = lenders(self.vcs)
 
     def submit(self, job: QueuedJob) -> None:
+        if self._dedicated:
+            job = with_pools(job, self._lending, self._dedicated)
         self.queued[job.id] = job
         self.specs[job.id] = job
         if job.vc in self.book.policies:

@@ -31,6 +31,7 @@ from tests.jobmanager.core_builders import GIB, PLENTY, advance
 NOW = 200.0
 ZONES = ((), (), (("zone", "a"),), (("zone", "b"),))
 SELECTORS = ((), (), (), (), (), (("zone", "a"),))
+DEDICATED = ("", "", "", "vc0", "vc1")  # the VC a node is bound to, if any
 EXAMPLES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -77,6 +78,7 @@ def snapshots(draw) -> Snapshot:
                 ),
                 labels=draw(_choice(*ZONES)),
                 schedulable=draw(_choice(True, True, True, True, False)),
+                dedicated_to=draw(_choice(*DEDICATED)),
             )
         )
     gpu_types = sorted({node.gpu_type for node in nodes})
@@ -101,6 +103,7 @@ def snapshots(draw) -> Snapshot:
             },
             policy=draw(_choice(*Policy)),
             max_interactive_gpus=draw(_choice(None, None, 2, 4)),
+            lends_dedicated=draw(st.booleans()),
         )
         for index in range(draw(st.integers(2 if crowded else 1, 3)))
     )
@@ -197,14 +200,21 @@ def _assert_no_node_over_committed(snapshot: Snapshot, decisions: Decisions) -> 
 
 def _assert_whole_gangs_where_they_may_run(snapshot: Snapshot, decisions: Decisions) -> None:
     """Exactly the gang's workers, each exactly its size, on schedulable nodes of its GPU
-    type whose labels match its selector."""
+    type whose labels match its selector; on a node dedicated to another VC only a job
+    its user made preemptible, and only where that VC lends its nodes."""
     by_node = {node.name: node for node in snapshot.nodes}
     jobs = {job.id: job for job in snapshot.queued}
+    lenders = {vc.name for vc in snapshot.vcs if vc.lends_dedicated}
     for start in decisions.starts:
-        shape = jobs[start.job_id].shape
+        job = jobs[start.job_id]
+        shape = job.shape
         assert len(start.placement) == shape.workers
         for worker in start.placement:
             node = by_node[worker.node]
+            if node.dedicated_to not in ("", job.vc):
+                assert job.preemptible and node.dedicated_to in lenders, (
+                    f"{job.id} of {job.vc} on {node.name}, dedicated to {node.dedicated_to}"
+                )
             assert node.schedulable
             assert node.gpu_type == shape.gpu_type
             assert set(shape.node_selector) <= set(node.labels)

@@ -7,6 +7,7 @@ from rest_framework import serializers
 from backend.accounts.api.serializers import TenancySerializer
 from backend.clusters.models import GpuType, Node
 from backend.core.fields import MemoryField
+from backend.vcs.models import VirtualCluster
 
 LABEL_KEY_MAX = 63
 
@@ -27,13 +28,21 @@ class NodeSerializer(serializers.ModelSerializer):
     memory = MemoryField()
     cpus = serializers.DecimalField(max_digits=8, decimal_places=3, min_value=Decimal("0.001"))
     gpus_free = serializers.SerializerMethodField()
+    dedicated_vc = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=VirtualCluster.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="The VC the node is dedicated to: only its jobs run there (and other "
+        "VCs' preemptible jobs if it lends its nodes); null: shared by all.",
+    )
 
     class Meta:
         model = Node
         fields = [
             "name", "gpu_type", "gpus", "cpus", "memory", "labels", "schedulable",
             "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free",
-            "removal_requested_at", "created_at",
+            "removal_requested_at", "created_at", "dedicated_vc",
         ]  # fmt: skip
         read_only_fields = [
             "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat",

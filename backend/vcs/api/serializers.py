@@ -29,7 +29,7 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
             "name", "description", "notification", "policy", "max_wall_time",
             "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
             "user_gpu_limit", *IDLE_SETTINGS,
-            "created_at", "my_role",
+            "created_at", "my_role", "lends_dedicated_nodes",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
@@ -110,6 +110,7 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     )
     max_interactive_gpus = serializers.IntegerField(min_value=0, max_value=100000, required=False)
     default_max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    lends_dedicated_nodes = serializers.BooleanField(required=False)
     user_gpu_limit = serializers.IntegerField(
         min_value=0, max_value=100000, required=False, allow_null=True
     )

@@ -1977,6 +1977,8 @@ export interface components {
             readonly removal_requested_at: string | null;
             /** Format: date-time */
             readonly created_at: string;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeFault: {
             readonly id: number;
@@ -2053,6 +2055,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeUpdate: {
             readonly name: string;
@@ -2080,6 +2084,8 @@ export interface components {
             readonly removal_requested_at: string | null;
             /** Format: date-time */
             readonly created_at: string;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         NodeUpdateRequest: {
             gpu_type: string;
@@ -2090,6 +2096,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         /** @enum {unknown} */
         NullEnum: null;
@@ -2314,6 +2322,8 @@ export interface components {
             /** @description MiB as an integer, or a quantity such as 64Gi or 512Mi; answered in MiB. */
             memory?: number | string;
             labels?: unknown;
+            /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
+            dedicated_vc?: string | null;
         };
         PatchedStorageRootRequest: {
             name?: string;
@@ -2375,6 +2385,7 @@ export interface components {
             interactive_wall_time?: number;
             max_interactive_gpus?: number;
             default_max_retries?: number;
+            lends_dedicated_nodes?: boolean;
             user_gpu_limit?: number | null;
             idle_util_percent?: number;
             idle_warn_minutes?: number | null;
@@ -2808,6 +2819,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
+            lends_dedicated_nodes?: boolean;
         };
         VirtualClusterCreateRequest: {
             name: string;
@@ -2887,6 +2900,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
+            lends_dedicated_nodes?: boolean;
             readonly resources: components["schemas"]["VcResources"][];
         };
     };

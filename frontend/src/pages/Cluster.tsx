@@ -107,6 +107,7 @@ export function ClusterPage() {
               <tr>
                 <th>Node</th>
                 <th>GPU type</th>
+                <th title="Only this VC's jobs run there (and other VCs' preemptible jobs if it lends its nodes)">Dedicated to</th>
                 <th>GPUs free / total</th>
                 <th>CPUs</th>
                 <th>Memory</th>
@@ -121,6 +122,7 @@ export function ClusterPage() {
                 <tr key={node.name}>
                   <td>{node.name}</td>
                   <td>{node.gpu_type}</td>
+                  <td>{node.dedicated_vc ? `VC ${node.dedicated_vc}` : "shared"}</td>
                   <td>
                     {node.gpus_free ?? "?"} / {node.gpus}
                   </td>

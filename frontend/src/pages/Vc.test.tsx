@@ -75,3 +75,21 @@ describe("the idle watch settings", () => {
     );
   });
 });
+
+describe("lending dedicated nodes", () => {
+  it("lets a VC admin lend the VC's dedicated nodes to other VCs' preemptible jobs", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin", lends_dedicated_nodes: false },
+      "GET /api/v1/vcs/vision/members/": [],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) => [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const lend = await screen.findByLabelText("Lend the nodes dedicated to this VC");
+    expect(lend).not.toBeChecked();
+    await userEvent.click(lend);
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    await waitFor(() =>
+      expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ lends_dedicated_nodes: true }),
+    );
+  });
+});

@@ -20,6 +20,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     interactive_idle_warn_minutes: optional(vc.interactive_idle_warn_minutes),
     interactive_idle_kill_minutes: String(vc.interactive_idle_kill_minutes ?? 240),
   });
+  const [lendsDedicated, setLendsDedicated] = useState(vc.lends_dedicated_nodes ?? false);
   const [errors, setErrors] = useState<FieldErrors>({});
   const [failure, setFailure] = useState<unknown>(null);
   const [saved, setSaved] = useState("");
@@ -42,6 +43,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         idle_kill_minutes: Number(values.idle_kill_minutes),
         interactive_idle_warn_minutes: orNull(values.interactive_idle_warn_minutes),
         interactive_idle_kill_minutes: Number(values.interactive_idle_kill_minutes),
+        lends_dedicated_nodes: lendsDedicated,
       };
       const updated = await updateVc(vc.name, body);
       setErrors({});
@@ -92,6 +94,9 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
             <input id="f-user_gpu_limit" type="number" min={0} value={values.user_gpu_limit} onChange={set("user_gpu_limit")} />
           </Field>
         </div>
+        <Field label="Lend the nodes dedicated to this VC" name="lends_dedicated_nodes" errors={errors} hint="other VCs' preemptible jobs may run on them while this VC leaves them idle; its own jobs preempt them">
+          <input id="f-lends_dedicated_nodes" type="checkbox" checked={lendsDedicated} onChange={(e) => setLendsDedicated(e.target.checked)} />
+        </Field>
         <h2>Idle GPUs</h2>
         <p className="muted">
           A running job whose GPUs all stay under the threshold for the warning time is warned (an insight and an

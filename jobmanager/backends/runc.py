@@ -19,6 +19,7 @@ import os
 import subprocess
 
 RUNC = "runc"
+JOB_UMASK = 0o077  # as confine.JOB_UMASK (this file imports nothing of the package)
 MEMORY_CGROUPS = "/sys/fs/cgroup/memory"
 RUNTIME_TIMEOUT_SECONDS = 30.0
 
@@ -71,13 +72,20 @@ def oom_kills(cgroup_path: str) -> int:
 
 
 def process_json(
-    args: list[str], env: dict[str, str], cwd: str, uid: int, gid: int, groups: list[int]
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    uid: int,
+    gid: int,
+    groups: list[int],
+    terminal: bool = False,
 ) -> str:
     """An OCI ``process`` object: ``args`` as ``uid``/``gid`` with ``groups``, in ``cwd``,
-    with ``env``, no new privileges and no capabilities."""
+    with ``env``, no new privileges and no capabilities (on a terminal of its own when
+    ``terminal``)."""
     process = {
-        "terminal": False,
-        "user": {"uid": uid, "gid": gid, "additionalGids": groups},
+        "terminal": terminal,
+        "user": {"uid": uid, "gid": gid, "additionalGids": groups, "umask": JOB_UMASK},
         "args": args,
         "env": [f"{name}={value}" for name, value in env.items()],
         "cwd": cwd,

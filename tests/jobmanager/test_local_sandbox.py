@@ -8,10 +8,13 @@ test's state directory is fresh: nothing here meets another run's containers or 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import secrets
 import shlex
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +33,9 @@ from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, require_
 PYTHON = shlex.quote(JOB_PYTHON)
 PIDS_LIMIT = 64
 CONTROLLERS = Path("/sys/fs/cgroup")
+# Without the backend's marker in its environment, as a tenant escaping the bare backend's
+# search for strays would start it.
+UNMARKED = "env -u TRAINYARD_LOCAL_WORKER"
 
 
 @pytest.fixture(params=["exec", "spawner"])
@@ -126,7 +132,7 @@ def test_a_fork_loop_stops_at_the_job_s_pids_limit(sandboxed):
 
 
 def test_killing_a_job_kills_what_it_double_forked_into_a_new_session(sandboxed):
-    job = launch("setsid nohup sleep 8771 > /dev/null 2>&1 & echo FORKED; sleep 300")
+    job = launch(f"{UNMARKED} setsid nohup sleep 8771 > /dev/null 2>&1 & echo FORKED; sleep 300")
     sandboxed.deploy(job)
     wait_for(logged(sandboxed, job.job_id, "FORKED"), "the fork")
     wait_for(lambda: sleepers("8771"), "the double-forked sleep")
@@ -268,3 +274,44 @@ def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandb
     assert "UNREACHABLE" in log, log
     routes = log.split("ROUTES", 1)[1].splitlines()[2:]
     assert not any(line.split()[1] == "00000000" for line in routes if line.strip()), routes
+
+
+SESSION_ENTER = REPOSITORY / "jobmanager/backends/session_enter.py"
+
+
+def in_session(backend: LocalBackend, job_id: str, command: str) -> subprocess.CompletedProcess:
+    """``command`` run in the job's worker 0 as the SSH gateway runs a session's process:
+    through session_enter, the worker's confinement passed on a pipe."""
+    confinement = backend.session_confinement(job_id)
+    assert confinement is not None
+    reader, writer = os.pipe()
+    os.write(writer, json.dumps(confinement.to_json()).encode())
+    os.close(writer)
+    try:
+        return subprocess.run(
+            [sys.executable, "-I", "-S", str(SESSION_ENTER), "--fd", str(reader), "--",
+             "/bin/sh", "-c", command],
+            pass_fds=(reader,), capture_output=True, text=True, timeout=60,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(reader)
+
+
+def test_a_session_enters_the_job_s_container_and_what_it_forks_dies_with_the_job(sandboxed):
+    job = launch("echo STARTED; sleep 300")
+    sandboxed.deploy(job)
+    wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
+    session = in_session(
+        sandboxed, job.job_id,
+        f"id -u; ps -eo args=; {UNMARKED} setsid nohup sleep 8772 > /dev/null 2>&1 & echo FORKED",
+    )  # fmt: skip
+    assert session.returncode == 0, session.stderr
+    lines = session.stdout.splitlines()
+    assert lines[0] == str(job.run_as.uid)
+    assert any(line.startswith("sleep 300") for line in lines), lines  # the job's own
+    assert "FORKED" in lines
+    wait_for(lambda: sleepers("8772"), "the session's double-forked sleep")
+    sandboxed.stop(job.job_id, grace_seconds=0)
+    sandboxed.remove(job.job_id)
+    wait_for(lambda: not sleepers("8772"), "the session's sleep to die with the job")

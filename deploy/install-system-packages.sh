@@ -12,8 +12,11 @@ set -euo pipefail
 # openssh-client, openssh-server, tmux: the SSH gateway's tests drive OpenSSH's ssh, scp
 # and sftp (a terminal session inside tmux), sessions run OpenSSH's sftp-server, and
 # bench/ssh compares the gateway with OpenSSH's sshd.
+# runc, tini, iproute2: the local backend's sandbox (TRAINYARD_LOCAL_SANDBOX=runc) runs each
+# worker in a runc container whose pid 1 is tini, each job in a network namespace on a
+# bridge made with ip and bridge; its tests drive the real runtime.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux "$@")
+          openssh-server tmux runc tini iproute2 "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -302,7 +302,9 @@ class SandboxedInit(Init):
         if runtime == 0:
             try:
                 os.setpgid(0, 0)
-                os.umask(0o022)  # the mount points runc makes in the root: passable to all
+                # The mount points runc makes in the root: passable to all, listed by none
+                # (the host's job directories are so).
+                os.umask(0o066)
                 os.execvp(argv[0], argv)
             except OSError as error:
                 os.write(2, f"trainyard-init: cannot run runc: {error}\n".encode())

@@ -44,6 +44,13 @@ READONLY_PATHS = (
     "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 )  # fmt: skip
 NAMESPACES = ("pid", "mount", "ipc", "uts", "network")
+# runc enters ``process.cwd`` as root, before it drops to the owner: the working directory
+# is entered by the owner, so that the kernel decides whether the owner may.
+ENTER = (
+    'cd -- "$1" 2>/dev/null || { [ -d "$1" ] && why="Permission denied" ||'
+    ' why="No such directory, or not reachable"; echo "trainyard: $(id -un) cannot enter'
+    ' the working directory $1: $why" >&2; exit 127; }; shift; exec "$@"'
+)
 DEFAULT_PIDS_LIMIT = 4096
 MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 
@@ -135,9 +142,20 @@ def bundle_config(sandbox: Sandbox, worker: Worker) -> dict[str, Any]:
                 "additionalGids": list(worker.groups),
                 "umask": JOB_UMASK,
             },
-            "args": [TINI, "-s", "-g", "--", *worker.argv],
+            "args": [
+                TINI,
+                "-s",
+                "-g",
+                "--",
+                "/bin/sh",
+                "-c",
+                ENTER,
+                "sh",
+                worker.cwd,
+                *worker.argv,
+            ],
             "env": [f"{name}={value}" for name, value in worker.env.items()],
-            "cwd": worker.cwd,
+            "cwd": "/",
             "noNewPrivileges": True,
             "capabilities": {name: [] for name in runc.CAPABILITY_SETS},
         },

@@ -70,12 +70,11 @@ class Sandbox:
 
     def describe(self) -> str:
         """What the sandbox isolates, in words, for the job page."""
-        swap = " with swap" if MEMSW.exists() else ""
+        swap = "+swap" if MEMSW.exists() else ""
         return (
-            f"runc container per worker: pid, mount, ipc, uts and network namespaces "
-            f"(the system read-only, private /tmp and /dev/shm); cgroup v1 limits: "
-            f"memory{swap} (/dev/shm counted), CPU quota, {self.pids_limit} processes, "
-            f"devices (only the worker's own GPUs)"
+            f"runc container per worker: own pid, mount, ipc, uts, network namespaces; "
+            f"system read-only, private /tmp, /dev/shm; cgroup v1: memory{swap} (shm "
+            f"counted), CPU quota, {self.pids_limit} pids, devices (own GPUs only)"
         )
 
 

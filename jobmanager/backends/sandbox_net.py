@@ -65,7 +65,7 @@ class BridgeNetwork:
 
     def describe(self) -> str:
         egress = "egress NAT" if self.egress_nat else "no egress"
-        return f"network namespace per job on bridge {self.bridge} ({self.subnet}, {egress})"
+        return f"job netns on bridge {self.bridge} ({self.subnet}), {egress}"
 
     def plan(self, job_id: str) -> JobNetwork:
         """The job's namespace name and an address claimed for it (nothing made yet: the

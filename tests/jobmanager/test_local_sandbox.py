@@ -38,31 +38,43 @@ CONTROLLERS = Path("/sys/fs/cgroup")
 UNMARKED = "env -u TRAINYARD_LOCAL_WORKER"
 
 
-@pytest.fixture(params=["exec", "spawner"])
-def sandboxed(request, host_tmp) -> Iterator[LocalBackend]:
-    """A local backend running every worker in a runc container (limits: 64 processes,
-    and what each test's launch asks), its inits started either way."""
+@contextlib.contextmanager
+def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
+    """A local backend in ``directory`` running every worker in a runc container, on a
+    bridge and subnet of its own; its jobs, network and cgroups removed at the end."""
     require_root()
     if available():
         pytest.skip(f"no runc sandbox here: {available()}")
+    backend = LocalBackend(
+        directory / "state", directory / "logs", sandbox="runc",
+        **({"nodes": NODES, "cgroup_root": None, "kill_after_seconds": 1} | private_network()
+           | options),
+    )  # fmt: skip
+    try:
+        yield backend
+    finally:
+        for job_id in backend.reports():
+            backend.remove(job_id)
+        assert backend.sandbox is not None and backend._network is not None
+        backend._network.tear_down()
+        for parent in CONTROLLERS.glob(f"*/{backend.sandbox.cgroup_parent}"):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+@pytest.fixture(params=["exec", "spawner"])
+def sandboxed(request, host_tmp) -> Iterator[LocalBackend]:
+    """A sandboxed backend (limits: 64 processes, and what each test's launch asks), its
+    inits started either way."""
     socket_path = host_tmp / "spawner.sock" if request.param == "spawner" else None
-    with running_spawner(socket_path) if socket_path else contextlib.nullcontext():
-        backend = LocalBackend(
-            host_tmp / "state", host_tmp / "logs", nodes=NODES, cgroup_root=None,
-            kill_after_seconds=1, spawner_socket=socket_path, sandbox="runc",
+    with (
+        running_spawner(socket_path) if socket_path else contextlib.nullcontext(),
+        sandboxed_backend(
+            host_tmp, spawner_socket=socket_path, sandbox_pids_limit=PIDS_LIMIT,
             sandbox_readonly_paths=[str(REPOSITORY), *JOB_PYTHONPATH.split(":")],
-            sandbox_pids_limit=PIDS_LIMIT, **private_network(),
-        )  # fmt: skip
-        try:
-            yield backend
-        finally:
-            for job_id in backend.reports():
-                backend.remove(job_id)
-            assert backend.sandbox is not None and backend._network is not None
-            backend._network.tear_down()
-            for parent in CONTROLLERS.glob(f"*/{backend.sandbox.cgroup_parent}"):
-                with contextlib.suppress(OSError):
-                    parent.rmdir()
+        ) as backend,
+    ):  # fmt: skip
+        yield backend
 
 
 def private_network() -> dict[str, object]:
@@ -175,9 +187,10 @@ def test_the_system_is_read_only_and_tmp_is_the_job_s_own(sandboxed, host_tmp):
 
 def test_the_isolation_the_job_page_shows_names_what_is_in_force(sandboxed):
     limits = sandboxed.isolation(launch("true")).limits
-    for words in ("runc", "pid, mount, ipc, uts and network namespaces", "memory", "CPU quota",
-                  f"{PIDS_LIMIT} processes"):  # fmt: skip
+    for words in ("runc", "pid, mount, ipc, uts, network namespaces", "memory", "CPU quota",
+                  f"{PIDS_LIMIT} pids", "job netns on bridge tyt", "no egress"):  # fmt: skip
         assert words in limits, limits
+    assert len(limits) <= 300, limits  # what the job's record holds
 
 
 def test_a_sandbox_the_host_cannot_run_is_refused_saying_why(host_tmp, monkeypatch):

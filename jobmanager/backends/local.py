@@ -33,6 +33,12 @@ confinement of every worker is recorded in the state, so that a session into the
 (SSH) can join it. Not run as root, the backend cannot switch users: every job runs as
 the backend's own account (single-user mode), confined otherwise the same way.
 
+With a sandbox (``sandbox="runc"``), each worker runs in a runc container instead
+(``sandbox.py``: its own pid, mount, ipc and uts namespaces, only the job's paths, cgroup
+limits), every worker of a job in the job's network namespace on a host bridge
+(``sandbox_net.py``); the init runs the container and deletes it, and removing a job
+deletes its containers and namespace.
+
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
 work end to end on a laptop; a declared inventory may be a function, read at every call,

@@ -17,6 +17,7 @@ devices.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -52,6 +53,7 @@ ENTER = (
     ' the working directory $1: $why" >&2; exit 127; }; shift; exec "$@"'
 )
 DEFAULT_PIDS_LIMIT = 4096
+CGROUPS = Path("/sys/fs/cgroup")
 MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 
 
@@ -261,14 +263,25 @@ def for_backend(
         raise ValueError(f"the runc sandbox cannot run here: {missing}.")
     if pids_limit < 1:
         raise ValueError(f"the sandbox's pids limit must be positive, not {pids_limit}.")
-    # One cgroup parent per state directory: two backends on a host never share one.
-    tag = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
     return Sandbox(
         runtime_root=state_dir / ".runc",
-        cgroup_parent=f"trainyard-{tag}",
+        cgroup_parent=cgroup_parent(state_dir),
         readonly_paths=tuple(dict.fromkeys((sys.prefix, sys.base_prefix, *readonly_paths))),
         pids_limit=pids_limit,
     )
+
+
+def cgroup_parent(state_dir: Path) -> str:
+    """The cgroup parent of a backend's containers: one per state directory, so that two
+    backends on a host never share one."""
+    return f"trainyard-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+
+
+def remove_cgroup_parent(state_dir: Path) -> None:
+    """The (empty) cgroup parent of the backend in ``state_dir``, in every hierarchy."""
+    for parent in CGROUPS.glob(f"*/{cgroup_parent(state_dir)}"):
+        with contextlib.suppress(OSError):
+            parent.rmdir()
 
 
 def container_name(job_id: str, attempt: int, rank: int) -> str:

@@ -70,7 +70,10 @@ class BridgeNetwork:
     def plan(self, job_id: str) -> JobNetwork:
         """The job's namespace name and an address claimed for it (nothing made yet: the
         backend records them first, so that an undo finds what ``create`` makes)."""
-        return JobNetwork(f"ty-{_digest(self.bridge, job_id)}", str(self._claim(job_id)))
+        return JobNetwork(self._netns(job_id), str(self._claim(job_id)))
+
+    def _netns(self, job_id: str) -> str:
+        return f"ty-{_digest(self.bridge, job_id)}"
 
     def create(self, network: JobNetwork) -> None:
         """The job's namespace, up, with its address on the bridge; raises NetworkError
@@ -79,17 +82,18 @@ class BridgeNetwork:
         netns, address = network.netns, network.address
         outside = f"tyv{_digest(netns)[:12]}"
         prefix = self.subnet.prefixlen
-        try:
-            _ip("netns", "add", netns)
-            _ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", netns)
-            _ip("link", "set", outside, "master", self.bridge, "up")
-            _run(["bridge", "link", "set", "dev", outside, "isolated", "on"])
-            inside = ["-n", netns]
-            _ip(*inside, "addr", "add", f"{address}/{prefix}", "dev", "eth0")
-            _ip(*inside, "link", "set", "eth0", "up")
-            _ip(*inside, "link", "set", "lo", "up")
-            if self.egress_nat:
-                _ip(*inside, "route", "add", "default", "via", str(self.gateway))
+        host_side = [
+            f"netns add {netns}",
+            f"link add {outside} type veth peer name eth0 netns {netns}",
+            f"link set {outside} master {self.bridge} up",
+            f"link set {outside} type bridge_slave isolated on",  # no job to job on the bridge
+        ]
+        job_side = [f"addr add {address}/{prefix} dev eth0", "link set eth0 up", "link set lo up"]
+        if self.egress_nat:
+            job_side.append(f"route add default via {self.gateway}")
+        try:  # two commands, not eight: each start of ip is paid by every job's start
+            _run(["ip", "-batch", "-"], "\n".join(host_side) + "\n")
+            _run(["ip", "-n", netns, "-batch", "-"], "\n".join(job_side) + "\n")
         except NetworkError:
             self.remove(network)
             raise
@@ -104,7 +108,11 @@ class BridgeNetwork:
             (self.claims / network.address).unlink()
 
     def tear_down(self) -> None:
-        """The bridge and its firewall (for tests and hosts that stop using them)."""
+        """The bridge, its firewall and every job's namespace still claimed (for tests and
+        hosts that stop using them)."""
+        for claim in self.claims.glob("*") if self.claims.is_dir() else []:
+            job_id = claim.read_text()
+            self.remove(JobNetwork(self._netns(job_id), claim.name))
         with contextlib.suppress(NetworkError):
             _run(["nft", "delete", "table", "inet", self.table])
         with contextlib.suppress(NetworkError):

@@ -83,6 +83,7 @@ def enter_container(confinement: confine_module.Confinement, argv: list[str], tt
     a pipe, so that the job's environment never shows in the process list)."""
     runc = _load("runc")
     sandbox = confinement.sandbox
+    assert sandbox is not None  # only called for a worker in a container
     process = runc.process_json(
         argv, confinement.env, confinement.working_dir, confinement.uid, confinement.gid,
         list(confinement.groups), terminal=tty,

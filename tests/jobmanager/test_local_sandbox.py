@@ -24,7 +24,7 @@ import pytest
 
 from jobmanager.backends import WorkerState
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import available
+from jobmanager.backends.sandbox import available, remove_cgroup_parent
 from tests.jobmanager.conftest import NODES
 from tests.jobmanager.test_local_backend import ended, launch, log_of, logged, wait_for
 from tests.spawner import running_spawner
@@ -32,7 +32,6 @@ from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, require_
 
 PYTHON = shlex.quote(JOB_PYTHON)
 PIDS_LIMIT = 64
-CONTROLLERS = Path("/sys/fs/cgroup")
 # Without the backend's marker in its environment, as a tenant escaping the bare backend's
 # search for strays would start it.
 UNMARKED = "env -u TRAINYARD_LOCAL_WORKER"
@@ -57,9 +56,7 @@ def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
             backend.remove(job_id)
         assert backend.sandbox is not None and backend._network is not None
         backend._network.tear_down()
-        for parent in CONTROLLERS.glob(f"*/{backend.sandbox.cgroup_parent}"):
-            with contextlib.suppress(OSError):
-                parent.rmdir()
+        remove_cgroup_parent(backend.state_dir)
 
 
 @pytest.fixture(params=["exec", "spawner"])

@@ -325,3 +325,31 @@ def test_a_session_enters_the_job_s_container_and_what_it_forks_dies_with_the_jo
     sandboxed.stop(job.job_id, grace_seconds=0)
     sandboxed.remove(job.job_id)
     wait_for(lambda: not sleepers("8772"), "the session's sleep to die with the job")
+
+
+def test_a_terminal_session_gets_a_terminal_inside_the_container(sandboxed):
+    job = launch("echo STARTED; sleep 300")
+    sandboxed.deploy(job)
+    wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
+    confinement = sandboxed.session_confinement(job.job_id)
+    assert confinement is not None
+    master, slave = os.openpty()
+    reader, writer = os.pipe()
+    os.write(writer, json.dumps(confinement.to_json()).encode())
+    os.close(writer)
+    helper = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SESSION_ENTER), "--fd", str(reader), "--tty", "--",
+         "/bin/sh", "-c", "test -t 0 && echo TERMINAL-$(id -u)"],
+        stdin=slave, stdout=slave, stderr=slave, pass_fds=(reader,),
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )  # fmt: skip
+    os.close(slave)
+    os.close(reader)
+    output = b""
+    with contextlib.suppress(OSError):  # EIO once every side of the terminal is closed
+        while chunk := os.read(master, 4096):
+            output += chunk
+    os.close(master)
+    assert helper.wait(timeout=60) == 0, output
+    text = output.decode(errors="replace")
+    assert f"TERMINAL-{job.run_as.uid}" in text, text

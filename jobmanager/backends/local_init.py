@@ -21,6 +21,12 @@ root), out of the job's reach: a process of another uid can neither signal nor t
 and it keeps its state in files the job cannot write. Without ``--confinement`` the
 command runs as the caller, in its directory, with its environment.
 
+A confinement that names a ``sandbox`` (a runc container's bundle) runs the worker in that
+container instead (``SandboxedInit``): the init starts it detached, waits for its first
+process (``tini``, the container's pid 1, reparented to the init), forwards stops to it,
+notes a kill for memory in its cgroup as the status's ``reason`` (``OOMKilled: ...``) and
+deletes the container, whatever is left of it killed with it.
+
 With ``--notify-socket`` it reports its end, once the status file is written, to a Unix
 datagram socket (``local_ends`` listens there), so that the end is noticed at once.
 

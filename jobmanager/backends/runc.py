@@ -80,10 +80,23 @@ def process_json(
     groups: list[int],
     terminal: bool = False,
 ) -> str:
+    """``process`` as JSON, for ``runc exec --process``."""
+    return json.dumps(process(args, env, cwd, uid, gid, groups, terminal))
+
+
+def process(
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    uid: int,
+    gid: int,
+    groups: list[int],
+    terminal: bool = False,
+) -> dict[str, object]:
     """An OCI ``process`` object: ``args`` as ``uid``/``gid`` with ``groups``, in ``cwd``,
     with ``env``, no new privileges and no capabilities (on a terminal of its own when
     ``terminal``)."""
-    process = {
+    return {
         "terminal": terminal,
         "user": {"uid": uid, "gid": gid, "additionalGids": groups, "umask": JOB_UMASK},
         "args": args,
@@ -92,7 +105,6 @@ def process_json(
         "noNewPrivileges": True,
         "capabilities": {name: [] for name in CAPABILITY_SETS},
     }
-    return json.dumps(process)
 
 
 CAPABILITY_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from jobmanager.backends import runc
-from jobmanager.backends.confine import JOB_UMASK
 from jobmanager.backends.local_host import CPU_PERIOD_US, MIB
 
-MODES = ("runc", "none")
+MODES = ("runc", "auto", "none")
 TINI = "/usr/bin/tini"
 # The host's system, read-only in every sandbox (those a host lacks are left out).
 SYSTEM_PATHS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -133,33 +132,11 @@ def bundle_config(sandbox: Sandbox, worker: Worker) -> dict[str, Any]:
     if worker.netns:
         namespaces[-1]["path"] = worker.netns
     devices = [_device(path) for path in worker.gpu_devices if os.path.exists(path)]
+    argv = [TINI, "-s", "-g", "--", "/bin/sh", "-c", ENTER, "sh", worker.cwd, *worker.argv]
+    account = (worker.uid, worker.gid, list(worker.groups))
     return {
         "ociVersion": "1.0.2",
-        "process": {
-            "terminal": False,
-            "user": {
-                "uid": worker.uid,
-                "gid": worker.gid,
-                "additionalGids": list(worker.groups),
-                "umask": JOB_UMASK,
-            },
-            "args": [
-                TINI,
-                "-s",
-                "-g",
-                "--",
-                "/bin/sh",
-                "-c",
-                ENTER,
-                "sh",
-                worker.cwd,
-                *worker.argv,
-            ],
-            "env": [f"{name}={value}" for name, value in worker.env.items()],
-            "cwd": "/",
-            "noNewPrivileges": True,
-            "capabilities": {name: [] for name in runc.CAPABILITY_SETS},
-        },
+        "process": runc.process(argv, worker.env, "/", *account),
         "root": {"path": "rootfs", "readonly": True},
         "hostname": worker.hostname,
         "mounts": _mounts(sandbox, worker),
@@ -252,7 +229,7 @@ def for_backend(
     """The sandbox of a backend keeping its state in ``state_dir``: with ``mode`` "runc",
     one (ValueError, saying why, where this host cannot have it); "auto", one where the
     host can; "none", none."""
-    if mode not in (*MODES, "auto"):
+    if mode not in MODES:
         raise ValueError(f"{mode!r} is not a sandbox: choose runc, auto or none.")
     if mode == "none":
         return None

@@ -323,6 +323,18 @@ TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
 # starts and sets this for) forks workers' inits; "" or none listening: each init is a
 # fresh interpreter.
 TRAINYARD_LOCAL_SPAWNER_SOCKET = env("TRAINYARD_LOCAL_SPAWNER_SOCKET", "")
+# Each worker in a container of its own (docs/operations.md, "Sandbox"): "runc" (refused at
+# start-up where runc or tini is missing or the portal is not root), "auto" (runc where it
+# can run), "none" (bare processes). Each container shows the system read-only, the
+# portal's Python and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only, comma-separated), caps its
+# processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an
+# address of the subnet on the bridge, with egress NAT unless switched off.
+TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "none", ("runc", "auto", "none"))
+TRAINYARD_LOCAL_SANDBOX_PATHS = env_list("TRAINYARD_LOCAL_SANDBOX_PATHS", [])
+TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT = env_int("TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT", 4096)
+TRAINYARD_LOCAL_SANDBOX_BRIDGE = env("TRAINYARD_LOCAL_SANDBOX_BRIDGE", "trainyard0")
+TRAINYARD_LOCAL_SANDBOX_SUBNET = env("TRAINYARD_LOCAL_SANDBOX_SUBNET", "10.88.0.0/16")
+TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT = env_bool("TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT", True)
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name

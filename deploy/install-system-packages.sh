@@ -15,8 +15,11 @@ set -euo pipefail
 # nginx: the web tier's front (backend/core/front.py), which make run starts before gunicorn.
 # slurm-wlm, munge, slurmrestd: the Slurm backend's tests run a real multi-node cluster
 # (deploy/slurm-cluster.sh).
+# runc, tini, iproute2: the local backend's sandbox (TRAINYARD_LOCAL_SANDBOX=runc) runs each
+# worker in a runc container whose pid 1 is tini, each job in a network namespace on a
+# bridge made with ip and bridge; its tests drive the real runtime.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux nginx slurm-wlm munge slurmrestd "$@")
+          openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2 "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -10,6 +11,29 @@ from django.core.exceptions import ImproperlyConfigured
 from jobmanager.backends import ClusterBackend
 
 BACKENDS = ("local", "kubernetes", "slurm", "memory")
+
+
+@dataclass(frozen=True)
+class LocalSandbox:
+    """The local backend's sandbox settings (TRAINYARD_LOCAL_SANDBOX*)."""
+
+    mode: str
+    paths: tuple[str, ...]
+    pids_limit: int
+    bridge: str
+    subnet: str
+    egress_nat: bool
+
+    @classmethod
+    def from_settings(cls) -> LocalSandbox:
+        return cls(
+            settings.TRAINYARD_LOCAL_SANDBOX,
+            tuple(settings.TRAINYARD_LOCAL_SANDBOX_PATHS),
+            settings.TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT,
+            settings.TRAINYARD_LOCAL_SANDBOX_BRIDGE,
+            settings.TRAINYARD_LOCAL_SANDBOX_SUBNET,
+            settings.TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT,
+        )
 
 
 @functools.cache
@@ -21,6 +45,7 @@ def _local_backend(
     kill_after: float,
     notify_socket: str,
     spawner: str,
+    sandbox: LocalSandbox,
 ) -> ClusterBackend:
     from backend.clusters.inventory import REGISTERED, registered_nodes
     from jobmanager.backends.local import LocalBackend
@@ -34,9 +59,15 @@ def _local_backend(
             kill_after_seconds=kill_after,
             notify_socket=notify_socket or None,
             spawner_socket=spawner or None,
+            sandbox=sandbox.mode,
+            sandbox_readonly_paths=sandbox.paths,
+            sandbox_pids_limit=sandbox.pids_limit,
+            sandbox_bridge=sandbox.bridge,
+            sandbox_subnet=sandbox.subnet,
+            sandbox_egress_nat=sandbox.egress_nat,
         )
     except ValueError as error:
-        raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES: {error}") from error
+        raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES or _SANDBOX: {error}") from error
 
 
 @functools.cache
@@ -83,6 +114,7 @@ def get_backend() -> ClusterBackend:
             float(settings.TRAINYARD_LOCAL_KILL_AFTER_SECONDS),
             settings.TRAINYARD_LOCAL_NOTIFY_SOCKET,
             settings.TRAINYARD_LOCAL_SPAWNER_SOCKET,
+            LocalSandbox.from_settings(),
         )
     if name == "memory":
         return _memory_backend(str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)

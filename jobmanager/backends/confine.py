@@ -51,6 +51,7 @@ class ConfinementError(RuntimeError):
 
 CONFINEMENT_FIELDS = (
     "uid", "gid", "groups", "user", "working_dir", "env", "cgroup", "rlimits", "switch_user",
+    "sandbox",
 )  # fmt: skip
 
 
@@ -71,6 +72,9 @@ class Confinement:
     cgroup: str | None  # a cgroup v2 directory to join
     rlimits: dict[str, int]  # e.g. {"RLIMIT_DATA": bytes}
     switch_user: bool  # False in single-user mode: the account is the caller's own
+    # The worker's runc container, where it runs in one: {"root", "container", "bundle",
+    # "cgroup"} (runc's state directory, the container's id, its bundle, its cgroup path).
+    sandbox: dict[str, str] | None
 
     def __init__(
         self,
@@ -83,9 +87,10 @@ class Confinement:
         cgroup: str | None = None,
         rlimits: dict[str, int] | None = None,
         switch_user: bool = True,
+        sandbox: dict[str, str] | None = None,
     ) -> None:
         values = (uid, gid, groups, user, working_dir, dict(env or {}), cgroup,
-                  dict(rlimits or {}), switch_user)  # fmt: skip
+                  dict(rlimits or {}), switch_user, sandbox)  # fmt: skip
         for name, value in zip(CONFINEMENT_FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 

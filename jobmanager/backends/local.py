@@ -33,6 +33,12 @@ confinement of every worker is recorded in the state, so that a session into the
 (SSH) can join it. Not run as root, the backend cannot switch users: every job runs as
 the backend's own account (single-user mode), confined otherwise the same way.
 
+With a sandbox (``sandbox="runc"``), each worker runs in a runc container instead
+(``sandbox.py``: its own pid, mount, ipc and uts namespaces, only the job's paths, cgroup
+limits), every worker of a job in the job's network namespace on a host bridge
+(``sandbox_net.py``); the init runs the container and deletes it, and removing a job
+deletes its containers and namespace.
+
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
 work end to end on a laptop; a declared inventory may be a function, read at every call,
@@ -90,6 +96,24 @@ from jobmanager.backends.local_host import (
     parse_declared_nodes,
 )
 from jobmanager.backends.local_spawner import SpawnError, spawn
+from jobmanager.backends.sandbox import (
+    DEFAULT_PIDS_LIMIT,
+    Sandbox,
+    Worker,
+    container_name,
+    for_backend,
+    gpu_device_paths,
+    reference,
+    remove_containers,
+    write_bundle,
+)
+from jobmanager.backends.sandbox_net import (
+    DEFAULT_BRIDGE,
+    DEFAULT_SUBNET,
+    BridgeNetwork,
+    JobNetwork,
+    NetworkError,
+)
 from jobmanager.faults import crash_point
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
@@ -124,6 +148,12 @@ class LocalBackend(ClusterBackend):
         device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
         notify_socket: Path | str | None = None,
         spawner_socket: Path | str | None = None,
+        sandbox: str = "none",
+        sandbox_readonly_paths: Sequence[str] = (),
+        sandbox_pids_limit: int = DEFAULT_PIDS_LIMIT,
+        sandbox_bridge: str = DEFAULT_BRIDGE,
+        sandbox_subnet: str = DEFAULT_SUBNET,
+        sandbox_egress_nat: bool = True,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
@@ -133,7 +163,13 @@ class LocalBackend(ClusterBackend):
         ``notify_socket``: where each worker's init reports its end (``local_ends``).
         ``spawner_socket``: where the resident spawner forks inits (``local_spawner``);
         where none answers, each init is a fresh interpreter.
-        Raises ValueError for a malformed inventory."""
+        ``sandbox``: "runc" runs each worker in a container of its own (``sandbox.py``),
+        "auto" does where runc runs here (root), "none" runs bare processes;
+        ``sandbox_readonly_paths`` are shown to every container beside the system, and
+        ``sandbox_pids_limit`` caps each container's processes; each job's network
+        namespace has an address of ``sandbox_subnet`` on ``sandbox_bridge``, and egress
+        NAT where ``sandbox_egress_nat`` (``sandbox_net``).
+        Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
         self.switches_users = can_switch_users()
@@ -153,6 +189,15 @@ class LocalBackend(ClusterBackend):
         )
         self._cgroups = Cgroups(Path(cgroup_root) if cgroup_root else None)
         self._devices = GpuDevices(Path(device_dir) if device_dir else None)
+        self._device_dir = Path(device_dir) if device_dir else None
+        self.sandbox: Sandbox | None = for_backend(
+            sandbox, self.state_dir, tuple(sandbox_readonly_paths), sandbox_pids_limit
+        )
+        self._network = (
+            BridgeNetwork(self.state_dir, sandbox_bridge, sandbox_subnet, sandbox_egress_nat)
+            if self.sandbox is not None
+            else None
+        )
 
     @property
     def limits_enforced(self) -> bool:
@@ -167,6 +212,8 @@ class LocalBackend(ClusterBackend):
     @property
     def limits_in_force(self) -> str:
         """Which CPU and memory limits workers run under, in words."""
+        if self.sandbox is not None and self._network is not None:
+            return f"{self.sandbox.describe()}; {self._network.describe()}"
         if self._cgroups.enabled:
             return f"cgroup v2 ({self._cgroups.root}): cpu.max and memory.max per worker"
         return (
@@ -241,18 +288,23 @@ class LocalBackend(ClusterBackend):
                 "grace_seconds": None,
                 "killed_at": None,
                 "inits_killed": False,
+                "network": None,
             }
             if any(not nodes[spec.node].declared for spec in launch.workers):
                 self._release_idle_devices()
             try:
                 self._make_job_dirs(launch.job_id, run_as, own_work_dir=not launch.working_dir)
                 self._write_state(state)
+                network = self._job_network(state)
+                master = network.address if network else "127.0.0.1"
                 for spec in launch.workers:
                     declared = nodes[spec.node].declared
-                    env = worker_env(launch, spec, state["master_port"], declared, run_as)
+                    env = worker_env(launch, spec, state["master_port"], declared, run_as, master)
                     self._start(launch, spec, env, working_dir, run_as, declared, state)
                 crash_point("local-deploy-before-complete")
-            except (OSError, subprocess.SubprocessError, psutil.Error, DeployError) as error:
+            except (
+                OSError, subprocess.SubprocessError, psutil.Error, DeployError, NetworkError
+            ) as error:  # fmt: skip
                 self._remove_locked(launch.job_id)
                 rank = max(len(state["workers"]) - 1, 0)  # the one being started
                 raise DeployError(
@@ -406,10 +458,20 @@ class LocalBackend(ClusterBackend):
         status_file, pid_file = job_dir / f"{prefix}.status.json", job_dir / f"{prefix}.pid"
         confinement_file = job_dir / f"{prefix}.confinement.json"
         log_file = self._log_dir(launch.job_id) / f"worker-{spec.rank}.log"
-        cgroup = self._cgroups.create(
-            f"{launch.job_id}-a{launch.attempt}-w{spec.rank}", spec.millicpus, spec.memory
-        )
-        memory_rlimit = {"RLIMIT_DATA": spec.memory * MIB} if not cgroup and spec.memory else {}
+        container = container_name(launch.job_id, launch.attempt, spec.rank)
+        cgroup = None
+        if self.sandbox is None:
+            cgroup = self._cgroups.create(container, spec.millicpus, spec.memory)
+        bare = self.sandbox is None and not cgroup
+        memory_rlimit = {"RLIMIT_DATA": spec.memory * MIB} if bare and spec.memory else {}
+        devices = [] if declared else list(spec.gpus)
+        sandboxed = None
+        if self.sandbox is not None:
+            bundle = job_dir / f"{prefix}.bundle"
+            self._write_bundle(
+                bundle, launch, spec, container, env, working_dir, run_as, devices, state
+            )
+            sandboxed = reference(self.sandbox, container, bundle)
         confinement = Confinement(
             uid=run_as.uid,
             gid=run_as.gid,
@@ -420,8 +482,8 @@ class LocalBackend(ClusterBackend):
             cgroup=str(cgroup) if cgroup else None,
             rlimits=memory_rlimit,
             switch_user=self.switches_users,
+            sandbox=sandboxed,
         )
-        devices = [] if declared else list(spec.gpus)
         worker: dict[str, Any] = {
             "rank": spec.rank,
             "node": spec.node,
@@ -463,6 +525,58 @@ class LocalBackend(ClusterBackend):
         finally:
             for descriptor in unclosed:
                 os.close(descriptor)
+
+    def _job_network(self, state: dict[str, Any]) -> JobNetwork | None:
+        """The job's network namespace (recorded in the state before it is made), with the
+        sandbox on."""
+        if self._network is None:
+            return None
+        network = self._network.plan(state["job_id"])
+        state["network"] = {"netns": network.netns, "address": network.address}
+        self._write_state(state)
+        self._network.create(network)
+        return network
+
+    def job_address(self, job_id: str) -> str | None:
+        """The address of the job's network namespace on the sandbox's bridge (where the
+        host reaches its ports); None without the sandbox."""
+        state = self._read_state(job_id) or {}
+        network = state.get("network") or {}
+        address: str | None = network.get("address")
+        return address
+
+    def _write_bundle(
+        self,
+        bundle: Path,
+        launch: JobLaunch,
+        spec: WorkerSpec,
+        container: str,
+        env: dict[str, str],
+        working_dir: Path,
+        run_as: RunAs,
+        devices: list[int],
+        state: dict[str, Any],
+    ) -> None:
+        """The bundle of the worker's container: what it runs, as whom, where, with what."""
+        assert self.sandbox is not None  # only asked with the sandbox on
+        writable = [str(working_dir), str(self._log_dir(launch.job_id)), run_as.home or ""]
+        worker = Worker(
+            container=container,
+            argv=["/bin/sh", "-c", launch.command],
+            env=env,
+            cwd=str(working_dir),
+            uid=run_as.uid,
+            gid=run_as.gid,
+            groups=run_as.groups,
+            hostname=container,
+            writable_paths=(*writable, launch.output_path),
+            readonly_paths=(launch.data_path,),
+            millicpus=spec.millicpus,
+            memory_mib=spec.memory,
+            gpu_devices=gpu_device_paths(self._device_dir, devices),
+            netns=JobNetwork(**network).path if (network := state.get("network")) else None,
+        )
+        write_bundle(bundle, self.sandbox, worker)
 
     def _spawned_init(
         self, init_args: list[str], job_dir: Path, go_read: int, log: TextIO
@@ -515,6 +629,9 @@ class LocalBackend(ClusterBackend):
                     for stray in strays:
                         _signal(stray, signal.SIGKILL)
                     _wait_dead(strays)
+            remove_containers(_containers(state["workers"]))
+            if state.get("network") and self._network is not None:
+                self._network.remove(JobNetwork(**state["network"]))
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))
@@ -603,6 +720,7 @@ def worker_env(
     master_port: int,
     declared: bool,
     run_as: RunAs | None = None,
+    master_addr: str = "127.0.0.1",
 ) -> dict[str, str]:
     """A worker's environment: a few host variables, the owner's account (HOME, USER,
     LOGNAME), the job's own, then what ``torch.distributed`` and Trainyard set (those
@@ -618,7 +736,7 @@ def worker_env(
         "RANK": str(spec.rank),
         "LOCAL_RANK": str(on_node.index(spec.rank)),
         "LOCAL_WORLD_SIZE": str(len(on_node)),
-        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
         "TRAINYARD_JOB_ID": launch.job_id,
         "TRAINYARD_ATTEMPT": str(launch.attempt),
@@ -750,9 +868,16 @@ def _kill_job(
         targets |= {init.pid: init for init in inits}
         for worker in workers:
             Cgroups.kill(worker["cgroup"])
+        remove_containers(_containers(workers))
     for process in targets.values():
         _signal(process, signal.SIGKILL)
     return list(targets.values())
+
+
+def _containers(workers: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The containers of the workers that run in one."""
+    confinements = (worker.get("confinement") or {} for worker in workers)
+    return [c["sandbox"] for c in confinements if c.get("sandbox")]
 
 
 def _ended_cleanly(state: dict[str, Any]) -> bool:
@@ -794,7 +919,7 @@ def _worker_report(worker: dict[str, Any]) -> WorkerReport:
                 return WorkerReport(worker["rank"], WorkerState.RUNNING)
             code = status["exit_code"]
             state = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
-            return WorkerReport(worker["rank"], state, code)
+            return WorkerReport(worker["rank"], state, code, status.get("reason", ""))
         if _init_process(worker) is not None:
             return WorkerReport(worker["rank"], WorkerState.RUNNING)
     return WorkerReport(worker["rank"], WorkerState.FAILED, None)  # died unwatched

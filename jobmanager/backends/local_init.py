@@ -21,6 +21,12 @@ root), out of the job's reach: a process of another uid can neither signal nor t
 and it keeps its state in files the job cannot write. Without ``--confinement`` the
 command runs as the caller, in its directory, with its environment.
 
+A confinement that names a ``sandbox`` (a runc container's bundle) runs the worker in that
+container instead (``SandboxedInit``): the init starts it detached, waits for its first
+process (``tini``, the container's pid 1, reparented to the init), forwards stops to it,
+notes a kill for memory in its cgroup as the status's ``reason`` (``OOMKilled: ...``) and
+deletes the container, whatever is left of it killed with it.
+
 With ``--notify-socket`` it reports its end, once the status file is written, to a Unix
 datagram socket (``local_ends`` listens there), so that the end is noticed at once.
 
@@ -52,11 +58,11 @@ from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING
 
 
-def _load_confine() -> ModuleType:
-    """``confine.py`` beside this file, loaded by path: running isolated, the init has no
+def _load_sibling(name: str) -> ModuleType:
+    """``<name>.py`` beside this file, loaded by path: running isolated, the init has no
     package to import it from."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-    spec = importlib.util.spec_from_file_location("trainyard_confine", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"trainyard_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -66,10 +72,11 @@ def _load_confine() -> ModuleType:
 
 
 if TYPE_CHECKING:
-    # The type checker reads the same file as a module of the package.
-    from jobmanager.backends import confine
+    # The type checker reads the same files as modules of the package.
+    from jobmanager.backends import confine, runc
 else:
-    confine = _load_confine()
+    confine = _load_sibling("confine")
+    runc = _load_sibling("runc")
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -276,6 +283,67 @@ class Init:
                 time.sleep(POLL_SECONDS)
 
 
+class SandboxedInit(Init):
+    """The init of a worker that runs in a runc container (``confinement.sandbox``): it
+    starts the container detached, so that the container's first process (``tini``, which
+    forwards signals to the command's group) becomes its child; once that ends, it notes a
+    kill for memory in the container's cgroup and deletes the container, whatever is left
+    of it SIGKILLed with its pid namespace and cgroups."""
+
+    def __init__(
+        self, argv: list[str], kill_after: float, confinement: confine.Confinement
+    ) -> None:
+        super().__init__(argv, kill_after, confinement)
+        assert confinement.sandbox is not None  # only made for a sandboxed worker
+        self.sandbox = confinement.sandbox
+        self.reason = ""
+
+    def _start(self) -> tuple[int, str]:
+        sandbox = self.sandbox
+        pid_file = os.path.join(sandbox["bundle"], "container.pid")
+        argv = runc.run_detached_argv(
+            sandbox["root"], sandbox["bundle"], sandbox["container"], pid_file
+        )
+        runtime = os.fork()
+        if runtime == 0:
+            try:
+                os.setpgid(0, 0)
+                # The mount points runc makes in the root: passable to all, listed by none
+                # (the host's job directories are so).
+                os.umask(0o066)
+                os.execvp(argv[0], argv)
+            except OSError as error:
+                os.write(2, f"trainyard-init: cannot run runc: {error}\n".encode())
+            finally:
+                os._exit(CANNOT_RUN)
+        code = exit_code_of(os.waitpid(runtime, 0)[1])
+        try:
+            with open(pid_file) as file:
+                pid = int(file.read().strip())
+        except (OSError, ValueError):
+            return runtime, f"the sandbox did not start (runc exited with {code})"
+        return pid, ""
+
+    def _wait_for(self, main: int) -> int:
+        code = super()._wait_for(main)
+        if code != 0 and runc.oom_kills(self.sandbox["cgroup"]):
+            self.reason = (
+                "OOMKilled: the job reached its memory limit; the kernel killed a process "
+                "of it (memory cgroup)"
+            )
+            print(f"trainyard-init: {self.reason}", file=sys.stderr)
+        return code
+
+    def _signal_group(self, signum: int) -> None:
+        if self.group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.group, signum)  # tini, which forwards it to the command's group
+
+    def _clean_up(self) -> None:
+        runc.delete(self.sandbox["root"], self.sandbox["container"])
+        super()._clean_up()
+
+
 def detach(pid_file: str) -> None:
     """Fork; the parent records the child's pid and exits; the child leads a new session."""
     pid = os.fork()
@@ -386,7 +454,8 @@ def own_confinement() -> confine.Confinement:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     confinement = own_confinement() if args.confinement is None else confine.load(args.confinement)
-    init = Init(args.command, args.kill_after, confinement)
+    kind = Init if confinement.sandbox is None else SandboxedInit
+    init = kind(args.command, args.kill_after, confinement)
     init.install_signal_handlers()  # a stop that comes early is kept for the command
     if args.pid_file is not None:
         detach(args.pid_file)
@@ -396,7 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()
     code = init.run()
     sys.stdout.flush()
-    write_atomically(args.status_file, json.dumps({"exit_code": code, "ended_at": time.time()}))
+    status: dict[str, object] = {"exit_code": code, "ended_at": time.time()}
+    if isinstance(init, SandboxedInit) and init.reason:
+        status["reason"] = init.reason
+    write_atomically(args.status_file, json.dumps(status))
     if args.notify_socket is not None:
         notify_end(args.notify_socket, args.status_file)
     return code

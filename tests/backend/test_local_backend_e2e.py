@@ -25,7 +25,8 @@ from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
 from tests.jobmanager.test_local_backend import job_processes, wait_for
-from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, readable_script
+from tests.jobmanager.test_local_sandbox import sandboxed_backend
+from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, readable_script
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -272,6 +273,31 @@ def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, host_t
     assert job.status == JobStatus.FINISHED, logs
     assert "rank 0 of 2 (local 0): sum 3" in logs[0]
     assert "rank 1 of 2 (local 1): sum 3" in logs[1]
+
+
+def test_a_two_worker_job_all_reduces_over_gloo_in_the_runc_sandbox(world, jobs, host_tmp):
+    scripts = host_tmp / "scripts"  # all the containers see of host_tmp
+    scripts.mkdir()
+    scripts.chmod(0o711)
+    shown = [str(scripts), str(REPOSITORY)]
+    with sandboxed_backend(host_tmp, nodes=NODES, sandbox_readonly_paths=shown) as sandboxed:
+        jobs.backend = sandboxed
+        job = submit(
+            world,
+            type="distributed",
+            workers=2,
+            gpus_per_worker=4,
+            command=script(scripts, "all_reduce.py", ALL_REDUCE),
+            env={"PYTHONPATH": JOB_PYTHONPATH},
+        )
+
+        job = jobs.run_until(job, JobStatus.FINISHED, JobStatus.FAILED)
+
+        logs = [log_of(job, rank) for rank in (0, 1)]
+        assert job.status == JobStatus.FINISHED, logs
+        assert "rank 0 of 2 (local 0): sum 3" in logs[0]
+        assert "rank 1 of 2 (local 1): sum 3" in logs[1]
+        assert "runc container per worker" in job.limits, job.limits
 
 
 def test_a_worker_restart_loses_no_job(world, jobs, host_tmp):

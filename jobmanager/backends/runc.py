@@ -1,0 +1,121 @@
+"""The OCI runtime (``runc``) as the local backend's init and sessions drive it.
+
+A job's worker is one runc container, made from a bundle ``sandbox.py`` writes: the init
+starts it detached (``runc run --detach``), so that its first process, whose parent runc
+was, is reparented to the init (a child subreaper) and waited for as any child; forwards
+stops to it; and once it has ended, reads from its memory cgroup whether the kernel killed
+a process for memory, then deletes the container (``runc delete --force``: whatever is
+left of it is SIGKILLed with its cgroup). A session into the worker is ``runc exec``
+into the same container: its namespaces and cgroups.
+
+Only the standard library is imported: the init and ``session_enter`` load this file by
+path while they run isolated (``python -I -S``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+RUNC = "runc"
+JOB_UMASK = 0o077  # as confine.JOB_UMASK (this file imports nothing of the package)
+MEMORY_CGROUPS = "/sys/fs/cgroup/memory"
+RUNTIME_TIMEOUT_SECONDS = 30.0
+
+
+def runc_argv(root: str, *arguments: str) -> list[str]:
+    """A runc command line using the state directory ``root`` (one per backend)."""
+    return [RUNC, "--root", root, *arguments]
+
+
+def run_detached_argv(root: str, bundle: str, container: str, pid_file: str) -> list[str]:
+    """The command that creates and starts ``container`` from ``bundle`` and exits, its
+    first process's pid written to ``pid_file``."""
+    return runc_argv(root, "run", "--detach", "--bundle", bundle, "--pid-file", pid_file, container)
+
+
+def exec_argv(root: str, container: str, process_file: str) -> list[str]:
+    """The command that runs a process (an OCI ``process`` object in ``process_file``) in
+    ``container``, in the foreground, and exits with its status."""
+    return runc_argv(root, "exec", "--process", process_file, container)
+
+
+def kill(root: str, container: str, signal_name: str = "KILL") -> None:
+    """Send the signal to every process of the container (nothing when it is gone)."""
+    _quiet(runc_argv(root, "kill", "--all", container, signal_name))
+
+
+def delete(root: str, container: str) -> None:
+    """Kill whatever is left of the container and remove it, its cgroups with it."""
+    _quiet(runc_argv(root, "delete", "--force", container))
+
+
+def exists(root: str, container: str) -> bool:
+    """Whether runc still knows the container (created, running or stopped)."""
+    return os.path.exists(os.path.join(root, container, "state.json"))
+
+
+def oom_kills(cgroup_path: str) -> int:
+    """How many processes the kernel killed for memory in the container's memory cgroup
+    (v1 ``memory.oom_control``); 0 when it cannot tell."""
+    path = os.path.join(MEMORY_CGROUPS, cgroup_path.lstrip("/"), "memory.oom_control")
+    try:
+        with open(path) as control:
+            for line in control:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def process_json(
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    uid: int,
+    gid: int,
+    groups: list[int],
+    terminal: bool = False,
+) -> str:
+    """``process`` as JSON, for ``runc exec --process``."""
+    return json.dumps(process(args, env, cwd, uid, gid, groups, terminal))
+
+
+def process(
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    uid: int,
+    gid: int,
+    groups: list[int],
+    terminal: bool = False,
+) -> dict[str, object]:
+    """An OCI ``process`` object: ``args`` as ``uid``/``gid`` with ``groups``, in ``cwd``,
+    with ``env``, no new privileges and no capabilities (on a terminal of its own when
+    ``terminal``)."""
+    return {
+        "terminal": terminal,
+        "user": {"uid": uid, "gid": gid, "additionalGids": groups, "umask": JOB_UMASK},
+        "args": args,
+        "env": [f"{name}={value}" for name, value in env.items()],
+        "cwd": cwd,
+        "noNewPrivileges": True,
+        "capabilities": {name: [] for name in CAPABILITY_SETS},
+    }
+
+
+CAPABILITY_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
+
+
+def _quiet(argv: list[str]) -> None:
+    subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=RUNTIME_TIMEOUT_SECONDS,
+        check=False,
+    )

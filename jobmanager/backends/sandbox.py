@@ -1,0 +1,283 @@
+"""The container a local-backend worker runs in: an OCI bundle for ``runc``.
+
+With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``), each worker is a runc container
+whose bundle this module writes: the worker's command, under ``tini`` (the container's
+pid 1, which forwards stops to it and reaps what it leaves), as the owner's uid, gid and
+groups, with no capabilities and ``no_new_privs``, in its working directory, with the
+job's environment. Its root is an empty directory in which only what the job may use is
+mounted: the host's system (``/usr``, ``/etc``, ``/opt``, the portal's Python) read-only,
+and read-write the working directory, the log directory, the owner's home and the
+directories the job declares; ``/tmp`` and ``/dev/shm`` are tmpfs of its own (counted in
+its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPUs, only
+the worker's own ``/dev/nvidiaN``. It has namespaces of its own: pid (its ``ps`` shows
+its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
+Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
+devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobmanager.backends import runc
+from jobmanager.backends.local_host import CPU_PERIOD_US, MIB
+
+MODES = ("runc", "auto", "none")
+TINI = "/usr/bin/tini"
+# The host's system, read-only in every sandbox (those a host lacks are left out).
+SYSTEM_PATHS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+GPU_CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+MASKED_PATHS = (
+    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+    "/sys/firmware",
+)  # fmt: skip
+READONLY_PATHS = (
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+)  # fmt: skip
+NAMESPACES = ("pid", "mount", "ipc", "uts", "network")
+# runc enters ``process.cwd`` as root, before it drops to the owner: the working directory
+# is entered by the owner, so that the kernel decides whether the owner may.
+ENTER = (
+    'cd -- "$1" 2>/dev/null || { [ -d "$1" ] && why="Permission denied" ||'
+    ' why="No such directory, or not reachable"; echo "trainyard: $(id -un) cannot enter'
+    ' the working directory $1: $why" >&2; exit 127; }; shift; exec "$@"'
+)
+DEFAULT_PIDS_LIMIT = 4096
+CGROUPS = Path("/sys/fs/cgroup")
+MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """What every sandbox of one backend shares: where runc keeps its state, the cgroup
+    parent of its containers, the read-only paths beside the system's, the pids limit."""
+
+    runtime_root: Path
+    cgroup_parent: str
+    readonly_paths: tuple[str, ...] = ()
+    pids_limit: int = DEFAULT_PIDS_LIMIT
+
+    def cgroup_path(self, container: str) -> str:
+        return f"/{self.cgroup_parent}/{container}"
+
+    def describe(self) -> str:
+        """What the sandbox isolates, in words, for the job page."""
+        swap = "+swap" if MEMSW.exists() else ""
+        return (
+            f"runc container per worker: own pid, mount, ipc, uts, network namespaces; "
+            f"system read-only, private /tmp, /dev/shm; cgroup v1: memory{swap} (shm "
+            f"counted), CPU quota, {self.pids_limit} pids, devices (own GPUs only)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """One worker's container: its command, account, place, limits and devices."""
+
+    container: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    hostname: str
+    writable_paths: tuple[str, ...]
+    readonly_paths: tuple[str, ...]
+    millicpus: int
+    memory_mib: int
+    netns: str | None = None
+    gpu_devices: tuple[str, ...] = field(default=())
+
+
+def available() -> str:
+    """Why the sandbox cannot be used here ("" when it can): it needs runc, tini and root."""
+    missing = [name for name in ("runc",) if shutil.which(name) is None]
+    missing += [] if os.path.exists(TINI) else ["tini"]
+    if missing:
+        return f"{' and '.join(missing)} not installed"
+    if os.geteuid() != 0:
+        return "the backend does not run as root"
+    return ""
+
+
+def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
+    """The bundle (``config.json`` and an empty ``rootfs``) of ``worker``'s container, in
+    ``directory`` (root's alone: the config holds the job's environment)."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    rootfs = directory / "rootfs"
+    rootfs.mkdir(exist_ok=True)
+    rootfs.chmod(0o755)  # the container's "/": every account passes through it
+    for path in SYSTEM_PATHS:  # a merged /usr makes /bin a link, kept as one
+        if os.path.islink(path) and not (rootfs / path.lstrip("/")).is_symlink():
+            (rootfs / path.lstrip("/")).symlink_to(os.readlink(path))
+    config = bundle_config(sandbox, worker)
+    descriptor = os.open(directory / "config.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        json.dump(config, file)
+
+
+def bundle_config(sandbox: Sandbox, worker: Worker) -> dict[str, Any]:
+    """The OCI runtime configuration of ``worker``'s container."""
+    namespaces: list[dict[str, str]] = [{"type": kind} for kind in NAMESPACES]
+    if worker.netns:
+        namespaces[-1]["path"] = worker.netns
+    devices = [_device(path) for path in worker.gpu_devices if os.path.exists(path)]
+    argv = [TINI, "-s", "-g", "--", "/bin/sh", "-c", ENTER, "sh", worker.cwd, *worker.argv]
+    account = (worker.uid, worker.gid, list(worker.groups))
+    return {
+        "ociVersion": "1.0.2",
+        "process": runc.process(argv, worker.env, "/", *account),
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": worker.hostname,
+        "mounts": _mounts(sandbox, worker),
+        "linux": {
+            "namespaces": namespaces,
+            "cgroupsPath": sandbox.cgroup_path(worker.container),
+            "resources": _resources(sandbox, worker, devices),
+            "devices": devices,
+            "maskedPaths": list(MASKED_PATHS),
+            "readonlyPaths": list(READONLY_PATHS),
+        },
+    }
+
+
+def _mounts(sandbox: Sandbox, worker: Worker) -> list[dict[str, Any]]:
+    kernel: list[dict[str, Any]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+         "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
+        {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+         "options": ["nosuid", "noexec", "nodev"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "nodev", "mode=1777"]},
+    ]  # fmt: skip
+    shared = (*SYSTEM_PATHS, *sandbox.readonly_paths, *worker.readonly_paths)
+    readonly = [p for p in shared if _is_directory(p)]
+    writable = [p for p in worker.writable_paths if _is_directory(p)]
+    binds = {path: "ro" for path in readonly} | {path: "rw" for path in writable}
+    # A parent before what lies under it, so that nothing is hidden by a later mount.
+    ordered = sorted(binds, key=lambda path: (path.rstrip("/").count("/"), path))
+    return kernel + [
+        {"destination": path, "type": "bind", "source": path,
+         "options": ["rbind", binds[path], "nosuid", "nodev"]}
+        for path in ordered
+    ]  # fmt: skip
+
+
+def _is_directory(path: str) -> bool:
+    return bool(path) and os.path.isdir(path) and not os.path.islink(path)
+
+
+def _resources(sandbox: Sandbox, worker: Worker, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    resources: dict[str, Any] = {
+        "devices": [{"allow": False, "access": "rwm"}]
+        + [
+            {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
+            for d in devices
+        ],
+        "pids": {"limit": sandbox.pids_limit},
+    }
+    if worker.memory_mib > 0:
+        limit = worker.memory_mib * MIB
+        resources["memory"] = {"limit": limit} | ({"swap": limit} if MEMSW.exists() else {})
+    if worker.millicpus > 0:
+        quota = max(1000, worker.millicpus * CPU_PERIOD_US // 1000)
+        resources["cpu"] = {"quota": quota, "period": CPU_PERIOD_US}
+    return resources
+
+
+def _device(path: str) -> dict[str, Any]:
+    info = os.stat(path)
+    return {
+        "path": path,
+        "type": "c",
+        "major": os.major(info.st_rdev),
+        "minor": os.minor(info.st_rdev),
+        "fileMode": 0o666,
+        "uid": 0,
+        "gid": 0,
+    }
+
+
+def gpu_device_paths(device_dir: Path | None, gpus: list[int]) -> tuple[str, ...]:
+    """The device files a worker with ``gpus`` needs: its own GPUs' and the control ones."""
+    if device_dir is None:
+        return ()
+    names = [f"nvidia{gpu}" for gpu in gpus] + (list(GPU_CONTROL_DEVICES) if gpus else [])
+    return tuple(str(device_dir / name) for name in names)
+
+
+def for_backend(
+    mode: str, state_dir: Path, readonly_paths: tuple[str, ...], pids_limit: int
+) -> Sandbox | None:
+    """The sandbox of a backend keeping its state in ``state_dir``: with ``mode`` "runc",
+    one (ValueError, saying why, where this host cannot have it); "auto", one where the
+    host can; "none", none."""
+    if mode not in MODES:
+        raise ValueError(f"{mode!r} is not a sandbox: choose runc, auto or none.")
+    if mode == "none":
+        return None
+    missing = available()
+    if missing:
+        if mode == "auto":
+            return None
+        raise ValueError(f"the runc sandbox cannot run here: {missing}.")
+    if pids_limit < 1:
+        raise ValueError(f"the sandbox's pids limit must be positive, not {pids_limit}.")
+    return Sandbox(
+        runtime_root=state_dir / ".runc",
+        cgroup_parent=cgroup_parent(state_dir),
+        readonly_paths=tuple(dict.fromkeys((sys.prefix, sys.base_prefix, *readonly_paths))),
+        pids_limit=pids_limit,
+    )
+
+
+def cgroup_parent(state_dir: Path) -> str:
+    """The cgroup parent of a backend's containers: one per state directory, so that two
+    backends on a host never share one."""
+    return f"trainyard-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+
+
+def remove_cgroup_parent(state_dir: Path) -> None:
+    """The (empty) cgroup parent of the backend in ``state_dir``, in every hierarchy."""
+    for parent in CGROUPS.glob(f"*/{cgroup_parent(state_dir)}"):
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+
+
+def container_name(job_id: str, attempt: int, rank: int) -> str:
+    return f"{job_id}-a{attempt}-w{rank}"
+
+
+def reference(sandbox: Sandbox, container: str, bundle: Path) -> dict[str, str]:
+    """What the worker's init and sessions need to find its container (a confinement's
+    ``sandbox``)."""
+    return {
+        "root": str(sandbox.runtime_root),
+        "container": container,
+        "bundle": str(bundle),
+        "cgroup": sandbox.cgroup_path(container),
+    }
+
+
+def remove_containers(references: list[dict[str, str]]) -> None:
+    """Kill and delete the containers (their every process, their cgroups)."""
+    for ref in references:
+        if runc.exists(ref["root"], ref["container"]):
+            runc.delete(ref["root"], ref["container"])

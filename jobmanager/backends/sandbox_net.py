@@ -1,0 +1,212 @@
+"""The network of sandboxed jobs: a network namespace per job, with an address on a host
+bridge.
+
+Every worker of a job joins its job's namespace (made with ``ip netns add``): the workers
+reach each other at the job's address (or on the namespace's own loopback), and the host
+reaches the job's address through the bridge. The bridge's ports are isolated from each
+other (``bridge link set ... isolated on``), and an nftables table of the bridge's own
+drops what jobs send to the host itself (its loopback services are out of reach anyway:
+a job's ``127.0.0.1`` is its namespace's) and, routed, to other jobs. Egress NAT (on by
+default) masquerades what jobs send elsewhere, for ``pip install`` and data; off, a job
+has no default route and reaches nothing beyond the host's bridge.
+
+Addresses are claimed one file each (``O_EXCL``) in ``<state>/.addresses``, so that two
+deployments at once never take the same one; the host holds the subnet's first address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_BRIDGE = "trainyard0"
+DEFAULT_SUBNET = "10.88.0.0/16"
+NETNS_DIR = Path("/run/netns")
+COMMAND_TIMEOUT_SECONDS = 30.0
+
+
+class NetworkError(RuntimeError):
+    """The host refused a step of the job's network; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobNetwork:
+    """One job's namespace and address, as the state records them."""
+
+    netns: str
+    address: str
+
+    @property
+    def path(self) -> str:
+        return str(NETNS_DIR / self.netns)
+
+
+class BridgeNetwork:
+    """The jobs' bridge on this host, its firewall, and each job's namespace on it."""
+
+    def __init__(self, state_dir: Path, bridge: str, subnet: str, egress_nat: bool) -> None:
+        """Raises ValueError for a bridge name or subnet that cannot be used."""
+        if not 1 <= len(bridge) <= 15 or not bridge.replace("-", "").isalnum():
+            raise ValueError(f"{bridge!r} is not a network interface name (15 characters).")
+        self.bridge = bridge
+        self.subnet = ipaddress.ip_network(subnet)
+        if self.subnet.version != 4 or self.subnet.num_addresses < 4:
+            raise ValueError(f"{subnet!r}: give an IPv4 subnet with room for jobs.")
+        self.gateway = next(self.subnet.hosts())
+        self.egress_nat = egress_nat
+        self.claims = state_dir / ".addresses"
+        self.table = f"trainyard_{bridge.replace('-', '_')}"
+        self._ready = False
+
+    def describe(self) -> str:
+        egress = "egress NAT" if self.egress_nat else "no egress"
+        return f"job netns on bridge {self.bridge} ({self.subnet}), {egress}"
+
+    def plan(self, job_id: str) -> JobNetwork:
+        """The job's namespace name and an address claimed for it (nothing made yet: the
+        backend records them first, so that an undo finds what ``create`` makes)."""
+        return JobNetwork(self._netns(job_id), str(self._claim(job_id)))
+
+    def _netns(self, job_id: str) -> str:
+        return f"ty-{_digest(self.bridge, job_id)}"
+
+    def create(self, network: JobNetwork) -> None:
+        """The job's namespace, up, with its address on the bridge; raises NetworkError
+        (having removed what it made) where the host refuses a step."""
+        self._set_up_bridge()
+        netns, address = network.netns, network.address
+        outside = f"tyv{_digest(netns)[:12]}"
+        prefix = self.subnet.prefixlen
+        host_side = [
+            f"netns add {netns}",
+            f"link add {outside} type veth peer name eth0 netns {netns}",
+            f"link set {outside} master {self.bridge} up",
+            f"link set {outside} type bridge_slave isolated on",  # no job to job on the bridge
+        ]
+        job_side = [f"addr add {address}/{prefix} dev eth0", "link set eth0 up", "link set lo up"]
+        if self.egress_nat:
+            job_side.append(f"route add default via {self.gateway}")
+        try:  # two commands, not eight: each start of ip is paid by every job's start
+            _run(["ip", "-batch", "-"], "\n".join(host_side) + "\n")
+            _run(["ip", "-n", netns, "-batch", "-"], "\n".join(job_side) + "\n")
+        except NetworkError:
+            self.remove(network)
+            raise
+
+    def remove(self, network: JobNetwork) -> None:
+        """The namespace (its veth pair with it) and the address's claim; gone already is
+        fine."""
+        if (NETNS_DIR / network.netns).exists():
+            with contextlib.suppress(NetworkError):
+                _ip("netns", "delete", network.netns)
+        with contextlib.suppress(FileNotFoundError):
+            (self.claims / network.address).unlink()
+
+    def tear_down(self) -> None:
+        """The bridge, its firewall and every job's namespace still claimed (for tests and
+        hosts that stop using them)."""
+        for claim in self.claims.glob("*") if self.claims.is_dir() else []:
+            job_id = claim.read_text()
+            self.remove(JobNetwork(self._netns(job_id), claim.name))
+        with contextlib.suppress(NetworkError):
+            _run(["nft", "delete", "table", "inet", self.table])
+        with contextlib.suppress(NetworkError):
+            _run(["nft", "delete", "table", "ip", f"{self.table}_nat"])
+        with contextlib.suppress(NetworkError):
+            _ip("link", "delete", self.bridge)
+        self._ready = False
+
+    def _set_up_bridge(self) -> None:
+        """The bridge with the host's address and the firewall, made once (idempotent)."""
+        if self._ready:
+            return
+        if not Path(f"/sys/class/net/{self.bridge}").exists():
+            with contextlib.suppress(NetworkError):  # another backend may be making it
+                _ip("link", "add", self.bridge, "type", "bridge")
+        gateway = f"{self.gateway}/{self.subnet.prefixlen}"
+        with contextlib.suppress(NetworkError):  # already there
+            _ip("addr", "add", gateway, "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        _run(["nft", "-f", "-"], self._ruleset())
+        if self.egress_nat:
+            Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+        self._ready = True
+
+    def _ruleset(self) -> str:
+        bridge, table = self.bridge, self.table
+        onward = "accept" if self.egress_nat else "drop"
+        rules = f"""
+table inet {table}
+delete table inet {table}
+table inet {table} {{
+  chain input {{
+    type filter hook input priority 0; policy accept;
+    iifname "{bridge}" ct state established,related accept
+    iifname "{bridge}" drop
+  }}
+  chain forward {{
+    type filter hook forward priority 0; policy accept;
+    iifname "{bridge}" oifname "{bridge}" drop
+    oifname "{bridge}" ct state established,related accept
+    oifname "{bridge}" drop
+    iifname "{bridge}" {onward}
+  }}
+}}
+"""
+        if self.egress_nat:
+            rules += f"""
+table ip {table}_nat
+delete table ip {table}_nat
+table ip {table}_nat {{
+  chain postrouting {{
+    type nat hook postrouting priority 100; policy accept;
+    ip saddr {self.subnet} oifname != "{bridge}" masquerade
+  }}
+}}
+"""
+        return rules
+
+    def _claim(self, job_id: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        """A free address of the subnet, claimed for ``job_id``; tried from one the job's
+        id picks, so that concurrent deployments rarely contend."""
+        self.claims.mkdir(mode=0o700, exist_ok=True)
+        hosts = self.subnet.num_addresses - 3  # the network, the gateway, the broadcast
+        start = int(_digest(job_id), 16) % hosts
+        first = int(self.subnet.network_address) + 2
+        for step in range(hosts):
+            address = ipaddress.ip_address(first + (start + step) % hosts)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            try:
+                descriptor = os.open(self.claims / str(address), flags, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(descriptor, "w") as claim:
+                claim.write(job_id)
+            return address
+        raise NetworkError(f"no address of {self.subnet} is free")
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:10]
+
+
+def _ip(*arguments: str) -> None:
+    _run(["ip", *arguments])
+
+
+def _run(argv: list[str], stdin: str | None = None) -> None:
+    try:
+        subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, check=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as error:
+        said = (error.stderr or error.stdout or "").strip()
+        raise NetworkError(f"{' '.join(argv)}: {said or f'exit {error.returncode}'}") from error
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise NetworkError(f"{' '.join(argv)}: {error}") from error

@@ -2340,6 +2340,7 @@ export interface components {
             interactive_idle_warn_minutes?: number | null;
             interactive_idle_kill_minutes?: number;
             queue_wait_alert_minutes?: number | null;
+            usage_half_life_hours?: number;
         };
         /**
          * @description * `FIFO` - First in, first out
@@ -2752,6 +2753,11 @@ export interface components {
              * @description Alert (deploy/prometheus) when a queued job waited longer. Empty: never.
              */
             queue_wait_alert_minutes?: number | null;
+            /**
+             * Format: int64
+             * @description Fair share: a member's past GPU-time counts half after this many hours.
+             */
+            usage_half_life_hours?: number;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
@@ -2824,6 +2830,11 @@ export interface components {
              * @description Alert (deploy/prometheus) when a queued job waited longer. Empty: never.
              */
             queue_wait_alert_minutes?: number | null;
+            /**
+             * Format: int64
+             * @description Fair share: a member's past GPU-time counts half after this many hours.
+             */
+            usage_half_life_hours?: number;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;

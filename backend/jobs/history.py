@@ -34,6 +34,8 @@ def attained_service() -> dict[str, Attained]:
     gpu_seconds: dict[str, float] = defaultdict(float)
     last_ended: dict[str, datetime] = {}
     for job_id, workers, gpus, started, ended in rows.order_by():
+        if ended is None:  # filtered out above; the column may be empty
+            continue
         gpu_seconds[job_id] += workers * gpus * max(0.0, (ended - started).total_seconds())
         if job_id not in last_ended or ended > last_ended[job_id]:
             last_ended[job_id] = ended
@@ -73,6 +75,8 @@ def decayed_usage(now: datetime) -> dict[tuple[str, str], float]:
     )  # fmt: skip
     usage: dict[tuple[str, str], float] = defaultdict(float)
     for vc, user, workers, gpus, started, ended in rows.order_by():
+        if ended is None:
+            continue
         usage[(vc, user or "")] += decayed_gpu_seconds(
             workers * gpus, started, ended, now, half_lives[vc]
         )

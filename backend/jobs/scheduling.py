@@ -155,6 +155,7 @@ def load_snapshot(
         queued=queued,
         starvation_seconds=float(settings.TRAINYARD_RF_STARVATION_SECONDS),
         usage=decayed_usage(now),
+        las_wait_limit=float(settings.TRAINYARD_LAS_WAIT_LIMIT_SECONDS) or None,
     )
 
 

@@ -47,38 +47,57 @@ def started_first(first: Job, second: Job) -> bool:
     return second.started_at is None or second.started_at >= first.started_at
 
 
-def test_a_preempted_job_keeps_its_attained_service_and_waits_behind_a_newer_job_under_las(
-    world,
-    jobs,  # noqa: F811 (the fixture)
-):
+def race_after_preemption(world, manager: JobManager, queued_hours: float = 0) -> tuple[Job, Job]:
+    """A veteran that ran 3 hours on the whole cluster (96 GPU-hours, past LAS's first
+    queue of 16; its attempt's start moved back rather than waited for), submitted
+    ``queued_hours`` before it started, preempted as a pass preempts and requeued at its
+    place while the VC admin's job runs; a newcomer submitted then. Returns the two once
+    one of them has started."""
     use_policy(world, "LAS")
     veteran = submit(world, command="sleep 600", preemptible=True, **WHOLE_CLUSTER)
-    veteran = jobs.run_until(veteran, JobStatus.RUNNING)
-    # It has run 3 hours on its 32 GPUs (96 GPU-hours, past LAS's first queue of 16):
-    # its attempt's start is moved back rather than waited for.
-    JobAttempt.objects.filter(job=veteran, number=1).update(
-        started_at=timezone.now() - timedelta(hours=3)
-    )
-    # The VC admin's job waits for the GPUs; the veteran is preempted for it as a pass
-    # preempts, and is requeued at its place (submitted first) while the blocker runs.
+    veteran = manager.run_until(veteran, JobStatus.RUNNING)
+    ran_from = timezone.now() - timedelta(hours=3)
+    JobAttempt.objects.filter(job=veteran, number=1).update(started_at=ran_from)
+    Job.objects.filter(pk=veteran.pk).update(queued_at=ran_from - timedelta(hours=queued_hours))
     blocker = submit(world, user=world.vc_admin, command="sleep 5", **WHOLE_CLUSTER)
     apply_decisions(
         Decisions(
             preemptions=[Preemption(veteran.job_id, "preempted for the test", blocker.job_id)]
         )
     )
-    jobs.run_until(blocker, JobStatus.RUNNING)
+    manager.run_until(blocker, JobStatus.RUNNING)
     newcomer = submit(world, command="sleep 30", preemptible=True, **WHOLE_CLUSTER)
 
     def one_started() -> bool:
-        jobs.run()
+        manager.run()
         newcomer.refresh_from_db()
         veteran.refresh_from_db()
         return newcomer.attempt > 0 or veteran.attempt > 1
 
     wait_for(one_started, "the newcomer or the veteran to start")
+    return veteran, newcomer
+
+
+def test_a_preempted_job_keeps_its_attained_service_and_waits_behind_a_newer_job_under_las(
+    world,
+    jobs,  # noqa: F811 (the fixture)
+):
+    veteran, newcomer = race_after_preemption(world, jobs)
+
     assert (newcomer.attempt, veteran.attempt) == (1, 1), "the newcomer started first"
     assert veteran.status == JobStatus.QUEUED
+
+
+def test_a_preempted_job_queued_past_the_las_wait_limit_goes_before_a_newer_job(
+    world,
+    jobs,  # noqa: F811 (the fixture)
+    settings,
+):
+    settings.TRAINYARD_LAS_WAIT_LIMIT_SECONDS = 3600
+    # Queued 2 hours before its first start: past the hour's limit, whatever it ran.
+    veteran, newcomer = race_after_preemption(world, jobs, queued_hours=2)
+
+    assert (newcomer.attempt, veteran.attempt) == (0, 2), "the veteran started first"
 
 
 def test_a_member_with_a_week_of_heavy_use_waits_behind_one_with_none_under_fair_share(

@@ -24,5 +24,8 @@ export default defineConfig(({ command }) => ({
     environment: "jsdom",
     setupFiles: ["./src/test-setup.ts"],
     include: ["src/**/*.test.{ts,tsx}"],
+    // A test that types into a whole form takes a few seconds of jsdom on two loaded
+    // cores (the suite runs beside pytest in CI); 5 s timed out there, not in the code.
+    testTimeout: 30_000,
   },
 }));

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
@@ -17,6 +17,7 @@ from django.utils import timezone
 from backend.clusters.models import Node, RepairState
 from backend.core.bulk import rows_by_key
 from backend.jobs.estimates import learned_run_times
+from backend.jobs.history import Attained, attained_service, decayed_usage
 from backend.jobs.lease import Lease
 from backend.jobs.models import (
     ACTIVE_STATUSES,
@@ -92,10 +93,19 @@ def load_nodes() -> tuple[NodeState, ...]:
     )  # fmt: skip
 
 
-def load_running(estimates: RunTimeEstimator | None = None) -> tuple[RunningJob, ...]:
-    """The jobs holding resources (running, and releasing them while they stop)."""
+def load_running(
+    estimates: RunTimeEstimator | None = None, attained: dict[str, Attained] | None = None
+) -> tuple[RunningJob, ...]:
+    """The jobs holding resources (running, and releasing them while they stop); with
+    ``attained``, each with what it ran before its current attempt."""
     rows = Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
-    return tuple(_running_job(row, estimates) for row in rows)
+    running = (_running_job(row, estimates) for row in rows)
+    if attained is None:
+        return tuple(running)
+    return tuple(
+        replace(job, attained=attained[job.id].gpu_seconds) if job.id in attained else job
+        for job in running
+    )
 
 
 def load_cluster_state() -> ClusterState:
@@ -130,14 +140,15 @@ def load_snapshot(
         )
     )
     estimates = learned_run_times()
-    running = load_running(estimates)
+    attained = attained_service()
+    running = load_running(estimates, attained)
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
     rows = list(ready.order_by().values(*QUEUED_COLUMNS))
     if insights is not None:
         insights.update((row["job_id"], (row["pk"], row["insight_message"])) for row in rows)
-    queued = tuple(queued_job(row, estimates) for row in rows)
+    queued = tuple(queued_job(row, estimates, attained.get(row["job_id"])) for row in rows)
     return Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -145,6 +156,8 @@ def load_snapshot(
         running=running,
         queued=queued,
         starvation_seconds=float(settings.TRAINYARD_RF_STARVATION_SECONDS),
+        usage=decayed_usage(now),
+        las_wait_limit=float(settings.TRAINYARD_LAS_WAIT_LIMIT_SECONDS) or None,
     )
 
 
@@ -213,8 +226,11 @@ def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> Runnin
     )
 
 
-def queued_job(row: dict, estimates: RunTimeEstimator | None = None) -> QueuedJob:
-    """The scheduler's view of a waiting job, from a row of ``QUEUED_COLUMNS``."""
+def queued_job(
+    row: dict, estimates: RunTimeEstimator | None = None, attained: Attained | None = None
+) -> QueuedJob:
+    """The scheduler's view of a waiting job, from a row of ``QUEUED_COLUMNS``; given what
+    it ran before (``attained``), waiting since its last attempt ended."""
     return QueuedJob(
         id=row["job_id"],
         vc=row["vc__name"],
@@ -228,6 +244,8 @@ def queued_job(row: dict, estimates: RunTimeEstimator | None = None) -> QueuedJo
         user=row["owner__username"] or "",
         expected_duration=_expected_run(row, estimates),
         due=_due(row),
+        attained=0.0 if attained is None else attained.gpu_seconds,
+        waiting_since=None if attained is None else epoch(attained.last_ended),
     )
 
 

@@ -27,6 +27,7 @@ VC_SETTINGS = (
     "interactive_idle_warn_minutes",
     "interactive_idle_kill_minutes",
     "queue_wait_alert_minutes",
+    "usage_half_life_hours",
 )
 
 

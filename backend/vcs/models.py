@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from backend.core.scoping import Action
 
 
+# Fair share's memory: a week, as Slurm's PriorityDecayHalfLife.
+DEFAULT_USAGE_HALF_LIFE_HOURS = 7 * 24
+
+
 class SchedulingPolicy(models.TextChoices):
     """The scheduling core's policies (jobmanager.core.snapshot.Policy)."""
 
@@ -103,6 +107,13 @@ class VirtualCluster(models.Model):
         blank=True,
         default=240,
         help_text="Alert (deploy/prometheus) when a queued job waited longer. Empty: never.",
+    )
+    # Fair share (policy FS): each member's past GPU-time counts half as much this many
+    # hours later (backend/jobs/history.py).
+    usage_half_life_hours = models.PositiveIntegerField(
+        default=DEFAULT_USAGE_HALF_LIFE_HOURS,
+        validators=[MinValueValidator(1)],
+        help_text="Fair share: a member's past GPU-time counts half after this many hours.",
     )
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -6,9 +6,10 @@ import functools
 from collections import defaultdict
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from jobmanager.core.las import is_overdue, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import ahead_in_its_queue
 from jobmanager.core.scheduler import covered_borrowers, queue_order, schedule
@@ -452,3 +453,97 @@ def test_a_pass_on_kept_free_capacity_decides_as_one_that_rebuilds_it_and_undoes
 
     assert schedule(snapshot, free) == schedule(snapshot)
     assert (free.free_by_node(), {t: free.pending_gpus(t) for t in gpu_types}) == before
+
+
+@st.composite
+def las_snapshots(draw) -> Snapshot:
+    """Random snapshots with every VC under least attained service and a wait limit: jobs
+    that ran before (attained service), some queued past the limit, some running that were
+    past it when they started."""
+    snapshot = draw(snapshots())
+    vc_names = [vc.name for vc in snapshot.vcs]
+    # Running jobs of the queued jobs' VCs, mostly preemptible: what LAS may preempt.
+    running = tuple(
+        replace(
+            job,
+            vc=draw(_choice(*vc_names)),
+            attained=float(draw(_choice(0, 0, 100, 4000))) * job.shape.total.gpus,
+            preemptible=draw(_choice(True, True, False)),
+            queued_at=job.started_at - draw(_choice(0, 20, 100)),
+        )
+        for job in snapshot.running
+    )
+    queued = tuple(
+        replace(job, attained=float(draw(_choice(0, 0, 20, 4000))) * job.shape.total.gpus)
+        for job in snapshot.queued
+        if job.vc != "ghost"
+    )
+    return replace(
+        snapshot,
+        vcs=tuple(replace(vc, policy=Policy.LAS) for vc in snapshot.vcs),
+        running=running,
+        queued=queued,
+        las_thresholds=(1000.0,),
+        las_quantum=draw(_choice(0.0, 50.0)),
+        las_wait_limit=draw(_choice(30.0, 80.0)),
+        las_within_queue=draw(st.booleans()),
+    )
+
+
+def _overdue_examples() -> tuple[Snapshot, Snapshot]:
+    """One 8-GPU node, a 80 s limit. (1) The job running there waited 100 s before it
+    started: neither a job of a first queue nor an overdue one may preempt it. (2) The node
+    is free: a job that ran 70 s on 8 GPUs (past the 500 GPU-s queue) and has waited 130 s
+    in all goes before one of the first queue submitted later."""
+    node = NodeState("n0", "A100", Resources(8, 32000, 128 * GIB))
+    shape = JobShape("A100", 1, Resources(8, 1000, GIB))
+    vc = VcState("vc0", {"A100": Resources(8, PLENTY, PLENTY)}, Policy.LAS)
+    base = Snapshot(
+        now=NOW, nodes=(node,), vcs=(vc,), starvation_seconds=10_000.0,
+        las_thresholds=(500.0,), las_quantum=0.0, las_wait_limit=80.0,
+    )  # fmt: skip
+    held = RunningJob(
+        "r0", "vc0", shape, (WorkerPlacement("n0", tuple(range(8)), 1000, GIB),),
+        started_at=100.0, queued_at=0.0, preemptible=True,
+    )  # fmt: skip
+    newcomers = (
+        QueuedJob("q0", "vc0", shape, queued_at=150.0),
+        QueuedJob("q1", "vc0", shape, queued_at=10.0),
+    )
+    veteran = QueuedJob("q2", "vc0", shape, queued_at=0.0, attained=8 * 70.0)
+    return (
+        replace(base, running=(held,), queued=newcomers),
+        replace(base, queued=(veteran, newcomers[0])),
+    )
+
+
+@example(_overdue_examples()[0])
+@example(_overdue_examples()[1])
+@given(las_snapshots())
+def test_a_job_past_the_las_wait_limit_is_never_preempted_by_las_and_goes_first(snapshot):
+    decisions = schedule(snapshot)
+
+    running = {job.id: job for job in snapshot.running}
+    for preemption in decisions.preemptions:
+        if preemption.reason.startswith("preempted by least attained service"):
+            assert not was_overdue(snapshot, running[preemption.job_id]), preemption
+    started = decisions.started_ids()
+    waiting = [
+        job
+        for job in snapshot.queued
+        if is_overdue(snapshot, job)
+        and not job.interactive
+        and job.id not in started
+        and job.id not in decisions.claims
+    ]
+    for job in waiting:
+        overtaken = [
+            later.id
+            for later in snapshot.queued
+            if later.vc == job.vc
+            and later.shape == job.shape
+            and later.queued_at > job.queued_at
+            and not is_overdue(snapshot, later)
+            and later.id in started
+        ]
+        assert not overtaken, f"{overtaken} started before overdue job {job.id}"

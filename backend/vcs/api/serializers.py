@@ -15,9 +15,14 @@ MAX_VC_WALL_TIME = 365 * 24 * 3600
 MAX_QUOTA_CPUS = Decimal("9999999.999")  # what Quota.cpus (10 digits, 3 decimals) holds
 MAX_IDLE_MINUTES = 30 * 24 * 60
 IDLE_SETTINGS = [
-    "idle_util_percent", "idle_warn_minutes", "idle_kill_minutes",
-    "interactive_idle_warn_minutes", "interactive_idle_kill_minutes", "queue_wait_alert_minutes",
-]  # fmt: skip
+    "idle_util_percent",
+    "idle_warn_minutes",
+    "idle_kill_minutes",
+    "interactive_idle_warn_minutes",
+    "interactive_idle_kill_minutes",
+    "queue_wait_alert_minutes",
+]
+MAX_HALF_LIFE_HOURS = 365 * 24  # fmt: skip
 
 
 class VirtualClusterSerializer(serializers.ModelSerializer):
@@ -29,7 +34,7 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
             "name", "description", "notification", "policy", "max_wall_time",
             "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
             "user_gpu_limit", *IDLE_SETTINGS,
-            "created_at", "my_role", "lends_dedicated_nodes",
+            "usage_half_life_hours", "created_at", "my_role", "lends_dedicated_nodes",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
@@ -129,6 +134,9 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     )
     queue_wait_alert_minutes = serializers.IntegerField(
         min_value=1, max_value=MAX_IDLE_MINUTES, required=False, allow_null=True
+    )
+    usage_half_life_hours = serializers.IntegerField(
+        min_value=1, max_value=MAX_HALF_LIFE_HOURS, required=False
     )
 
     def validate(self, attrs: dict) -> dict:

@@ -2393,6 +2393,7 @@ export interface components {
             interactive_idle_warn_minutes?: number | null;
             interactive_idle_kill_minutes?: number;
             queue_wait_alert_minutes?: number | null;
+            usage_half_life_hours?: number;
         };
         /**
          * @description * `FIFO` - First in, first out
@@ -2816,6 +2817,11 @@ export interface components {
              * @description Alert (deploy/prometheus) when a queued job waited longer. Empty: never.
              */
             queue_wait_alert_minutes?: number | null;
+            /**
+             * Format: int64
+             * @description Fair share: a member's past GPU-time counts half after this many hours.
+             */
+            usage_half_life_hours?: number;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
@@ -2897,6 +2903,11 @@ export interface components {
              * @description Alert (deploy/prometheus) when a queued job waited longer. Empty: never.
              */
             queue_wait_alert_minutes?: number | null;
+            /**
+             * Format: int64
+             * @description Fair share: a member's past GPU-time counts half after this many hours.
+             */
+            usage_half_life_hours?: number;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;

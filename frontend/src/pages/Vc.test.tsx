@@ -93,3 +93,22 @@ describe("lending dedicated nodes", () => {
     );
   });
 });
+
+describe("the fair-share half-life", () => {
+  it("shows the VC's half-life and sends the one a VC admin types", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin", policy: "FS", usage_half_life_hours: 168 },
+      "GET /api/v1/vcs/vision/members/": [],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) => [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const halfLife = await screen.findByLabelText("Fair-share half-life (hours)");
+    expect(halfLife).toHaveValue(168);
+    await userEvent.clear(halfLife);
+    await userEvent.type(halfLife, "24");
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    await waitFor(() =>
+      expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ usage_half_life_hours: 24 }),
+    );
+  });
+});

@@ -13,6 +13,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     max_interactive_gpus: String(vc.max_interactive_gpus),
     default_max_retries: String(vc.default_max_retries),
     user_gpu_limit: vc.user_gpu_limit === null ? "" : String(vc.user_gpu_limit),
+    usage_half_life_hours: String(vc.usage_half_life_hours ?? 168),
     notification: vc.notification,
     idle_util_percent: String(vc.idle_util_percent ?? 5),
     idle_warn_minutes: optional(vc.idle_warn_minutes),
@@ -37,6 +38,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         max_interactive_gpus: Number(values.max_interactive_gpus),
         default_max_retries: Number(values.default_max_retries),
         user_gpu_limit: values.user_gpu_limit.trim() === "" ? null : Number(values.user_gpu_limit),
+        usage_half_life_hours: Number(values.usage_half_life_hours),
         notification: values.notification,
         idle_util_percent: Number(values.idle_util_percent),
         idle_warn_minutes: orNull(values.idle_warn_minutes),
@@ -92,6 +94,9 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
           </Field>
           <Field label="GPUs per user before approval" name="user_gpu_limit" errors={errors} hint="empty: no limit">
             <input id="f-user_gpu_limit" type="number" min={0} value={values.user_gpu_limit} onChange={set("user_gpu_limit")} />
+          </Field>
+          <Field label="Fair-share half-life (hours)" name="usage_half_life_hours" errors={errors} hint="FS: a member's past GPU-time counts half after this long">
+            <input id="f-usage_half_life_hours" type="number" min={1} value={values.usage_half_life_hours} onChange={set("usage_half_life_hours")} />
           </Field>
         </div>
         <Field label="Lend the nodes dedicated to this VC" name="lends_dedicated_nodes" errors={errors} hint="other VCs' preemptible jobs may run on them while this VC leaves them idle; its own jobs preempt them">

@@ -1,0 +1,85 @@
+"""What the scheduler reads of jobs' past runs: attained service across attempts, and each
+member's usage decayed with the VC's half-life (backend/jobs/history.py)."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from backend.jobs.history import decayed_gpu_seconds
+from backend.jobs.models import JobAttempt, JobStatus
+from backend.jobs.scheduling import load_snapshot
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+HOUR = 3600.0
+
+
+def ran(job, number: int, hours_ago: float, hours: float) -> None:
+    ended = timezone.now() - timedelta(hours=hours_ago)
+    JobAttempt.objects.create(
+        job=job, number=number, started_at=ended - timedelta(hours=hours), ended_at=ended
+    )
+
+
+def test_a_run_a_half_life_ago_counts_half_and_one_now_counts_whole():
+    now = timezone.now()
+    hour = timedelta(hours=1)
+    recent = decayed_gpu_seconds(8, now - hour / 3600, now, now, half_life=HOUR)
+    assert recent == pytest.approx(8.0, rel=1e-3)
+    old = decayed_gpu_seconds(8, now - 2 * hour - hour / 3600, now - 2 * hour, now, HOUR)
+    assert old == pytest.approx(2.0, rel=1e-3)
+    # A whole hour, ended now: 8 GPUs x the integral of 2^-t over one half-life.
+    assert decayed_gpu_seconds(8, now - hour, now, now, HOUR) == pytest.approx(
+        8 * HOUR / (2 * math.log(2))
+    )
+
+
+def test_a_requeued_job_carries_every_ended_attempt_and_waits_since_the_last(world):
+    job = JobFactory(
+        vc=world.vision, gpu_type=world.a100, workers=2, gpus_per_worker=4, attempt=2,
+        status=JobStatus.QUEUED,
+    )  # fmt: skip
+    ran(job, 1, hours_ago=5, hours=2)
+    ran(job, 2, hours_ago=1, hours=1)
+    fresh = JobFactory(vc=world.vision, gpu_type=world.a100, status=JobStatus.QUEUED)
+
+    queued = {queued.id: queued for queued in load_snapshot().queued}
+
+    assert queued[job.job_id].attained == pytest.approx(8 * 3 * HOUR, rel=1e-6)
+    ended = (timezone.now() - timedelta(hours=1)).timestamp()
+    assert queued[job.job_id].waiting_from == pytest.approx(ended, abs=5)
+    assert (queued[fresh.job_id].attained, queued[fresh.job_id].waiting_since) == (0.0, None)
+
+
+def test_fair_share_usage_fades_with_the_vcs_half_life(world):
+    world.vision.policy = "FS"
+    world.vision.save()
+    job = JobFactory(
+        owner=world.member, vc=world.vision, gpu_type=world.a100, gpus_per_worker=8,
+        status=JobStatus.FINISHED,
+    )  # fmt: skip
+    ran(job, 1, hours_ago=24, hours=1)
+
+    week = load_snapshot().usage[("vision", world.member.username)]
+    world.vision.usage_half_life_hours = 1
+    world.vision.save()
+    hour = load_snapshot().usage.get(("vision", world.member.username), 0.0)
+
+    # A day-old hour on 8 GPUs: most of it under a week's half-life, nearly none under 1 h.
+    assert 0.8 * 8 * HOUR < week < 8 * HOUR
+    assert hour < 8 * HOUR * 2**-20
+
+
+def test_a_vc_admin_sets_the_half_life_and_a_bad_one_is_refused_by_name(world):
+    client = world.client(world.vc_admin)
+    answer = client.patch("/api/v1/vcs/vision/", {"usage_half_life_hours": 24}, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["usage_half_life_hours"] == 24
+    answer = client.patch("/api/v1/vcs/vision/", {"usage_half_life_hours": 0}, format="json")
+    assert answer.status_code == 400
+    assert "usage_half_life_hours" in answer.json()

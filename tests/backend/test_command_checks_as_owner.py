@@ -56,6 +56,19 @@ def test_a_program_the_owner_may_not_reach_is_refused_in_plain_words(world, priv
     assert not Job.objects.exists()
 
 
+def test_a_virtualenv_whose_interpreter_links_into_a_private_home_is_refused(world, private_python):
+    with reachable_directory() as venv:
+        (venv / "bin").mkdir(mode=0o755)
+        (venv / "bin" / "python").symlink_to(private_python)
+
+        response = submit(world.client(world.member), command=f"{venv}/bin/python train.py")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["command"][0].startswith(
+        f"The job runs as ty-test-mia, who may not run {venv}/bin/python "
+    )
+
+
 def test_a_program_found_on_the_job_s_path_must_be_executable(world, tools_on_path):
     client = world.client(world.member)
 

@@ -3,7 +3,7 @@
 Where jobs run as their owners without an image (root on the local or Slurm backend), a
 command whose program the owner cannot execute fails at once with "Permission denied":
 typically the portal's own interpreter, under root's private home. The command's first
-word (after ``env`` and ``NAME=value`` assignments) is looked at as the owner, in a
+word (after ``exec``, ``env`` and ``NAME=value`` assignments) is looked at as the owner, in a
 short-lived child under ``setpriv`` (backend.jobs.paths.as_account) with the job's PATH:
 
 - an absolute path must be a file the owner may execute;
@@ -57,8 +57,8 @@ def runs_on_host(image: str) -> bool:
 
 
 def program_of(command: str) -> str | None:
-    """The program a simple command runs (its first word after ``env`` and assignments),
-    or None when the command is too complex to tell."""
+    """The program a simple command runs (its first word after ``exec``, ``env`` and
+    assignments), or None when the command is too complex to tell."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
@@ -67,9 +67,9 @@ def program_of(command: str) -> str | None:
         return None
     if not words or any(OPERATOR.match(word) for word in words):
         return None
-    index = 0
-    if words[0] == "env":
-        index = 1
+    index = 1 if words[0] == "exec" else 0
+    if index < len(words) and words[index] == "env":
+        index += 1
     while index < len(words) and ASSIGNMENT.match(words[index]):
         if words[index].startswith("PATH="):
             return None

@@ -120,6 +120,8 @@ def test_a_pipeline_or_a_path_set_on_the_line_is_accepted_as_today(world, privat
     [
         ("python3 train.py", "python3"),
         ("env A=1 B='x y' /usr/bin/python3 -c 1", "/usr/bin/python3"),
+        ("exec env A=1 /usr/bin/python3 -c 1", "/usr/bin/python3"),
+        ("exec", None),
         ("cd work && python3 train.py", None),
         ("$HOME/venv/bin/python train.py", None),
         ("env -i python3", None),

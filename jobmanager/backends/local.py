@@ -119,7 +119,11 @@ from jobmanager.faults import crash_point
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
 SPAWNER_SCRIPT = Path(__file__).with_name("local_spawner.py")
 # What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
-INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+INHERITED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+# A job's PATH: the system's directories, never the portal's own (root's private tool
+# directories would turn "command not found" into "Permission denied"); the job's own
+# environment may give another.
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The init's own environment: nothing of the job's (LD_PRELOAD, PYTHONPATH...) reaches a
 # process that is still root; the job's environment is in its confinement file.
 INIT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -722,11 +726,12 @@ def worker_env(
     run_as: RunAs | None = None,
     master_addr: str = "127.0.0.1",
 ) -> dict[str, str]:
-    """A worker's environment: a few host variables, the owner's account (HOME, USER,
-    LOGNAME), the job's own, then what ``torch.distributed`` and Trainyard set (those
-    win)."""
+    """A worker's environment: the system's PATH (JOB_PATH), a few host variables, the
+    owner's account (HOME, USER, LOGNAME), the job's own, then what ``torch.distributed``
+    and Trainyard set (those win)."""
     on_node = [w.rank for w in launch.workers if w.node == spec.node]
-    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    env = {"PATH": JOB_PATH}
+    env |= {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
     if run_as is not None:
         env |= {"USER": run_as.name, "LOGNAME": run_as.name}
         env |= {"HOME": run_as.home} if run_as.home else {}

@@ -20,7 +20,7 @@ import pytest
 
 from jobmanager.backends import BackendNode, DeployError, LaunchRefused, RunAs
 from jobmanager.backends.confine import Confinement
-from jobmanager.backends.local import LocalBackend
+from jobmanager.backends.local import JOB_PATH, LocalBackend
 from tests.jobmanager.test_local_backend import (
     ended,
     job_processes,
@@ -135,6 +135,19 @@ def test_the_init_keeps_none_of_the_job_s_environment_and_stays_out_of_its_reach
     assert report.succeeded
     assert "kill=1" in log_of(backend, mine.job_id) and "init=1" in log_of(backend, mine.job_id)
     assert init.is_running()
+
+
+def test_a_job_s_path_is_the_system_s_never_the_portal_s(backend, monkeypatch):
+    monkeypatch.setenv("PATH", f"/root/.private-tools:{os.environ['PATH']}")
+
+    code, log = run_to_end(backend, 'echo "PATH=$PATH"; command -v sh')
+    own_code, own_log = run_to_end(backend, 'echo "PATH=$PATH"', env={"PATH": "/opt/x:/bin"})
+
+    assert code == 0, log
+    assert lines_after(log, "PATH=")[0] == JOB_PATH
+    assert JOB_PATH == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert "/root" not in log
+    assert own_code == 0 and lines_after(own_log, "PATH=")[0] == "/opt/x:/bin"  # the job's own
 
 
 # --- what the job may touch ------------------------------------------------------------
@@ -302,7 +315,7 @@ def test_a_session_enters_a_running_worker_as_its_owner_with_its_directory_env_a
 SINGLE_USER = """
 import json, sys, time
 from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
-from jobmanager.backends.local import LocalBackend
+from jobmanager.backends.local import JOB_PATH, LocalBackend
 
 directory, other_uid = sys.argv[1], int(sys.argv[2])
 backend = LocalBackend(directory + "/state", directory + "/logs", nodes="local-0:A100:8",

@@ -20,6 +20,7 @@ from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
+from backend.jobs.commands import command_errors, runs_on_host
 from backend.jobs.models import (
     FailureClass,
     Job,
@@ -263,9 +264,10 @@ class JobSubmitSerializer(serializers.Serializer):
         return gpu_type
 
     def _owner_and_path_errors(self, user: User, attrs: dict) -> FieldErrors:
-        """The owner needs a Unix account wherever jobs run as their owners, and every
-        path must lie under a root the owner may use, resolved as the owner
-        (backend.jobs.paths)."""
+        """The owner needs a Unix account wherever jobs run as their owners, every path
+        must lie under a root the owner may use, resolved as the owner
+        (backend.jobs.paths), and the owner must be able to run the command's program
+        (backend.jobs.commands)."""
         account = None
         if accounts_required():
             try:
@@ -274,7 +276,11 @@ class JobSubmitSerializer(serializers.Serializer):
                 return {"unix_account": [str(error)]}
         paths = {name: attrs.get(name, "") for name in PATH_FIELDS}
         run_as = run_as_of(account) if account is not None else None
-        return job_path_errors(user, attrs["vc"].name, home_of(account), paths, run_as)
+        errors = job_path_errors(user, attrs["vc"].name, home_of(account), paths, run_as)
+        on_host = runs_on_host(attrs["image"])
+        if on_host and (messages := command_errors(attrs["command"], attrs["env"], run_as)):
+            errors["command"] = messages
+        return errors
 
     def _gpus(self, attrs: dict, gpu_type_name: str | None, errors: FieldErrors) -> int:
         """GPUs per worker with the default filled in; a wrong count is reported and the

@@ -312,6 +312,32 @@ def test_ffdl_gang_burst_on_slurm_every_gpu_in_a_whole_gang_and_no_partial_gang(
     wait_until(lambda: not live_slurm_jobs(jobs, ids), 30, "Slurm to hold nothing of them")
 
 
+def test_ffdl_fragmentation_on_slurm_small_jobs_packed_leave_a_whole_node_for_a_4_gpu_one(
+    world, jobs, settings
+):
+    """FfDL's fragmentation scenario on the Slurm nodes: three 1-GPU jobs are packed onto
+    one node in Slurm, so a 4-GPU job gets a whole node of its own at once."""
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    small = [submit(world, workers=1, gpus_per_worker=1, command="sleep 600") for _ in range(3)]
+    for job in small:
+        status_after_runs(jobs, job, {JobStatus.RUNNING}, "the small jobs run")
+
+    big = submit(world, workers=1, gpus_per_worker=4, command="sleep 600")
+    big = status_after_runs(jobs, big, {JobStatus.RUNNING}, "the 4-GPU job runs")
+
+    ids = [job.job_id for job in (*small, big)]
+    wait_until(
+        lambda: [job.state for job in live_slurm_jobs(jobs, ids)] == ["RUNNING"] * 4,
+        30,
+        "the four jobs running in Slurm",
+    )
+    slurm_nodes = {job.name.rsplit("-a", 1)[0]: job.nodes for job in live_slurm_jobs(jobs, ids)}
+    small_nodes = {slurm_nodes[f"ty-{job.job_id}"] for job in small}
+    assert len(small_nodes) == 1  # packed
+    assert slurm_nodes[f"ty-{big.job_id}"] not in small_nodes
+    assert slurm_nodes[f"ty-{big.job_id}"] == placed_nodes(big)[0]
+
+
 def live_slurm_jobs(jobs: JobManager, ids: list[str]) -> list[SlurmJob]:
     """The Slurm jobs of these Trainyard jobs (any attempt) that have not ended."""
     ours = {f"ty-{job_id}" for job_id in ids}

@@ -78,10 +78,12 @@ def _memory_backend(state_path: str, log_dir: str) -> ClusterBackend:
 
 
 @functools.cache
-def _slurm_backend(state_dir: str, log_dir: str, conf: str, partition: str) -> ClusterBackend:
+def _slurm_backend(
+    state_dir: str, log_dir: str, conf: str, partition: str, stop_grace: float
+) -> ClusterBackend:
     from jobmanager.backends.slurm import SlurmBackend
 
-    return SlurmBackend(state_dir, log_dir, conf=conf, partition=partition)
+    return SlurmBackend(state_dir, log_dir, conf=conf, partition=partition, stop_grace=stop_grace)
 
 
 @functools.cache
@@ -126,5 +128,6 @@ def get_backend() -> ClusterBackend:
             log_dir,
             settings.TRAINYARD_SLURM_CONF,
             settings.TRAINYARD_SLURM_PARTITION,
+            float(settings.TRAINYARD_STOP_GRACE_SECONDS),
         )
     raise ImproperlyConfigured(f"TRAINYARD_BACKEND={name!r}: choose one of {', '.join(BACKENDS)}.")

@@ -108,7 +108,17 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         output_path=job.output_path,
         job_type=job.type,
         run_as=run_as,
+        wall_time=wall_time_left(job),
     )
+
+
+def wall_time_left(job: Job) -> float:
+    """Seconds the job may still run: its wall time less what it ran since its first start
+    (a requeued job keeps its start), never below zero."""
+    if job.started_at is None:
+        return float(job.wall_time_limit)
+    ran = (timezone.now() - job.started_at).total_seconds()
+    return max(0.0, job.wall_time_limit - ran)
 
 
 def launch_env(job: Job) -> dict[str, str]:

@@ -15,6 +15,16 @@ Both are timed by this process's clock, polling every 10 ms; each job is cancell
 the nodes are idle again before the next. This is the backend's share of submit to
 running; the job manager's pass before it is measured by bench.local_latency.
 Goal (issue 30): at most 1.3x plain sbatch.
+
+    .venv/bin/python -m bench.slurm_backend.run --burst 1000
+
+The burst: 1,000 one-worker jobs handed to Slurm as fast as each side can, alternating
+sides: ``SlurmBackend.deploy`` of each inside one ``nodes_pinned()`` (one ``sinfo`` for
+the batch, as the job manager's deploy round does) in 8 threads (``TRAINYARD_DEPLOY_THREADS``,
+as the job manager deploys a round), against a loop of plain ``sbatch``
+of the same script. Measured: jobs accepted by the controller per second, until the last
+job id is back. Every job is cancelled (``scancel --user``) before the other side runs.
+Goal (issue 30): at least Slurm's own rate.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
@@ -35,6 +46,7 @@ from tests.unix_accounts import job_account, owned_directory
 
 POLL_SECONDS = 0.01
 TIMEOUT_SECONDS = 60.0
+DEPLOY_THREADS = 8  # TRAINYARD_DEPLOY_THREADS default: the threads of a deploy round
 
 
 def timed(submit: Callable[[], None], started: Callable[[], bool]) -> float:
@@ -80,6 +92,51 @@ def sbatch_once(slurm: SlurmCommands, account: RunAs, plain: Path, index: int) -
     return seconds
 
 
+def burst_trainyard(backend: SlurmBackend, account: RunAs, jobs: int, round_: int) -> float:
+    """Seconds to deploy ``jobs`` one-worker jobs in one round (one sinfo), in the job
+    manager's deploy threads."""
+    launches = [
+        JobLaunch(
+            job_id=f"burst{round_}x{index:05d}", attempt=1, name="burst", owner=account.name,
+            vc="bench", command="sleep 600", run_as=account,
+            workers=(WorkerSpec(0, f"node{index % 3 + 1}", (), 1000, 16),),
+        )
+        for index in range(jobs)
+    ]  # fmt: skip
+    begin = time.perf_counter()
+    with backend.nodes_pinned(), ThreadPoolExecutor(DEPLOY_THREADS) as pool:
+        list(pool.map(backend.deploy, launches))
+    return time.perf_counter() - begin
+
+
+def burst_sbatch(slurm: SlurmCommands, account: RunAs, jobs: int) -> float:
+    """Seconds to sbatch ``jobs`` one-task jobs of the same shape."""
+    script = "#!/bin/sh\nsrun -N1 -n1 sleep 600\n"
+    begin = time.perf_counter()
+    for index in range(jobs):
+        options = [f"--nodelist=node{index % 3 + 1}", "-N1", "-n1", "--mem=16",
+                   "--no-requeue", "--output=/dev/null"]  # fmt: skip
+        slurm.submit(script, account.name, options)
+    return time.perf_counter() - begin
+
+
+def burst(cluster, backend: SlurmBackend, account: RunAs, jobs: int, rounds: int) -> None:
+    """Print each side's rate per round, and Trainyard's over Slurm's."""
+    slurm = SlurmCommands(str(cluster.conf))
+    rates: dict[str, list[float]] = {"trainyard": [], "sbatch": []}
+    for round_ in range(rounds):
+        seconds = burst_trainyard(backend, account, jobs, round_)
+        rates["trainyard"].append(round(jobs / seconds, 1))
+        slurm.run("scancel", f"--user={account.name}")
+        wait_until_idle(cluster, cluster.nodes)
+        seconds = burst_sbatch(slurm, account, jobs)
+        rates["sbatch"].append(round(jobs / seconds, 1))
+        slurm.run("scancel", f"--user={account.name}")
+        wait_until_idle(cluster, cluster.nodes)
+    ratios = [round(t / s, 2) for t, s in zip(rates["trainyard"], rates["sbatch"], strict=True)]
+    print(json.dumps({"burst": jobs, "jobs_per_s": rates, "ratio": ratios}, indent=2))
+
+
 def summary(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     return {
@@ -92,12 +149,18 @@ def summary(seconds: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=20)
-    jobs = parser.parse_args().jobs
+    parser.add_argument("--burst", type=int, default=0, help="jobs per burst (0: none)")
+    parser.add_argument("--rounds", type=int, default=2, help="bursts per side")
+    args = parser.parse_args()
+    jobs = args.jobs
     account = job_account("bench")
     with running_cluster() as cluster, tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         root.chmod(0o711)
         backend = SlurmBackend(root / "state", root / "logs", str(cluster.conf))
+        if args.burst:
+            burst(cluster, backend, account, args.burst, args.rounds)
+            return
         plain = owned_directory(root / "plain", account)
         slurm = SlurmCommands(str(cluster.conf))
         times: dict[str, list[float]] = {"trainyard": [], "sbatch": []}

@@ -70,6 +70,10 @@ class JobLaunch:
     output_path: str = ""
     job_type: str = "batch"
     run_as: RunAs | None = None  # None: the owner has no account (refused where it matters)
+    # Seconds this attempt may run: what is left of the job's wall time (None: no limit).
+    # The job manager stops the job then; a backend whose engine can also end it when the
+    # portal is down passes it on (Slurm's --time).
+    wall_time: float | None = None
 
 
 # A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed

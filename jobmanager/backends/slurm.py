@@ -49,7 +49,12 @@ from jobmanager.backends.base import (
 )
 from jobmanager.backends.local import worker_env
 from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJob, SlurmNode
-from jobmanager.backends.slurm_script import allocation_options, batch_script, node_shares
+from jobmanager.backends.slurm_script import (
+    allocation_options,
+    batch_script,
+    node_shares,
+    time_limit,
+)
 
 TRAVERSABLE = 0o711
 PRIVATE = 0o700
@@ -69,9 +74,11 @@ class SlurmBackend(ClusterBackend):
         conf: str = "",
         partition: str = "",
         commands: SlurmCommands | None = None,
+        stop_grace: float = 30.0,
     ) -> None:
         """``conf``: the cluster's slurm.conf ("" for Slurm's default, /etc/slurm);
-        ``partition``: where jobs go ("" for the cluster's default)."""
+        ``partition``: where jobs go ("" for the cluster's default); ``stop_grace``: the
+        job manager's grace on a stop, which Slurm's time limit leaves room for."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
         for directory in (self.state_dir, self.log_dir):
@@ -79,6 +86,7 @@ class SlurmBackend(ClusterBackend):
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE)
         self.partition = partition
+        self.stop_grace = stop_grace
         self.slurm = commands or SlurmCommands(conf)
         self._pinned_nodes: list[SlurmNode] | None = None
 
@@ -153,6 +161,7 @@ class SlurmBackend(ClusterBackend):
             f"--job-name={_slurm_name(launch.job_id, launch.attempt)}", "--no-requeue",
             f"--output={job_dir / f'a{launch.attempt}' / 'batch.log'}", "--kill-on-invalid-dep=yes",
             *([f"--partition={self.partition}"] if self.partition else []),
+            *time_limit(launch.wall_time, self.stop_grace),
             *allocation_options(shares),
         ]  # fmt: skip
         try:
@@ -242,9 +251,8 @@ class SlurmBackend(ClusterBackend):
             code = self._exit_code(state, rank)
             if code is not None:
                 state_ = WorkerState.SUCCEEDED if code == 0 else WorkerState.FAILED
-                workers.append(
-                    WorkerReport(rank, state_, code, STOPPED if stopping and code else "")
-                )
+                why = (STOPPED if stopping else _timed_out(job)) if code else ""
+                workers.append(WorkerReport(rank, state_, code, why))
             elif node in bad and (job is None or job.ended or job.state == "RUNNING"):
                 workers.append(
                     WorkerReport(
@@ -268,7 +276,7 @@ class SlurmBackend(ClusterBackend):
                 killed = SIGKILL_EXIT if state["killed_at"] else SIGTERM_EXIT
                 workers.append(WorkerReport(rank, WorkerState.FAILED, killed, STOPPED))
             else:
-                why = (
+                why = _timed_out(job) or (
                     f"Slurm job {job.job_id}: {job.state} ({job.reason})"
                     if job
                     else (f"Slurm no longer knows job {state['slurm_id']}")
@@ -374,6 +382,14 @@ def _run_as(launch: JobLaunch) -> RunAs:
     if run_as.uid == 0 or run_as.gid == 0:
         raise LaunchRefused(f"Job {launch.job_id} would run as root ({run_as.describe()}).")
     return run_as
+
+
+def _timed_out(job: SlurmJob | None) -> str:
+    """Why a worker ended when Slurm ended it at the allocation's time limit ("" else)."""
+    # While Slurm ends it, squeue says COMPLETING, with the reason already TimeLimit.
+    if job is not None and (job.state == "TIMEOUT" or job.reason == "TimeLimit"):
+        return f"Slurm job {job.job_id} reached its time limit (the job's wall time)"
+    return ""
 
 
 def _slurm_name(job_id: str, attempt: int) -> str:

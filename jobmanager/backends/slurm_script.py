@@ -7,6 +7,9 @@ one job (``--nodes=N --ntasks-per-node``); otherwise a heterogeneous job with on
 component per node, which Slurm also allocates all at once. Either way all workers start
 together or none do (gang).
 
+The allocation's time limit (``--time``) is what is left of the job's wall time, so that
+Slurm ends a job whose portal is down.
+
 The batch script runs as the job's owner on the allocation's first node and starts one
 ``srun`` step per worker, pinned to that worker's node, with the worker's own
 environment. Each worker's step marks that it runs (``<status dir>/worker-<rank>.started``)
@@ -84,6 +87,16 @@ def allocation_options(shares: list[NodeShare]) -> list[str]:
     for index, share in enumerate(shares):
         options += ([":"] if index else []) + share.options()
     return options
+
+
+def time_limit(wall_time: float | None, grace: float) -> list[str]:
+    """sbatch's ``--time`` for an attempt that may run ``wall_time`` seconds: in whole
+    minutes (Slurm's unit), rounded up past the wall time and the portal's stop grace, so
+    that the job manager's own stop comes first while the portal is up and Slurm ends the
+    job when it is not. No option without a wall time (the partition's limit holds)."""
+    if wall_time is None:
+        return []
+    return [f"--time={max(1, math.ceil((wall_time + grace) / 60))}"]
 
 
 def step_options(spec: WorkerSpec, shares: list[NodeShare]) -> list[str]:

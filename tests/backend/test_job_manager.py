@@ -181,6 +181,18 @@ def test_a_job_past_its_wall_time_is_stopped_and_ends_as_timeout(world, jobs, ba
     assert job.job_id not in backend.deployed()
 
 
+def test_a_launch_carries_what_is_left_of_the_wall_time_for_the_backend_to_enforce(world, jobs):
+    job = submit(world, max_wall_time=600)
+    assert lifecycle.launch_for(job).wall_time == 600  # not started yet: all of it
+    jobs.run()
+    # requeued after running 200 s: its next attempt may run what is left
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=200))
+
+    left = lifecycle.launch_for(refreshed(job)).wall_time
+
+    assert left is not None and 395 <= left <= 400
+
+
 def test_the_vc_cap_on_wall_time_applies_to_jobs_submitted_before_it_was_lowered(
     world, jobs, backend
 ):

@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from backend.clusters.models import GpuType, Node
 from backend.jobs.backends import get_backend
 from backend.jobs.models import Job, JobStatus
 from backend.repairs.actions import move_node
+from jobmanager.backends import WorkerState
 from jobmanager.backends.slurm import SlurmBackend
 from jobmanager.backends.slurm_commands import SlurmJob
 from repairmanager.states import RepairState
@@ -265,3 +267,82 @@ def test_a_node_the_repair_manager_takes_out_is_drained_in_slurm_until_it_return
     wait_until(
         lambda: {n.name: n for n in jobs.backend.nodes()}["node3"].ready, 30, "node3 resumed"
     )
+
+
+def test_ffdl_gang_burst_on_slurm_every_gpu_in_a_whole_gang_and_no_partial_gang(
+    world, jobs, settings
+):
+    """FfDL's gang-scheduling scenario on the three Slurm nodes (12 GPUs): 50 jobs of
+    2 x 1 GPU at once. Six whole gangs run in Slurm, every worker of each started, no GPU
+    held twice; the other 44 wait in Trainyard, none half-started or pending in Slurm.
+    Killed, Slurm holds nothing of them."""
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    burst = [submit(world, gpus_per_worker=1, command="sleep 600") for _ in range(50)]
+    ids = [job.job_id for job in burst]
+
+    def counts() -> Counter:
+        return Counter(Job.objects.filter(job_id__in=ids).values_list("status", flat=True))
+
+    def six_gangs_run() -> bool:
+        jobs.run()
+        reports = jobs.backend.reports()
+        return counts() == Counter({"running": 6, "queued": 44}) and all(
+            report.started and all(w.state == WorkerState.RUNNING for w in report.workers)
+            for report in reports.values()
+        )
+
+    wait_until(six_gangs_run, 60, "six whole gangs running in Slurm, 44 waiting")
+
+    running = Job.objects.filter(job_id__in=ids, status=JobStatus.RUNNING)
+    held = Counter((w["node"], gpu) for job in running for w in job.placement for gpu in w["gpus"])
+    assert len(held) == 12 and set(held.values()) == {1}  # every GPU, each once
+    live = live_slurm_jobs(jobs, ids)
+    assert len(live) == 6 and all(job.state == "RUNNING" for job in live)  # none pending
+
+    response = world.client(world.member).post(
+        f"{JOBS}batch/", {"action": "kill", "ids": ids}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+
+    def all_killed() -> bool:
+        jobs.run()
+        return counts() == Counter({"killed": 50})
+
+    wait_until(all_killed, 60, "every job killed")
+    wait_until(lambda: not live_slurm_jobs(jobs, ids), 30, "Slurm to hold nothing of them")
+
+
+def test_ffdl_fragmentation_on_slurm_small_jobs_packed_leave_a_whole_node_for_a_4_gpu_one(
+    world, jobs, settings
+):
+    """FfDL's fragmentation scenario on the Slurm nodes: three 1-GPU jobs are packed onto
+    one node in Slurm, so a 4-GPU job gets a whole node of its own at once."""
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    small = [submit(world, workers=1, gpus_per_worker=1, command="sleep 600") for _ in range(3)]
+    for job in small:
+        status_after_runs(jobs, job, {JobStatus.RUNNING}, "the small jobs run")
+
+    big = submit(world, workers=1, gpus_per_worker=4, command="sleep 600")
+    big = status_after_runs(jobs, big, {JobStatus.RUNNING}, "the 4-GPU job runs")
+
+    ids = [job.job_id for job in (*small, big)]
+    wait_until(
+        lambda: [job.state for job in live_slurm_jobs(jobs, ids)] == ["RUNNING"] * 4,
+        30,
+        "the four jobs running in Slurm",
+    )
+    slurm_nodes = {job.name.rsplit("-a", 1)[0]: job.nodes for job in live_slurm_jobs(jobs, ids)}
+    small_nodes = {slurm_nodes[f"ty-{job.job_id}"] for job in small}
+    assert len(small_nodes) == 1  # packed
+    assert slurm_nodes[f"ty-{big.job_id}"] not in small_nodes
+    assert slurm_nodes[f"ty-{big.job_id}"] == placed_nodes(big)[0]
+
+
+def live_slurm_jobs(jobs: JobManager, ids: list[str]) -> list[SlurmJob]:
+    """The Slurm jobs of these Trainyard jobs (any attempt) that have not ended."""
+    ours = {f"ty-{job_id}" for job_id in ids}
+    return [
+        job
+        for job in jobs.backend.slurm.jobs()
+        if not job.ended and job.name.rsplit("-a", 1)[0] in ours
+    ]

@@ -145,3 +145,29 @@ def test_a_new_attempt_replaces_an_ended_one_not_yet_removed(backend):
     report = ended(backend, "again00001")
     assert (report.attempt, report.succeeded) == (2, True)
     assert "attempt 2" in log(backend, "again00001", 0)
+
+
+def test_slurm_s_time_limit_is_the_wall_time_left_with_room_for_the_portal_s_stop(backend):
+    launch = a_launch("walltime01", (WorkerSpec(0, "node1", (0,), 1000, 64),), "sleep 600")
+
+    backend.deploy(replace(launch, wall_time=150.0))  # + the 30 s grace: 3 minutes
+
+    state = json.loads((backend.state_dir / "walltime01" / "state.json").read_text())
+    jobs = json.loads(backend.slurm.run("squeue", "--json"))["jobs"]  # it ignores --jobs
+    (job,) = [job for job in jobs if job["job_id"] == state["slurm_id"]]
+    assert job["time_limit"] == 3  # minutes
+
+
+def test_slurm_ends_a_job_past_its_wall_time_when_the_portal_does_not(backend):
+    # Nothing here stops the job, as when the portal is down: Slurm's own limit ends it
+    # (at its next check, every 30 s, past the minute).
+    launch = a_launch("walltime02", (WorkerSpec(0, "node2", (0,), 1000, 64),), "sleep 600")
+    backend.deploy(replace(launch, wall_time=1.0))
+    wait_for(lambda: backend.reports()["walltime02"].started, SECONDS, "the worker starts")
+
+    report = wait_for(
+        lambda: (r := backend.reports()["walltime02"]).ended and r, 150.0, "Slurm ends it"
+    )
+
+    assert not report.succeeded
+    assert "time limit" in report.workers[0].reason

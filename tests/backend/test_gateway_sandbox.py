@@ -16,6 +16,7 @@ from tests.backend.gateway_support import registered_key, running_gateway, ssh, 
 from tests.backend.test_gateway_hijacks import (
     accepting,
     answered,
+    jupyter_preset,
     named_server,
     running,
     through_proxy,
@@ -145,3 +146,24 @@ def _get(port: int) -> str:
         return requests.get(f"http://127.0.0.1:{port}/", timeout=2).text
     except requests.RequestException:
         return ""
+
+
+def test_the_proxy_reaches_the_jupyter_preset_in_a_sandboxed_job(world, tenants, jobs, gateway):
+    pytest.importorskip("jupyter_server")
+    mia, _ = tenants
+    port = free_port()
+    command, _ = jupyter_preset(port)  # on the job's 127.0.0.1 (its --ip)
+    env = {"PYTHONPATH": JOB_PYTHONPATH, "JUPYTER_PLATFORM_DIRS": "1"}
+    notebook = running(
+        world, jobs, mia, command, env=env, ports=[{"name": "jupyter", "port": port}]
+    )
+
+    answered(gateway, notebook, "jupyter", signed_in(mia))
+    kernels = f"/endpoints/{notebook.job_id}/jupyter/api/kernels"
+    answer = requests.get(
+        f"http://127.0.0.1:{gateway.endpoints_port}{kernels}",
+        cookies={"sessionid": signed_in(mia)},
+        timeout=10,
+    )
+
+    assert answer.status_code == 200 and answer.json() == []  # the job's token got in

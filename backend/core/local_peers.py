@@ -71,9 +71,10 @@ class TcpSocket(NamedTuple):
 TCP_LISTEN = "0A"
 
 
-def tcp_sockets() -> Iterator[TcpSocket]:
-    """Every TCP socket of this network namespace."""
-    for table in TABLES:
+def tcp_sockets(pid: int | None = None) -> Iterator[TcpSocket]:
+    """Every TCP socket of this network namespace, or of process ``pid``'s."""
+    tables = TABLES if pid is None else (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6")
+    for table in tables:
         try:
             with open(table) as rows:
                 next(rows, None)

@@ -17,7 +17,9 @@ no other tenant of the host.
 The proxy connects only to the address whose listening socket is the job's own (the
 target's ``listener``: the gateway's forwards decide the same way), and keeps a pool of
 connections per job, user and listener: a connection opened for one never carries a
-request of another, nor one made once a different socket listens there.
+request of another, nor one made once a different socket listens there. A sandboxed
+job's listener is in the job's network namespace: its pool's connections are made in it
+(``JobConnector``).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+from aiohttp.client_proto import ResponseHandler
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from backend.gateway.ports import Listener, NotTheJobs
+from backend.gateway.ports import Listener, NotTheJobs, connect
 from backend.gateway.tokens import endpoint_token
 
 HOP_BY_HOP = {
@@ -81,6 +85,25 @@ class Upstream:
     listener: Listener
 
 
+class JobConnector(aiohttp.BaseConnector):
+    """Connections to a listener in a job's network namespace, made inside it (whatever
+    the URL's host and port, which name the listener)."""
+
+    def __init__(self, listener: Listener) -> None:
+        super().__init__()
+        self.listener = listener
+
+    async def _create_connection(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        try:
+            sock = await asyncio.to_thread(connect, self.listener)
+        except OSError as error:
+            raise aiohttp.ClientConnectorError(req.connection_key, error) from error
+        _, protocol = await self._loop.create_connection(self._factory, sock=sock)
+        return protocol
+
+
 @dataclass
 class Pool:
     session: aiohttp.ClientSession
@@ -100,8 +123,11 @@ class Pools:
         await self._close_idle()
         pool = self.pools.get(upstream)
         if pool is None:
+            listener = upstream.listener
             session = aiohttp.ClientSession(
-                auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+                connector=JobConnector(listener) if listener.netns else None,
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None),
             )
             pool = self.pools[upstream] = Pool(session)
         pool.in_use += 1

@@ -11,18 +11,33 @@ health and metrics ports, Redis, the database, the gateway, another tenant's ser
 is refused, also when a process of the job listens on the same port number elsewhere
 (``::1`` while the portal holds 127.0.0.1).
 
-:func:`job_listener` is the one place that decides it; when a job gets a network
-namespace of its own, it becomes "connect inside the job's namespace".
+:func:`job_listener` is the one place that decides it. A sandboxed job has a network
+namespace of its own (``job_namespace``), where ``127.0.0.1`` is the job's loopback: the
+sockets are those the namespace lists (``/proc/<pid>/net/tcp{,6}`` of a process of the
+job that is in it), and :func:`connect` opens the connection from inside it, a thread
+entering it (``setns``) just for the ``connect``. Inside, rather than at the job's
+address on the bridge: a server on the job's ``127.0.0.1`` only (Jupyter's default, most
+``ssh -L`` targets) is reachable nowhere else, and nothing of the host (the portal's
+ports) listens in a job's namespace.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import ipaddress
-from collections.abc import Iterable
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from backend.core.local_peers import TCP_LISTEN, Address, TcpSocket, socket_inodes, tcp_sockets
 
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000
+CONNECT_TIMEOUT_SECONDS = 10.0
 IPV4_ANY = ipaddress.ip_address("0.0.0.0")
 IPV6_ANY = ipaddress.ip_address("::")
 IPV4_LOOPBACK = ipaddress.ip_address("127.0.0.1")
@@ -44,11 +59,13 @@ class NotTheJobs(Exception):
 @dataclass(frozen=True)
 class Listener:
     """A job's own listening socket(s) at ``address``:``port``; ``inodes`` tell this
-    listener from a later one on the same address and port."""
+    listener from a later one on the same address and port; ``netns`` is the path of the
+    job's network namespace the address is in ("" for the host's)."""
 
     address: str
     port: int
     inodes: frozenset[int]
+    netns: str = ""
 
     @property
     def host_port(self) -> str:
@@ -67,16 +84,18 @@ def reaches(bound: Address, destination: Address) -> bool:
 
 
 def job_listener(
-    job_id: str, host: str, port: int, pids: Iterable[int], owner_uid: int
+    job_id: str, host: str, port: int, pids: Iterable[int], owner_uid: int, netns: str = ""
 ) -> Listener:
     """The address that ``host`` names (``localhost``, ``127.0.0.1``, ``::1``) where
     every socket listening on ``port`` is one the job's processes ``pids`` hold, owned by
-    ``owner_uid``; raises NotTheJobs saying why there is none."""
+    ``owner_uid``: in the job's network namespace at the path ``netns`` when it has one,
+    else in the host's; raises NotTheJobs saying why there is none."""
     destinations = LOOPBACK_NAMES.get(host)
     if destinations is None:
         raise NotTheJobs(f"only ports of job {job_id} on localhost can be forwarded")
-    listening = [s for s in tcp_sockets() if s.state == TCP_LISTEN and s.local[1] == port]
     pids = list(pids)
+    sockets = tcp_sockets(_process_in(netns, pids, job_id)) if netns else tcp_sockets()
+    listening = [s for s in sockets if s.state == TCP_LISTEN and s.local[1] == port]
     held = socket_inodes(pids) if listening else set()
     refusal = ""
     for destination in destinations:
@@ -84,7 +103,8 @@ def job_listener(
         if not reached:
             continue
         if all(_is_jobs(s, held, owner_uid) for s in reached):
-            return Listener(str(destination), port, frozenset(s.inode for s in reached))
+            inodes = frozenset(s.inode for s in reached)
+            return Listener(str(destination), port, inodes, netns)
         refusal = refusal or (
             f"port {port} at {destination} is not job {job_id}'s: a process that is not "
             "the job's listens there"
@@ -94,3 +114,56 @@ def job_listener(
 
 def _is_jobs(socket: TcpSocket, held: set[int], owner_uid: int) -> bool:
     return socket.inode in held and socket.uid == owner_uid
+
+
+def _process_in(netns: str, pids: list[int], job_id: str) -> int:
+    """A process of ``pids`` in the network namespace at ``netns``, whose /proc lists the
+    namespace's sockets; raises NotTheJobs when none is."""
+    with contextlib.suppress(OSError):
+        namespace = os.stat(netns)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                joined = os.stat(f"/proc/{pid}/ns/net")
+                if (joined.st_dev, joined.st_ino) == (namespace.st_dev, namespace.st_ino):
+                    return pid
+    raise NotTheJobs(f"no process of job {job_id} runs in its network namespace")
+
+
+def connect(listener: Listener, timeout: float = CONNECT_TIMEOUT_SECONDS) -> socket.socket:
+    """A blocking TCP connection to the listener, made in its job's network namespace when
+    it is in one; raises OSError when it cannot be made."""
+    address = (listener.address, listener.port)
+    if not listener.netns:
+        return socket.create_connection(address, timeout=timeout)
+    return in_namespace(listener.netns, lambda: socket.create_connection(address, timeout))
+
+
+def in_namespace(netns: str, work: Callable[[], T]) -> T:
+    """``work()`` done in a thread of its own that has entered the network namespace at
+    the path ``netns`` (the sockets it makes are that namespace's), the thread ending with
+    it; raises what ``work`` raised, or OSError when the namespace cannot be entered."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            descriptor = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(descriptor, CLONE_NEWNET) != 0:
+                    error = ctypes.get_errno()
+                    raise OSError(error, f"cannot enter {netns}: {os.strerror(error)}")
+            finally:
+                os.close(descriptor)
+            outcome.append(work())
+        except BaseException as error:  # handed to the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="job-netns", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)

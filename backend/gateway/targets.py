@@ -13,9 +13,10 @@ import asyncio
 from typing import Protocol
 
 import asyncssh
+from asyncssh.forward import SSHForwarder
 
 from backend.gateway.access import Admission
-from backend.gateway.ports import LOOPBACK_NAMES, Listener, NotTheJobs, job_listener
+from backend.gateway.ports import LOOPBACK_NAMES, Listener, NotTheJobs, connect, job_listener
 from backend.gateway.processes import JobProcess, Output, session_confinement
 
 LOOPBACK = tuple(LOOPBACK_NAMES)  # the names a client may forward to
@@ -94,7 +95,8 @@ class LocalTarget:
         if confinement is None:
             raise NotTheJobs(f"worker {rank} of job {job_id} is not running")
         pids = self.backend.job_pids(job_id)
-        return job_listener(job_id, host, port, pids, confinement.uid)
+        netns = self.backend.job_namespace(job_id) or ""
+        return job_listener(job_id, host, port, pids, confinement.uid, netns)
 
     async def forward(self, admission, conn, host, port):
         login = admission.login
@@ -102,7 +104,14 @@ class LocalTarget:
             listener = await asyncio.to_thread(self.listener, login.job_id, host, port, login.rank)
         except NotTheJobs as refusal:
             raise refused(str(refusal)) from refusal
-        return await conn.forward_connection(listener.address, listener.port)
+        if not listener.netns:
+            return await conn.forward_connection(listener.address, listener.port)
+        try:  # in the job's network namespace: its loopback is the job's own
+            sock = await asyncio.to_thread(connect, listener)
+        except OSError as error:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from error
+        _, peer = await asyncio.get_running_loop().create_connection(SSHForwarder, sock=sock)
+        return SSHForwarder(peer)
 
 
 class NoTarget:

@@ -549,6 +549,15 @@ class LocalBackend(ClusterBackend):
         address: str | None = network.get("address")
         return address
 
+    def job_namespace(self, job_id: str) -> str | None:
+        """The path of the job's network namespace (where its ``127.0.0.1`` is), for the
+        gateway to connect to the job's ports in it; None without the sandbox."""
+        state = self._read_state(job_id) or {}
+        network = state.get("network") or {}
+        if not network.get("netns"):
+            return None
+        return JobNetwork(network["netns"], network["address"]).path
+
     def _write_bundle(
         self,
         bundle: Path,

@@ -133,3 +133,20 @@ def ssh(gateway: Gateway, key: Path, login: str, *arguments: str, **kwargs):
     return subprocess.run(
         ssh_argv(gateway, key, login, *arguments), capture_output=True, text=True, **kwargs
     )
+
+
+@contextmanager
+def tunnel_to(gateway: Gateway, key: Path, login: str, destination: str) -> Iterator[int]:
+    """``ssh -N -L`` from a free port of the host's 127.0.0.1 to ``destination``
+    (``host:port``) through the gateway; yields the local port, the client ended after."""
+    local_port = free_port()
+    tunnel = subprocess.Popen(
+        ssh_argv(gateway, key, login, "-N", "-o", "ExitOnForwardFailure=yes",
+                 "-L", f"127.0.0.1:{local_port}:{destination}"),
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield local_port
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shlex
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import requests
 from backend.gateway.tokens import endpoint_token
 from backend.jobs.models import Job, JobStatus
 from tests.backend import test_ssh_gateway
-from tests.backend.gateway_support import registered_key, running_gateway, ssh, ssh_argv
+from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
 from tests.backend.test_local_backend_e2e import (
     NODES,
     JobManager,
@@ -281,21 +280,11 @@ def test_ssh_forwards_reach_the_job_s_own_port_never_the_portal_s(
     assert to_job.stdout.endswith("\n\nmia"), to_job.stderr + gateway.output()
     assert by_name.stdout.endswith("\n\nmia"), by_name.stderr
 
-    local_port = free_port()
-    tunnel = subprocess.Popen(
-        ssh_argv(gateway, key, login, "-N", "-o", "ExitOnForwardFailure=yes",
-                 "-L", f"127.0.0.1:{local_port}:localhost:{portal_port}"),
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
     def through_tunnel() -> str:
         try:
             return requests.get(f"http://127.0.0.1:{local_port}/", timeout=2).text
         except requests.RequestException:
             return ""
 
-    try:
+    with tunnel_to(gateway, key, login, f"localhost:{portal_port}") as local_port:
         assert wait_for(through_tunnel, "the job's server through ssh -L") == "mia"
-    finally:
-        tunnel.terminate()
-        tunnel.wait(timeout=10)

@@ -221,7 +221,6 @@ def test_ssh_runs_openssh_with_the_jobs_endpoint(cli, world, tmp_path):
     job_id = cli(
         "submit", "--vc", "vision", "--gpu-type", "A100", "--gpus", "1", "--", "sleep 300"
     ).stdout.strip()
-    not_yet = cli("ssh", job_id)
     wait_until(lambda: Job.objects.get(job_id=job_id).status == "running", DEADLINE, "running")
 
     # OpenSSH's -G prints the options it would connect with, and connects nowhere.
@@ -231,8 +230,12 @@ def test_ssh_runs_openssh_with_the_jobs_endpoint(cli, world, tmp_path):
     options = dict(line.split(" ", 1) for line in resolved.stdout.splitlines() if " " in line)
     assert options["user"] == f"mia+{job_id}"
     assert (options["hostname"], options["port"]) == ("gateway.example.com", "2222")
-    assert not_yet.returncode == 1 and "SSH reaches running jobs only" in not_yet.stderr
     cli("kill", job_id)
+    # Once it is no longer running (a job queued a moment is often running before the CLI
+    # asks, so the test asks after the kill): refused by the CLI, no ssh started.
+    wait_until(lambda: Job.objects.get(job_id=job_id).status != "running", DEADLINE, "ended")
+    not_running = cli("ssh", job_id)
+    assert not_running.returncode == 1 and "SSH reaches running jobs only" in not_running.stderr
 
 
 def test_login_stores_the_url_and_a_new_token_for_the_user_only(cli, server, world, tmp_path):

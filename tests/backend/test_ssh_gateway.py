@@ -405,9 +405,15 @@ def test_a_server_started_over_ssh_is_the_job_s_and_can_be_forwarded_to(
     start = f"setsid {PYTHON} -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 < /dev/null &"
     assert ssh(gateway, mia_key, login(job), start).returncode == 0
 
-    def forwarded() -> str:
-        answer = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{port}",
-                     input="GET / HTTP/1.0\r\n\r\n")  # fmt: skip
+    def forwarded() -> bool:
+        # A -W made while the server was starting hung once under CI's load (the channel
+        # open, no answer, for 60 s; not reproduced alone, noted for the gateway): such an
+        # attempt counts as "not yet", and the next one must be answered.
+        try:
+            answer = ssh(gateway, mia_key, login(job), "-W", f"127.0.0.1:{port}",
+                         input="GET / HTTP/1.0\r\n\r\n", timeout=15)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
         return answer.stdout.startswith("HTTP/1.0 200")
 
     wait_for(forwarded, "the server the session started, through the gateway")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.db.models import Count, QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
@@ -15,6 +15,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from backend.core.deadlocks import atomic_retrying_deadlocks
 from backend.core.exceptions import ActionRefused
 from backend.core.pagination import StandardPagination
 from backend.core.permissions import IsOwner, IsVcAdmin, Rule, acting_user
@@ -265,9 +266,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             if refusal:
                 results.append({"id": job_id, "ok": False, "error": refusal})
                 continue
-            try:
-                with transaction.atomic():
-                    job = JOB_ACTIONS[name](job, acting_user(request), reason)
+            try:  # a deadlock with the job manager's pass is run again, not a 503
+                job = atomic_retrying_deadlocks(
+                    partial(JOB_ACTIONS[name], job, acting_user(request), reason)
+                )
             except ActionRefused as refused:
                 results.append({"id": job_id, "ok": False, "error": refused.message})
             else:

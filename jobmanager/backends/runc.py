@@ -14,7 +14,6 @@ path while they run isolated (``python -I -S``).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
@@ -69,19 +68,6 @@ def oom_kills(cgroup_path: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def process_json(
-    args: list[str],
-    env: dict[str, str],
-    cwd: str,
-    uid: int,
-    gid: int,
-    groups: list[int],
-    terminal: bool = False,
-) -> str:
-    """``process`` as JSON, for ``runc exec --process``."""
-    return json.dumps(process(args, env, cwd, uid, gid, groups, terminal))
 
 
 def process(

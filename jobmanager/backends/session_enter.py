@@ -84,10 +84,10 @@ def enter_container(confinement: confine_module.Confinement, argv: list[str], tt
     runc = _load("runc")
     sandbox = confinement.sandbox
     assert sandbox is not None  # only called for a worker in a container
-    process = runc.process_json(
+    process = json.dumps(runc.process(
         argv, confinement.env, confinement.working_dir, confinement.uid, confinement.gid,
         list(confinement.groups), terminal=tty,
-    )  # fmt: skip
+    ))  # fmt: skip
     reader, writer = os.pipe()
     os.write(writer, process.encode())  # far below a pipe's capacity
     os.close(writer)

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 import asyncssh
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import portforward, stream
@@ -45,10 +46,15 @@ class KubernetesTarget:
         return pod_name(admission.login.job_id, admission.attempt, admission.login.rank)
 
     def available(self, admission: Admission) -> bool:
+        """Whether the worker's pod runs; an API server that does not answer now (an
+        error other than 404, no connection) ends no session: the job's status in the
+        database says when the job ends."""
         try:
             pod = self.core.read_namespaced_pod(self._pod(admission), self.namespace)
-        except ApiException:
-            return False
+        except ApiException as error:
+            return error.status != 404
+        except urllib3.exceptions.HTTPError:
+            return True
         return (pod.status and pod.status.phase) == "Running"
 
     async def start(self, admission, argv, env, stdout, stderr, tty) -> PodProcess:

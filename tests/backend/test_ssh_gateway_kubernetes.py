@@ -92,6 +92,29 @@ def test_a_command_runs_in_the_job_s_pod_with_its_environment_and_exit_status(
     assert exec_calls[0].path == f"/api/v1/namespaces/{NAMESPACE}/pods/ty-{job.job_id}-1-0/exec"
 
 
+def test_a_session_outlives_an_api_server_that_does_not_answer_for_a_while(
+    world, fake_kubernetes, k8s_gateway, host_tmp
+):
+    key = registered_key(host_tmp, world.member)
+    job = running_pod_job(world, fake_kubernetes, host_tmp)
+    session = subprocess.Popen(
+        ssh_argv(k8s_gateway, key, login(job), "echo started; read line; echo got $line"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert session.stdout.readline() == "started\n"
+        # Ten checks of the pod in a row answered 503, as an API server restarting would.
+        fake_kubernetes.fail_reads("pods", 10)
+        wait_for(
+            lambda: fake_kubernetes.read_failures_left("pods") == 0 or session.poll() is not None,
+            "ten failed checks of the pod",
+        )
+        out, err = session.communicate("on\n", timeout=60)
+    finally:
+        session.kill()
+    assert (session.returncode, out) == (0, "got on\n"), err
+
+
 def test_a_terminal_session_gets_a_tty_of_the_client_s_size(
     world, fake_kubernetes, k8s_gateway, host_tmp
 ):

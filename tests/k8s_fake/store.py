@@ -137,6 +137,7 @@ class ApiStore(Kubelet):
         self._version = 0
         self._creates: dict[str, int] = {}
         self._create_failures: dict[tuple[str, int], tuple[int, str]] = {}
+        self._read_failures: dict[str, tuple[int, int]] = {}  # plural: (reads left, code)
         self._closing = False
         self._init_kubelet()
 
@@ -236,6 +237,15 @@ class ApiStore(Kubelet):
             number = self._creates.get(plural, 0) + nth
             self._create_failures[(plural, number)] = (code, message)
 
+    def fail_reads(self, plural: str, count: int, code: int = 503) -> None:
+        """The next ``count`` reads of one ``plural`` by name answer ``code``."""
+        with self._changed:
+            self._read_failures[plural] = (count, code)
+
+    def read_failures_left(self, plural: str) -> int:
+        with self._changed:
+            return self._read_failures.get(plural, (0, 0))[0]
+
     def compact(self) -> None:
         """Forget the event history, as etcd compaction does: older watches get 410."""
         with self._changed:
@@ -334,6 +344,10 @@ class ApiStore(Kubelet):
 
     def read(self, plural: str, namespace: str, name: str) -> dict:
         with self._changed:
+            left, code = self._read_failures.get(plural, (0, 0))
+            if left:
+                self._read_failures[plural] = (left - 1, code)
+                raise ApiError(code, HTTPStatus(code).phrase.replace(" ", ""), "injected failure")
             obj = self._objects[plural].get((namespace, name))
             if obj is None:
                 raise ApiError(404, "NotFound", f'{plural} "{name}" not found')

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +16,13 @@ import pytest
 from jobmanager.backends import LaunchRefused
 from jobmanager.backends.images import ImageBroken, ImageStore
 from jobmanager.backends.local import LocalBackend
-from tests.jobmanager.test_local_backend import launch
+from tests.jobmanager.test_local_backend import launch, wait_for
 from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
+from tests.servers import free_port
 
 IMAGE = "trainyard-images-test/busybox:1"
 MARKER = "ID=trainyard-images-test"
+REGISTRIES_CONF_D = Path("/etc/containers/registries.conf.d")
 APPLETS = ("sh", "cat", "id", "ls", "echo", "touch", "env", "sleep", "pwd", "stat")
 
 
@@ -164,3 +167,57 @@ def test_a_reference_never_leads_out_of_the_store(host_tmp):
     layout, tag = store.layout_of("registry.example.com:5000/team/base@sha256:" + "a" * 64)
     assert layout == host_tmp / "store" / "registry.example.com_5000" / "team" / "base"
     assert tag == "sha256-" + "a" * 64
+
+
+@pytest.fixture
+def registry(host_tmp, image_store) -> Iterator[str]:
+    """A real registry (Debian's docker-registry) on a loopback port of the test's own,
+    holding IMAGE, which the host's containers configuration lets skopeo reach without TLS
+    (a drop-in of the test's own in /etc/containers/registries.conf.d, removed after).
+    Yields its address."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.skip("pulling needs skopeo, and its test docker-registry")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    config = host_tmp / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {host_tmp / 'registry'}\n"
+        f"http:\n  addr: {address}\nlog:\n  level: error\n"
+    )
+    drop_in = REGISTRIES_CONF_D / f"trainyard-images-test-{port}.conf"
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        drop_in.write_text(f'[[registry]]\nlocation = "{address}"\ninsecure = true\n')
+        wait_for(lambda: answers(f"http://{address}/v2/"), "the registry")
+        layout = image_store / IMAGE.rsplit(":", 1)[0]
+        run(["skopeo", "copy", "--quiet", f"oci:{layout}:1", f"docker://{address}/{IMAGE}"])
+        yield address
+    finally:
+        drop_in.unlink(missing_ok=True)
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def test_an_image_the_store_lacks_is_pulled_from_its_registry_where_the_site_allows(
+    host_tmp, registry
+):
+    store = host_tmp / "pulled-store"
+    reference = f"{registry}/{IMAGE}"
+    with sandboxed_backend(host_tmp, image_store_dir=store, image_pull=True) as backend:
+        code, reason, log = run_to_end(backend, "cat /etc/os-release", image=reference)
+        assert code == 0, (reason, log)
+        assert MARKER in log
+        assert (store / registry.replace(":", "_") / IMAGE.split(":")[0] / "index.json").exists()
+        with pytest.raises(LaunchRefused, match=f"{registry}/nowhere/absent:1 could not be pulled"):
+            backend.deploy(launch("true", image=f"{registry}/nowhere/absent:1"))

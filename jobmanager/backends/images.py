@@ -132,8 +132,10 @@ class ImageStore:
         return ImageRoot(reference, digest, unpacked / "rootfs", _image_env(unpacked))
 
     def _pull(self, reference: str, layout: Path, tag: str) -> None:
-        """Copy the image from its registry into the store, one copy of a layout at a time."""
-        with _locked(self.cache_dir, f"pull-{layout.relative_to(self.store_dir)}"):
+        """Copy the image from its registry into the store, one copy of a layout at a time
+        (the lock in the store: backends of several state directories may share it)."""
+        self.store_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with _locked(self.store_dir, f"pull-{layout.relative_to(self.store_dir)}"):
             if _manifest_digest(layout, tag):
                 return  # another deployment pulled it meanwhile
             layout.parent.mkdir(parents=True, exist_ok=True)
@@ -255,12 +257,12 @@ def release_roots(job_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(cache_dir: Path, name: str) -> Iterator[None]:
-    """An exclusive lock, across processes, named ``name`` in the cache (root's alone)."""
-    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _locked(directory: Path, name: str) -> Iterator[None]:
+    """An exclusive lock, across processes, named ``name`` in ``directory`` (root's)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     safe_name = re.sub(r"[^A-Za-z0-9_.-]", "+", name)
     descriptor = os.open(
-        cache_dir / f".lock-{safe_name}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        directory / f".lock-{safe_name}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
     )
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)

@@ -44,6 +44,7 @@ REFERENCE = re.compile(
     rf"^(?P<repository>(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*)"
     r"(?::(?P<tag>\w[\w.-]{0,127}))?(?:@sha256:(?P<digest>[a-f0-9]{64}))?$"
 )
+DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 REF_NAME = "org.opencontainers.image.ref.name"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 UMOCI_TIMEOUT_SECONDS = 600.0
@@ -80,10 +81,6 @@ class ImageStore:
     store_dir: Path
     cache_dir: Path
     pull: bool = False
-
-    def describe(self) -> str:
-        pulled = "pulled from their registries (skopeo)" if self.pull else "never pulled"
-        return f"images from {self.store_dir}, {pulled}"
 
     def missing(self, reference: str) -> str:
         """Why the store cannot give ``reference`` ("" when it can, or may by pulling, or
@@ -154,9 +151,9 @@ class ImageStore:
         with _locked(self.cache_dir, f"unpack-{hexdigest}"):
             if final.is_dir():
                 return final
-            for stale in self.cache_dir.glob(f".partial-{hexdigest}"):
-                shutil.rmtree(stale)  # a crashed unpack's (rmtree follows no link)
             partial = self.cache_dir / f".partial-{hexdigest}"
+            if partial.exists():  # a crashed unpack's (rmtree follows no link)
+                shutil.rmtree(partial)
             argv = ["umoci", "--log", "error", "unpack", "--image", f"{layout}:{tag}", str(partial)]
             failed = _run(argv, UMOCI_TIMEOUT_SECONDS)
             if failed:
@@ -194,8 +191,8 @@ def _manifest_digest(layout: Path, tag: str) -> str:
     for manifest in index.get("manifests", []) if isinstance(index, dict) else []:
         annotations = manifest.get("annotations") or {}
         if annotations.get(REF_NAME) == tag and manifest.get("mediaType") == MANIFEST:
-            digest: str = manifest["digest"]
-            return digest
+            digest = str(manifest.get("digest", ""))
+            return digest if DIGEST.match(digest) else ""  # it names a path in the cache
     return ""
 
 

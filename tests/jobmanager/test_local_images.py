@@ -4,6 +4,7 @@ with umoci from Debian's static busybox (no registry, no network), real overlay 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobmanager.backends import LaunchRefused
-from jobmanager.backends.images import ImageBroken, ImageStore
+from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.test_local_backend import launch, wait_for
 from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
@@ -167,6 +168,12 @@ def test_a_reference_never_leads_out_of_the_store(host_tmp):
     layout, tag = store.layout_of("registry.example.com:5000/team/base@sha256:" + "a" * 64)
     assert layout == host_tmp / "store" / "registry.example.com_5000" / "team" / "base"
     assert tag == "sha256-" + "a" * 64
+    # An index whose digest would name a path out of the cache names no image.
+    forged = host_tmp / "store" / "forged"
+    forged.mkdir(parents=True)
+    entry = {"mediaType": MANIFEST, "digest": "sha256:../../etc", "annotations": {REF_NAME: "1"}}
+    (forged / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    assert "is not in this site's image store" in store.missing("forged:1")
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPU
 the worker's own ``/dev/nvidiaN``. It has namespaces of its own: pid (its ``ps`` shows
 its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
 Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
-devices.
+devices. A worker of a job with an image has that image as its root instead of the host's
+system (an overlay ``images.mount_root`` makes in the bundle), and the host's static tini
+as its init.
 """
 
 from __future__ import annotations

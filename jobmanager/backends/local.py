@@ -279,13 +279,13 @@ class LocalBackend(ClusterBackend):
         if not launch.workers:
             raise DeployError(f"Job {launch.job_id} has no workers to start.")
         run_as = self._run_as(launch)
-        image = self._image_root(launch)
         with self._deploy_locked(launch):
             state = self._read_state(launch.job_id)
             if state and state["attempt"] == launch.attempt and state["complete"]:
                 return
             if state:  # an earlier attempt, or a deployment cut short by a crash
                 self._remove_locked(launch.job_id)
+            image = self._image_root(launch)  # before anything of the attempt is made
             nodes = {node.name: node for node in self.nodes()}
             strangers = sorted({w.node for w in launch.workers} - set(nodes))
             if strangers:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.backends import LaunchRefused
+from jobmanager.backends import LaunchRefused, WorkerState
 from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore
 from jobmanager.backends.local import LocalBackend
-from tests.jobmanager.test_local_backend import launch, wait_for
+from tests.jobmanager.test_local_backend import launch, logged, wait_for
 from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
 from tests.servers import free_port
 
@@ -106,6 +106,17 @@ def test_an_image_the_site_lacks_is_refused_saying_why(imaged):
     with pytest.raises(LaunchRefused, match="absent:2 is not in this site's image store"):
         imaged.deploy(job)
     assert job.job_id not in imaged.reports()
+
+
+def test_deploying_a_running_attempt_again_changes_nothing_though_its_image_left(
+    imaged, image_store
+):
+    job = launch("echo STARTED; sleep 300", image=IMAGE)
+    imaged.deploy(job)
+    wait_for(logged(imaged, job.job_id, "STARTED"), "the job to start")
+    shutil.rmtree(image_store / IMAGE.split("/")[0])
+    imaged.deploy(job)  # as the job manager may repeat it after a crash
+    assert imaged.reports()[job.job_id].workers[0].state is WorkerState.RUNNING
 
 
 def test_a_backend_without_an_image_store_refuses_a_job_naming_an_image(host_tmp):

@@ -18,7 +18,7 @@ from jobmanager.backends import LaunchRefused, WorkerState
 from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.test_local_backend import launch, logged, wait_for
-from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
+from tests.jobmanager.test_local_sandbox import in_session, run_to_end, sandboxed_backend
 from tests.servers import free_port
 
 IMAGE = "trainyard-images-test/busybox:1"
@@ -117,6 +117,15 @@ def test_deploying_a_running_attempt_again_changes_nothing_though_its_image_left
     shutil.rmtree(image_store / IMAGE.split("/")[0])
     imaged.deploy(job)  # as the job manager may repeat it after a crash
     assert imaged.reports()[job.job_id].workers[0].state is WorkerState.RUNNING
+
+
+def test_a_session_into_the_job_enters_its_image(imaged):
+    job = launch("echo STARTED; sleep 300", image=IMAGE)
+    imaged.deploy(job)
+    wait_for(logged(imaged, job.job_id, "STARTED"), "the job to start")
+    session = in_session(imaged, job.job_id, "cat /etc/os-release; id -u; echo $PATH")
+    assert session.returncode == 0, session.stderr
+    assert session.stdout.splitlines() == [MARKER, str(job.run_as.uid), "/bin"]
 
 
 def test_a_backend_without_an_image_store_refuses_a_job_naming_an_image(host_tmp):

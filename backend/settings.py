@@ -335,6 +335,13 @@ TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT = env_int("TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT
 TRAINYARD_LOCAL_SANDBOX_BRIDGE = env("TRAINYARD_LOCAL_SANDBOX_BRIDGE", "trainyard0")
 TRAINYARD_LOCAL_SANDBOX_SUBNET = env("TRAINYARD_LOCAL_SANDBOX_SUBNET", "10.88.0.0/16")
 TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT = env_bool("TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT", True)
+# Jobs' images on the local backend (docs/operations.md, "Images on the local backend"): the
+# directory of OCI image layouts, one per repository ("" for none: a job that names an
+# image is refused, and jobs without one run on the host's system, read-only in the
+# sandbox); with _PULL on, an image the store lacks is copied in from its registry with
+# skopeo, as /etc/containers says. Images run only in the sandbox.
+TRAINYARD_LOCAL_IMAGE_STORE = env("TRAINYARD_LOCAL_IMAGE_STORE", "")
+TRAINYARD_LOCAL_IMAGE_PULL = env_bool("TRAINYARD_LOCAL_IMAGE_PULL", False)
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name

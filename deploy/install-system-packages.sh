@@ -18,8 +18,13 @@ set -euo pipefail
 # runc, tini, iproute2: the local backend's sandbox (TRAINYARD_LOCAL_SANDBOX=runc) runs each
 # worker in a runc container whose pid 1 is tini, each job in a network namespace on a
 # bridge made with ip and bridge; its tests drive the real runtime.
+# umoci, skopeo, busybox-static: a job's image on the local backend (jobmanager/backends/
+# images.py) is unpacked from the site's OCI image layouts with umoci and pulled into them
+# with skopeo (tini's tini-static is the init put into it); the tests build a small image
+# with umoci from busybox-static's binary, with no registry.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2 "$@")
+          openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2
+          umoci skopeo busybox-static "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

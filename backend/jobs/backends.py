@@ -23,6 +23,8 @@ class LocalSandbox:
     bridge: str
     subnet: str
     egress_nat: bool
+    image_store: str
+    image_pull: bool
 
     @classmethod
     def from_settings(cls) -> LocalSandbox:
@@ -33,6 +35,8 @@ class LocalSandbox:
             settings.TRAINYARD_LOCAL_SANDBOX_BRIDGE,
             settings.TRAINYARD_LOCAL_SANDBOX_SUBNET,
             settings.TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT,
+            settings.TRAINYARD_LOCAL_IMAGE_STORE,
+            settings.TRAINYARD_LOCAL_IMAGE_PULL,
         )
 
 
@@ -65,9 +69,13 @@ def _local_backend(
             sandbox_bridge=sandbox.bridge,
             sandbox_subnet=sandbox.subnet,
             sandbox_egress_nat=sandbox.egress_nat,
+            image_store_dir=sandbox.image_store or None,
+            image_pull=sandbox.image_pull,
         )
     except ValueError as error:
-        raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES or _SANDBOX: {error}") from error
+        raise ImproperlyConfigured(
+            f"TRAINYARD_LOCAL_NODES, _SANDBOX or _IMAGE_STORE: {error}"
+        ) from error
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import shlex
 import unicodedata
 from dataclasses import dataclass, fields
 from decimal import Decimal
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from backend.clusters.models import GpuType, Node
 from backend.jobs.models import JobType
 from backend.jobs.usage import user_guaranteed_gpus
 from backend.vcs.models import Quota, VirtualCluster
+from jobmanager.backends.images import ImageStore
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -159,7 +160,24 @@ def check_image(image: str) -> list[str]:
         return []
     if not IMAGE_REFERENCE.match(image):
         return [f"{image!r} is not a container image reference such as 'pytorch/pytorch:2.4'."]
+    if settings.TRAINYARD_BACKEND == "local":
+        return local_image_errors(image)
     return []
+
+
+def local_image_errors(image: str) -> list[str]:
+    """Why the local backend cannot run ``image`` ([] when it can, or may: an image to be
+    pulled, or a store this process cannot read, is left to the deployment)."""
+    leave_empty = "leave the image empty to run on the host's system"
+    if settings.TRAINYARD_LOCAL_SANDBOX == "none":
+        return [f"Images run only in the sandbox, which this site does not use: {leave_empty}."]
+    if not settings.TRAINYARD_LOCAL_IMAGE_STORE:
+        return [f"This site keeps no images for the local backend: {leave_empty}."]
+    store = ImageStore(
+        Path(settings.TRAINYARD_LOCAL_IMAGE_STORE), Path(), settings.TRAINYARD_LOCAL_IMAGE_PULL
+    )
+    missing = store.missing(image)
+    return [f"{missing} Leave it empty to run on the host's system."] if missing else []
 
 
 def check_path(path: str) -> list[str]:

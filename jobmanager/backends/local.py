@@ -37,7 +37,9 @@ With a sandbox (``sandbox="runc"``), each worker runs in a runc container instea
 (``sandbox.py``: its own pid, mount, ipc and uts namespaces, only the job's paths, cgroup
 limits), every worker of a job in the job's network namespace on a host bridge
 (``sandbox_net.py``); the init runs the container and deletes it, and removing a job
-deletes its containers and namespace.
+deletes its containers and namespace. A job that names an ``image`` runs in it
+(``images.py``: the site's image store, unpacked once per digest, the container's root an
+overlay of it); one that names none sees the host's system, read-only.
 
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
@@ -84,6 +86,13 @@ from jobmanager.backends.base import (
 )
 from jobmanager.backends.confine import Confinement, open_log
 from jobmanager.backends.host_accounts import can_switch_users, own_run_as
+from jobmanager.backends.images import (
+    ImageMissing,
+    ImageRoot,
+    environment,
+    image_store,
+    release_roots,
+)
 from jobmanager.backends.local_host import (
     DEFAULT_CGROUP_ROOT,
     DEFAULT_DEVICE_DIR,
@@ -158,6 +167,8 @@ class LocalBackend(ClusterBackend):
         sandbox_bridge: str = DEFAULT_BRIDGE,
         sandbox_subnet: str = DEFAULT_SUBNET,
         sandbox_egress_nat: bool = True,
+        image_store_dir: Path | str | None = None,
+        image_pull: bool = False,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
@@ -172,7 +183,9 @@ class LocalBackend(ClusterBackend):
         ``sandbox_readonly_paths`` are shown to every container beside the system, and
         ``sandbox_pids_limit`` caps each container's processes; each job's network
         namespace has an address of ``sandbox_subnet`` on ``sandbox_bridge``, and egress
-        NAT where ``sandbox_egress_nat`` (``sandbox_net``).
+        NAT where ``sandbox_egress_nat`` (``sandbox_net``). Jobs' images come from the
+        OCI layouts in ``image_store_dir`` (None: jobs run on the host's system alone),
+        pulled from their registries where missing if ``image_pull`` (``images``).
         Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -202,6 +215,7 @@ class LocalBackend(ClusterBackend):
             if self.sandbox is not None
             else None
         )
+        self.images = image_store(image_store_dir, self.state_dir / ".images", image_pull)
 
     @property
     def limits_enforced(self) -> bool:
@@ -271,6 +285,7 @@ class LocalBackend(ClusterBackend):
                 return
             if state:  # an earlier attempt, or a deployment cut short by a crash
                 self._remove_locked(launch.job_id)
+            image = self._image_root(launch)  # before anything of the attempt is made
             nodes = {node.name: node for node in self.nodes()}
             strangers = sorted({w.node for w in launch.workers} - set(nodes))
             if strangers:
@@ -304,7 +319,8 @@ class LocalBackend(ClusterBackend):
                 for spec in launch.workers:
                     declared = nodes[spec.node].declared
                     env = worker_env(launch, spec, state["master_port"], declared, run_as, master)
-                    self._start(launch, spec, env, working_dir, run_as, declared, state)
+                    env = environment(image, env, launch.env) if image else env
+                    self._start(launch, spec, env, working_dir, run_as, declared, state, image)
                 crash_point("local-deploy-before-complete")
             except (
                 OSError, subprocess.SubprocessError, psutil.Error, DeployError, NetworkError
@@ -418,6 +434,24 @@ class LocalBackend(ClusterBackend):
             raise LaunchRefused(f"Job {launch.job_id} would run as root ({run_as.describe()}).")
         return run_as
 
+    def _image_root(self, launch: JobLaunch) -> ImageRoot | None:
+        """The unpacked root of the launch's image (None: it names none, and sees the
+        host's system). LaunchRefused where the site cannot give it."""
+        if not launch.image:
+            return None
+        if self.sandbox is None or self.images is None:
+            runs = "in no sandbox" if self.sandbox is None else "with no image store"
+            raise LaunchRefused(
+                f"Job {launch.job_id} names the image {launch.image}, but this host runs jobs "
+                f"{runs}: leave the image empty to run on the host's system."
+            )
+        try:
+            return self.images.root_of(launch.image)
+        except ImageMissing as error:
+            raise LaunchRefused(str(error)) from error
+        except OSError as error:  # ImageBroken among them
+            raise DeployError(f"The image {launch.image} cannot be used: {error}") from error
+
     def _release_idle_devices(self) -> None:
         """Every GPU no live worker holds goes back to root alone (the host may have left
         its device files open to all, as the driver does by default)."""
@@ -454,6 +488,7 @@ class LocalBackend(ClusterBackend):
         run_as: RunAs,
         declared: bool,
         state: dict[str, Any],
+        image: ImageRoot | None = None,
     ) -> None:
         """Record one worker in the state, then start its init, detached, held until its
         pid is recorded too."""
@@ -473,7 +508,7 @@ class LocalBackend(ClusterBackend):
         if self.sandbox is not None:
             bundle = job_dir / f"{prefix}.bundle"
             self._write_bundle(
-                bundle, launch, spec, container, env, working_dir, run_as, devices, state
+                bundle, launch, spec, container, env, working_dir, run_as, devices, state, image
             )
             sandboxed = reference(self.sandbox, container, bundle)
         confinement = Confinement(
@@ -569,6 +604,7 @@ class LocalBackend(ClusterBackend):
         run_as: RunAs,
         devices: list[int],
         state: dict[str, Any],
+        image: ImageRoot | None,
     ) -> None:
         """The bundle of the worker's container: what it runs, as whom, where, with what."""
         assert self.sandbox is not None  # only asked with the sandbox on
@@ -588,6 +624,7 @@ class LocalBackend(ClusterBackend):
             memory_mib=spec.memory,
             gpu_devices=gpu_device_paths(self._device_dir, devices),
             netns=JobNetwork(**network).path if (network := state.get("network")) else None,
+            image_root=str(image.rootfs) if image else "",
         )
         write_bundle(bundle, self.sandbox, worker)
 
@@ -649,6 +686,7 @@ class LocalBackend(ClusterBackend):
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))
         if job_dir.is_dir():
+            release_roots(job_dir)
             for path in job_dir.iterdir():
                 if path.name != "work":  # the job's files stay, as its logs do
                     shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)

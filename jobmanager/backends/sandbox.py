@@ -12,7 +12,9 @@ its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPU
 the worker's own ``/dev/nvidiaN``. It has namespaces of its own: pid (its ``ps`` shows
 its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
 Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
-devices.
+devices. A worker of a job with an image has that image as its root instead of the host's
+system (an overlay ``images.mount_root`` makes in the bundle), and the host's static tini
+as its init.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jobmanager.backends import runc
+from jobmanager.backends.images import HOST_INIT, INIT_IN_CONTAINER, mount_root
 from jobmanager.backends.local_host import CPU_PERIOD_US, MIB
 
 MODES = ("runc", "auto", "none")
@@ -97,6 +100,7 @@ class Worker:
     memory_mib: int
     netns: str | None = None
     gpu_devices: tuple[str, ...] = field(default=())
+    image_root: str = ""  # the job's unpacked image (``images``); "": the host's system
 
 
 def available() -> str:
@@ -117,7 +121,9 @@ def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
     rootfs = directory / "rootfs"
     rootfs.mkdir(exist_ok=True)
     rootfs.chmod(0o755)  # the container's "/": every account passes through it
-    for path in SYSTEM_PATHS:  # a merged /usr makes /bin a link, kept as one
+    if worker.image_root:
+        mount_root(Path(worker.image_root), directory)
+    for path in () if worker.image_root else SYSTEM_PATHS:  # a merged /usr: /bin a link
         if os.path.islink(path) and not (rootfs / path.lstrip("/")).is_symlink():
             (rootfs / path.lstrip("/")).symlink_to(os.readlink(path))
     config = bundle_config(sandbox, worker)
@@ -132,7 +138,8 @@ def bundle_config(sandbox: Sandbox, worker: Worker) -> dict[str, Any]:
     if worker.netns:
         namespaces[-1]["path"] = worker.netns
     devices = [_device(path) for path in worker.gpu_devices if os.path.exists(path)]
-    argv = [TINI, "-s", "-g", "--", "/bin/sh", "-c", ENTER, "sh", worker.cwd, *worker.argv]
+    init = INIT_IN_CONTAINER if worker.image_root else TINI
+    argv = [init, "-s", "-g", "--", "/bin/sh", "-c", ENTER, "sh", worker.cwd, *worker.argv]
     account = (worker.uid, worker.gid, list(worker.groups))
     return {
         "ociVersion": "1.0.2",
@@ -168,6 +175,10 @@ def _mounts(sandbox: Sandbox, worker: Worker) -> list[dict[str, Any]]:
          "options": ["nosuid", "nodev", "mode=1777"]},
     ]  # fmt: skip
     shared = (*SYSTEM_PATHS, *sandbox.readonly_paths, *worker.readonly_paths)
+    if worker.image_root:  # the image's system, not the host's (nor the portal's Python)
+        portal = (*SYSTEM_PATHS, sys.prefix, sys.base_prefix)
+        shared = tuple(path for path in shared if path not in portal)
+        kernel += _image_files()
     readonly = [p for p in shared if _is_directory(p)]
     writable = [p for p in worker.writable_paths if _is_directory(p)]
     binds = {path: "ro" for path in readonly} | {path: "rw" for path in writable}
@@ -177,6 +188,17 @@ def _mounts(sandbox: Sandbox, worker: Worker) -> list[dict[str, Any]]:
         {"destination": path, "type": "bind", "source": path,
          "options": ["rbind", binds[path], "nosuid", "nodev"]}
         for path in ordered
+    ]  # fmt: skip
+
+
+def _image_files() -> list[dict[str, Any]]:
+    """What a container of an image gets of the host's: its init, and how to resolve names."""
+    files = [(HOST_INIT, INIT_IN_CONTAINER), ("/etc/resolv.conf", "/etc/resolv.conf")]
+    return [
+        {"destination": destination, "type": "bind", "source": source,
+         "options": ["bind", "ro", "nosuid", "nodev"]}
+        for source, destination in files
+        if os.path.isfile(source)
     ]  # fmt: skip
 
 

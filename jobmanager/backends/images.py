@@ -1,0 +1,285 @@
+"""Container images on the local backend: a job's ``image`` as the root of its containers.
+
+The site keeps its images in an image store (``TRAINYARD_LOCAL_IMAGE_STORE``): a directory
+of OCI image layouts, one per repository, at the path the reference names. The image
+``pytorch/pytorch:2.4`` is the tag ``2.4`` of the layout ``<store>/pytorch/pytorch``
+(``latest`` when the reference names no tag); a reference with a digest,
+``base@sha256:<hex>``, is the tag ``sha256-<hex>``; a registry's ``host:port`` is the
+directory ``host_port`` (skopeo's ``oci:`` paths cannot hold a colon). With pulling on
+(``TRAINYARD_LOCAL_IMAGE_PULL``), an image the store lacks is copied into it from its
+registry with ``skopeo copy docker://<reference> oci:<layout>:<tag>``, as the host's
+containers configuration says (/etc/containers/registries.conf, policy.json, auth).
+
+Each image is unpacked with ``umoci unpack`` once per manifest digest, into the backend's
+cache (``<state>/.images/<hex>``): under a lock per digest, into a directory of its own
+that is renamed into place only once complete and checked, so that two deployments of one
+image unpack it once and a half-unpacked image is never used. A container's root is an
+overlay whose lower layer is the unpacked image (read-only, shared) and whose upper layer
+is the container's own (in its bundle, gone with it): runc makes the mount points of the
+job's paths there, never in the image.
+
+Everything here runs as root, on root's directories (the store, the cache, the bundles);
+a reference is checked part by part before it names a path, so that none leads out of the
+store, and unpacking and removing follow no link of an image's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# What a reference may hold (the distribution's grammar; the registry's host first, which
+# must start and end with a letter or digit: never "." or "..").
+HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?"
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REFERENCE = re.compile(
+    rf"^(?P<repository>(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*)"
+    r"(?::(?P<tag>\w[\w.-]{0,127}))?(?:@sha256:(?P<digest>[a-f0-9]{64}))?$"
+)
+DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+REF_NAME = "org.opencontainers.image.ref.name"
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+UMOCI_TIMEOUT_SECONDS = 600.0
+PULL_TIMEOUT_SECONDS = 900.0
+# The container's init, put into every image's container (tini-static needs no library).
+HOST_INIT = "/usr/bin/tini-static"
+INIT_IN_CONTAINER = "/dev/init"
+
+
+class ImageMissing(Exception):
+    """The site cannot provide the image (not in its store, or not to be pulled): the
+    same job would fail again."""
+
+
+class ImageBroken(OSError):
+    """The image is there but could not be made a root (unpacking or mounting failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRoot:
+    """An unpacked image: its manifest's digest, its root directory, its environment."""
+
+    reference: str
+    digest: str
+    rootfs: Path
+    env: tuple[str, ...]  # NAME=value, as the image's configuration sets them
+
+
+@dataclass(frozen=True, slots=True)
+class ImageStore:
+    """Where a site keeps its images (``store_dir``), where a backend unpacks them
+    (``cache_dir``), and whether images the store lacks are pulled from their registry."""
+
+    store_dir: Path
+    cache_dir: Path
+    pull: bool = False
+
+    def missing(self, reference: str) -> str:
+        """Why the store cannot give ``reference`` ("" when it can, or may by pulling, or
+        cannot be read from here: the deployment will tell)."""
+        try:
+            layout, tag = self.layout_of(reference)
+        except ImageMissing as error:
+            return str(error)
+        if self.pull:
+            return ""
+        try:
+            found = _manifest_digest(layout, tag)
+        except PermissionError:
+            return ""
+        return "" if found else self._not_in_store(reference)
+
+    def _not_in_store(self, reference: str) -> str:
+        return (
+            f"The image {reference} is not in this site's image store ({self.store_dir}), "
+            "and images are not pulled here."
+        )
+
+    def layout_of(self, reference: str) -> tuple[Path, str]:
+        """The layout and tag of ``reference`` in the store (ImageMissing: not a reference)."""
+        matched = REFERENCE.match(reference)
+        if matched is None:
+            raise ImageMissing(f"{reference!r} is not an image reference.")
+        parts = matched["repository"].split("/")
+        parts[0] = parts[0].replace(":", "_")
+        tag = f"sha256-{matched['digest']}" if matched["digest"] else matched["tag"] or "latest"
+        return self.store_dir.joinpath(*parts), tag
+
+    def root_of(self, reference: str) -> ImageRoot:
+        """The unpacked root of ``reference``, pulled first where it is missing and pulling
+        is on. ImageMissing when the site cannot give it; ImageBroken when unpacking fails."""
+        layout, tag = self.layout_of(reference)
+        digest = _manifest_digest(layout, tag)
+        if not digest and not self.pull:
+            raise ImageMissing(self._not_in_store(reference))
+        if not digest:
+            self._pull(reference, layout, tag)
+            digest = _manifest_digest(layout, tag)
+        if not digest:
+            raise ImageMissing(f"The image {reference} was pulled, but has no manifest here.")
+        unpacked = self._unpacked(layout, tag, digest)
+        return ImageRoot(reference, digest, unpacked / "rootfs", _image_env(unpacked))
+
+    def _pull(self, reference: str, layout: Path, tag: str) -> None:
+        """Copy the image from its registry into the store, one copy of a layout at a time
+        (the lock in the store: backends of several state directories may share it)."""
+        self.store_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with _locked(self.store_dir, f"pull-{layout.relative_to(self.store_dir)}"):
+            if _manifest_digest(layout, tag):
+                return  # another deployment pulled it meanwhile
+            layout.parent.mkdir(parents=True, exist_ok=True)
+            argv = ["skopeo", "copy", "--quiet", f"docker://{reference}", f"oci:{layout}:{tag}"]
+            failed = _run(argv, PULL_TIMEOUT_SECONDS)
+        if failed:
+            raise ImageMissing(f"The image {reference} could not be pulled: {failed}")
+
+    def _unpacked(self, layout: Path, tag: str, digest: str) -> Path:
+        """The cache's directory of the manifest ``digest`` (tag ``tag`` of ``layout``),
+        unpacked now unless it is there already, complete."""
+        hexdigest = digest.removeprefix("sha256:")
+        final = self.cache_dir / hexdigest
+        if final.is_dir():  # only ever renamed into place whole
+            return final
+        with _locked(self.cache_dir, f"unpack-{hexdigest}"):
+            if final.is_dir():
+                return final
+            partial = self.cache_dir / f".partial-{hexdigest}"
+            if partial.exists():  # a crashed unpack's (rmtree follows no link)
+                shutil.rmtree(partial)
+            argv = ["umoci", "--log", "error", "unpack", "--image", f"{layout}:{tag}", str(partial)]
+            failed = _run(argv, UMOCI_TIMEOUT_SECONDS)
+            if failed:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise ImageBroken(f"the image's layers could not be unpacked: {failed}")
+            if _unpacked_digest(partial) != digest:  # the tag moved meanwhile
+                shutil.rmtree(partial)
+                raise ImageBroken(f"the tag {tag} changed while it was unpacked; try again")
+            partial.rename(final)
+        return final
+
+
+def image_store(store_dir: Path | str | None, cache_dir: Path, pull: bool) -> ImageStore | None:
+    """The image store of a backend unpacking into ``cache_dir`` (None without
+    ``store_dir``). ValueError where this host lacks a tool it needs."""
+    if not store_dir:
+        return None
+    tools = ["umoci", "mount"] + (["skopeo"] if pull else [])
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    missing += [] if os.path.exists(HOST_INIT) else [HOST_INIT]
+    if missing:
+        raise ValueError(f"images need {' and '.join(missing)}, not installed here.")
+    if not Path(store_dir).is_absolute():
+        raise ValueError(f"the image store must be an absolute path, not {store_dir!r}.")
+    return ImageStore(Path(store_dir), cache_dir, pull)
+
+
+def _manifest_digest(layout: Path, tag: str) -> str:
+    """The digest of the manifest tagged ``tag`` in the layout ("" when there is none)."""
+    try:
+        with open(layout / "index.json", "rb") as index_file:
+            index = json.load(index_file)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+        return ""
+    for manifest in index.get("manifests", []) if isinstance(index, dict) else []:
+        annotations = manifest.get("annotations") or {}
+        if annotations.get(REF_NAME) == tag and manifest.get("mediaType") == MANIFEST:
+            digest = str(manifest.get("digest", ""))
+            return digest if DIGEST.match(digest) else ""  # it names a path in the cache
+    return ""
+
+
+def _unpacked_digest(unpacked: Path) -> str:
+    """The manifest digest umoci says it unpacked ("" when it does not say)."""
+    try:
+        walk = json.loads((unpacked / "umoci.json").read_text())["from_descriptor_path"]
+        digest: str = walk["descriptor_walk"][-1]["digest"]
+        return digest
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+
+
+def _image_env(unpacked: Path) -> tuple[str, ...]:
+    """The image's environment (umoci writes it into the runtime configuration)."""
+    try:
+        config = json.loads((unpacked / "config.json").read_text())
+        return tuple(str(item) for item in config["process"]["env"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+
+
+def environment(
+    image: ImageRoot, worker_env: dict[str, str], job_env: dict[str, str]
+) -> dict[str, str]:
+    """A worker's environment in ``image``: the image's, then the backend's (``worker_env``,
+    which holds the job's own); the image's PATH wins over the host's unless the job
+    gives one."""
+    image_env = dict(item.split("=", 1) for item in image.env if "=" in item)
+    env = image_env | worker_env
+    if "PATH" in image_env and "PATH" not in job_env:
+        env["PATH"] = image_env["PATH"]
+    return env
+
+
+def mount_root(image_rootfs: Path, bundle: Path) -> None:
+    """Mount the container's root at ``<bundle>/rootfs``: an overlay of the image
+    (read-only, below) and the container's own upper layer (in the bundle)."""
+    rootfs, upper, work = bundle / "rootfs", bundle / "image-upper", bundle / "image-work"
+    if os.path.ismount(rootfs):
+        return
+    for directory in (rootfs, upper, work):
+        directory.mkdir(exist_ok=True)
+    upper.chmod(0o755)  # the container's "/": every account passes through it
+    paths = (image_rootfs, upper, work)
+    if any(char in str(path) for path in paths for char in ",:\\"):
+        raise ImageBroken(f"an overlay cannot be made of {bundle} (',', ':' or '\\')")
+    options = f"lowerdir={image_rootfs},upperdir={upper},workdir={work}"
+    failed = _run(["mount", "-t", "overlay", "overlay", "-o", options, str(rootfs)], 30.0)
+    if failed:
+        raise ImageBroken(f"the container's root could not be mounted: {failed}")
+
+
+def release_roots(job_dir: Path) -> None:
+    """Unmount the image roots of every bundle in ``job_dir`` (before it is removed)."""
+    for rootfs in job_dir.glob("*.bundle/rootfs"):
+        if os.path.ismount(rootfs):
+            _run(["umount", "--lazy", str(rootfs)], 30.0)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path, name: str) -> Iterator[None]:
+    """An exclusive lock, across processes, named ``name`` in ``directory`` (root's)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    safe_name = re.sub(r"[^A-Za-z0-9_.-]", "+", name)
+    descriptor = os.open(
+        directory / f".lock-{safe_name}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+    )
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _run(argv: list[str], timeout: float) -> str:
+    """Run a tool; "" when it succeeded, else why not (its last line of errors)."""
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    except FileNotFoundError:
+        return f"{argv[0]} is not installed"
+    except subprocess.TimeoutExpired:
+        return f"{argv[0]} took more than {timeout:.0f} s"
+    if done.returncode == 0:
+        return ""
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return (lines[-1] if lines else f"{argv[0]} exited with {done.returncode}")[:300]

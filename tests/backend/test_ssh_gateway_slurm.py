@@ -82,13 +82,18 @@ def owner(world) -> RunAs:
     return job_account(world.member.username)
 
 
-def slurm_job(world, backend: SlurmBackend, owner: RunAs, command: str, **fields) -> Job:
-    """A running job of the member's with two workers, on node1 and node2 of Slurm."""
+def slurm_job(
+    world, backend: SlurmBackend, owner: RunAs, command: str, gpus=(1, 1), **fields
+) -> Job:
+    """A running job of the member's with two workers, on node1 and node2 of Slurm, with
+    ``gpus`` each (when they differ, a heterogeneous Slurm job)."""
     job = make_job(world, status=JobStatus.RUNNING, attempt=1, workers=2, **fields)
+    workers = tuple(
+        WorkerSpec(rank, f"node{rank + 1}", tuple(range(gpus[rank])), 1000, 64) for rank in (0, 1)
+    )
     launch = JobLaunch(
         job_id=job.job_id, attempt=1, name="gateway", owner=owner.name, vc="vision",
-        command=command, run_as=owner, env=endpoint_env(job.job_id),
-        workers=tuple(WorkerSpec(rank, f"node{rank + 1}", (0,), 1000, 64) for rank in (0, 1)),
+        command=command, run_as=owner, env=endpoint_env(job.job_id), workers=workers,
     )  # fmt: skip
     backend.deploy(launch)
     for rank in (0, 1):
@@ -259,3 +264,52 @@ def test_a_session_ends_when_the_job_ends(world, backend, served, owner, host_tm
         session.kill()
     assert session.returncode == 255
     assert f"job {job.job_id} has ended" in stderr
+
+
+def test_a_worker_of_a_heterogeneous_job_is_entered_on_its_own_component(
+    world, backend, served, owner, host_tmp
+):
+    gateway, _ = served
+    key = registered_key(host_tmp, world.member)
+    job = slurm_job(world, backend, owner, "exec sleep 600", gpus=(2, 1))  # shares differ
+
+    result = ssh(gateway, key, login(job, 1), 'echo "$(hostname) $RANK"')
+
+    assert (result.returncode, result.stdout) == (0, "node2 1\n"), result.stderr
+
+
+def test_a_command_s_processes_end_when_the_client_hangs_up(
+    world, backend, served, owner, host_tmp, slurm_cluster
+):
+    gateway, _ = served
+    key = registered_key(host_tmp, world.member)
+    job = slurm_job(world, backend, owner, "exec sleep 600")
+    marker = f"hangup-{job.job_id}"
+    session = subprocess.Popen(
+        ssh_argv(gateway, key, login(job, 1), f"echo in; exec -a {marker} sleep 600"),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert session.stdout is not None and session.stdout.readline() == "in\n"
+        assert _running(slurm_cluster, "node2", marker)
+    finally:
+        session.kill()
+        session.wait()
+
+    wait_until(lambda: not _running(slurm_cluster, "node2", marker), SECONDS, "its end")
+    assert backend.worker_step(job.job_id, 1) is not None  # the job itself runs on
+
+
+def _running(cluster, node: str, name: str) -> bool:
+    """Whether a process called ``name`` runs in the node's network namespace."""
+    pids = subprocess.run(
+        ["ip", "netns", "pids", cluster.namespace(node)], capture_output=True, text=True
+    ).stdout.split()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read().split(b"\0")[0].decode() == name:
+                    return True
+        except OSError:
+            continue
+    return False

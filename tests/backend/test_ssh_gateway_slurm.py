@@ -17,6 +17,7 @@ import requests
 from aiohttp import web
 from django.test import Client
 
+from backend.gateway.__main__ import configured_target
 from backend.gateway.endpoints import EndpointProxy
 from backend.gateway.host_key import load_host_key
 from backend.gateway.server import start_server
@@ -80,6 +81,16 @@ def served(backend, settings) -> Iterator[tuple[Gateway, int]]:
 @pytest.fixture
 def owner(world) -> RunAs:
     return job_account(world.member.username)
+
+
+def test_the_gateway_s_target_for_trainyard_backend_slurm_enters_its_jobs(settings, tmp_path):
+    settings.TRAINYARD_BACKEND = "slurm"
+    settings.TRAINYARD_SLURM_STATE_DIR = tmp_path / "state"
+    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+
+    target = configured_target()
+
+    assert isinstance(target, SlurmTarget) and target.unreachable == ""
 
 
 def slurm_job(

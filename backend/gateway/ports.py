@@ -19,6 +19,10 @@ entering it (``setns``) just for the ``connect``. Inside, rather than at the job
 address on the bridge: a server on the job's ``127.0.0.1`` only (Jupyter's default, most
 ``ssh -L`` targets) is reachable nowhere else, and nothing of the host (the portal's
 ports) listens in a job's namespace.
+
+A job on another machine (a Slurm worker's node) is checked there: ``slurm_relay``, a
+step of the job, runs :func:`job_listener` on the node, and the :class:`Listener` it
+answers carries the ``route`` that :func:`connect` goes through.
 """
 
 from __future__ import annotations

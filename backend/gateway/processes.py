@@ -4,6 +4,8 @@ Each process is started through ``session_enter`` (root, isolated Python), which
 it as the worker's init confined the worker's command: the owner's account, the job's
 cgroup or rlimits, ``no_new_privs``, the working directory and the job's environment. It
 runs on a terminal (a pty pair whose window size follows the client's) or on pipes.
+``JobProcess.spawn`` starts a command that enters the job by itself the same way (the
+Slurm target's ``srun`` steps).
 """
 
 from __future__ import annotations

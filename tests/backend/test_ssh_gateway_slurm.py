@@ -268,8 +268,9 @@ def test_a_session_ends_when_the_job_ends(world, backend, served, owner, host_tm
     )  # fmt: skip
     try:
         assert session.stdout is not None and session.stdout.readline() == "in\n"
+        # As a kill does: the job leaves running, then the backend stops it.
+        Job.objects.filter(pk=job.pk).update(status=JobStatus.KILLING)
         backend.stop(job.job_id, 0)
-        Job.objects.filter(pk=job.pk).update(status=JobStatus.KILLED)
         _, stderr = session.communicate(timeout=SECONDS)
     finally:
         session.kill()

@@ -275,7 +275,9 @@ def test_a_node_the_repair_manager_takes_out_is_drained_in_slurm_until_it_return
         move_node(node, RepairState.OUT_OF_POOL, "GPU 2: double-bit ECC errors")
     assert "DRAIN" in {n.name: n.states for n in slurm.nodes()}["node3"]
     account = job_account("conform")
-    elsewhere = slurm.submit("#!/bin/sh\ntrue\n", account.name, ["--nodelist=node3", "-N1"])
+    elsewhere = slurm.submit(
+        "#!/bin/sh\ntrue\n", account.uid, account.gid, ["--nodelist=node3", "-N1"]
+    )
     try:  # nothing of Slurm's own lands there either: it waits, saying why
 
         def held() -> SlurmJob:

@@ -19,10 +19,12 @@ relay itself runs as the owner, in the job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 
 from asyncssh.forward import SSHForwarder
@@ -32,6 +34,7 @@ from backend.gateway.ports import CONNECT_TIMEOUT_SECONDS, Listener, NotTheJobs
 from backend.gateway.processes import JobProcess
 from backend.gateway.targets import LOOPBACK, Unavailable, refused
 from jobmanager.backends.slurm import SlurmBackend
+from jobmanager.backends.slurm_commands import SlurmError, SlurmJob
 from jobmanager.backends.slurm_steps import SYSTEM_PATH, WorkerStep
 
 RELAY = __file__.rsplit("/", 1)[0] + "/slurm_relay.py"
@@ -39,6 +42,7 @@ RELAY = __file__.rsplit("/", 1)[0] + "/slurm_relay.py"
 # job's owner cannot read).
 NODE_PYTHON = shutil.which("python3", path=SYSTEM_PATH) or "python3"
 ANSWER_LIMIT = 4096
+JOBS_FRESH_SECONDS = 1.0
 
 
 class SlurmTarget:
@@ -48,9 +52,30 @@ class SlurmTarget:
 
     def __init__(self, backend: SlurmBackend) -> None:
         self.backend = backend
+        self._listed: tuple[float, list[SlurmJob]] = (-JOBS_FRESH_SECONDS, [])
+        self._listing = threading.Lock()
 
     def _step(self, job_id: str, rank: int) -> WorkerStep | None:
-        return self.backend.worker_step(job_id, rank)
+        listed, fresh = self._slurm_jobs()
+        step = self.backend.worker_step(job_id, rank, listed)
+        if step is None and not fresh:  # the list may be older than the job's start
+            step = self.backend.worker_step(job_id, rank, self._slurm_jobs(refresh=True)[0])
+        return step
+
+    def _slurm_jobs(self, refresh: bool = False) -> tuple[list[SlurmJob], bool]:
+        """squeue's jobs, asked at most once in JOBS_FRESH_SECONDS for every connection's
+        checks together (each connection checks its job every second, by default), and
+        whether they were asked just now."""
+        with self._listing:
+            listed_at, jobs = self._listed
+            if not refresh and time.monotonic() - listed_at < JOBS_FRESH_SECONDS:
+                return jobs, False
+            # When the controller does not answer, what it said last holds: a moment of
+            # slurmctld's is no reason to end every session (Slurm ends a job's steps).
+            with contextlib.suppress(SlurmError):
+                jobs = self.backend.slurm.jobs()
+            self._listed = (time.monotonic(), jobs)
+            return jobs, True
 
     def available(self, admission: Admission) -> bool:
         return self._step(admission.login.job_id, admission.login.rank) is not None

@@ -248,9 +248,12 @@ class SlurmBackend(ClusterBackend):
         finally:
             self._pinned_nodes = None
 
-    def worker_step(self, job_id: str, rank: int) -> WorkerStep | None:
+    def worker_step(
+        self, job_id: str, rank: int, slurm_jobs: list[SlurmJob] | None = None
+    ) -> WorkerStep | None:
         """Where worker ``rank`` of the job runs, for a step into it (the gateway's
-        sessions); None unless it runs now (started, not ended, no stop asked)."""
+        sessions); None unless it runs now (started, not ended, no stop asked).
+        ``slurm_jobs``: what ``squeue`` listed lately (asked now when not given)."""
         state = self._read_state(job_id)
         if state is None or state["slurm_id"] is None or state["stop_requested_at"]:
             return None
@@ -260,7 +263,8 @@ class SlurmBackend(ClusterBackend):
             return None
         if self._exit_code(state, rank) is not None:
             return None
-        job = self._slurm_job(state["slurm_id"])
+        listed = self.slurm.jobs() if slurm_jobs is None else slurm_jobs
+        job = next((job for job in listed if job.job_id == state["slurm_id"]), None)
         if job is None or job.state != "RUNNING":
             return None
         return WorkerStep(

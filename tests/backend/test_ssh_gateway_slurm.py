@@ -145,7 +145,8 @@ def test_a_terminal_session_on_the_worker_s_node_gets_a_tty_of_the_client_s_size
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
-    # The terminal echoes NULs (^@) that arrive as srun --pty starts: they are dropped.
+    # srun --pty itself writes a NUL into the terminal as it starts (seen with srun alone),
+    # which the terminal echoes as ^@: dropped here.
     lines = result.stdout.replace("\r", "").replace("^@", "").split("\n")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "24 80" in lines and "node2" in lines, lines  # script's terminal: 0x0, so 80x24

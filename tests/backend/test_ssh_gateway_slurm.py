@@ -153,8 +153,9 @@ def test_a_terminal_session_on_the_worker_s_node_gets_a_tty_of_the_client_s_size
     assert any(line.startswith("/dev/pts/") for line in lines), lines
 
 
+@pytest.mark.parametrize("protocol", ["sftp", "legacy scp"])
 def test_scp_and_sftp_copy_to_and_from_the_worker_s_node_as_its_owner(
-    world, backend, served, owner, host_tmp
+    world, backend, served, owner, host_tmp, protocol
 ):
     gateway, _ = served
     key = registered_key(host_tmp, world.member)
@@ -162,9 +163,10 @@ def test_scp_and_sftp_copy_to_and_from_the_worker_s_node_as_its_owner(
     upload = host_tmp / "weights.bin"
     upload.write_bytes(os.urandom(1024 * 1024 + 17))
     remote = f"{login(job, 1)}@127.0.0.1"
+    legacy = ["-O"] if protocol == "legacy scp" else []  # scp -t run as a command
 
     up = subprocess.run(
-        ssh_argv(gateway, key, "", str(upload), f"{remote}:weights.bin", program="scp"),
+        ssh_argv(gateway, key, "", *legacy, str(upload), f"{remote}:weights.bin", program="scp"),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr

@@ -19,9 +19,14 @@ from jobmanager.backends.base import RunAs
 
 # Where setpriv and srun are found (never on the job's PATH, which is the tenant's).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Variables of the job's environment srun does not get: the loader's would run the
-# tenant's code in srun on the gateway's host, Slurm's would steer srun itself.
-NOT_FOR_SRUN = ("LD_", "SLURM_")
+# Variables of the job's environment srun does not get: the loader's and the C library's
+# (those glibc drops for a setuid program) would run the tenant's code in srun on the
+# gateway's host, Slurm's would steer srun itself.
+NOT_FOR_SRUN_PREFIXES = ("LD_", "SLURM_")
+NOT_FOR_SRUN = frozenset(
+    {"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+     "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"}
+)  # fmt: skip
 
 
 def _system(command: str) -> str:
@@ -60,5 +65,9 @@ class WorkerStep:
         (less ``NOT_FOR_SRUN``), the session's over it, and where the cluster's
         configuration is."""
         env = {"PATH": SYSTEM_PATH} | self.env | session_env
-        env = {name: value for name, value in env.items() if not name.startswith(NOT_FOR_SRUN)}
+        env = {
+            name: value
+            for name, value in env.items()
+            if not name.startswith(NOT_FOR_SRUN_PREFIXES) and name not in NOT_FOR_SRUN
+        }
         return env | ({"SLURM_CONF": conf} if conf else {})

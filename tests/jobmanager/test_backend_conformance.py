@@ -350,16 +350,22 @@ def test_a_port_forward_reaches_the_job_s_own_server_and_no_other_port(harness):
     launch, port = _serving_job(harness)
     from backend.gateway.ports import NotTheJobs, connect
 
-    def listener():
+    def listener(job_id: str, port: int):
         with contextlib.suppress(NotTheJobs):
-            return target.listener(launch.job_id, "localhost", port, 1)
+            return target.listener(job_id, "localhost", port, 1)
         return None
 
-    found = wait_for(listener, ENDS_SECONDS, "the job's server to listen")
+    found = wait_for(lambda: listener(launch.job_id, port), ENDS_SECONDS, "its server")
     with connect(found) as connection:
         connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
         answer = connection.makefile("rb").read()
     assert answer.startswith(b"HTTP/1.0 200")
+
+    # Another job of the same owner serves beside it: not this job's port.
+    other, other_port = _serving_job(harness)
+    wait_for(lambda: listener(other.job_id, other_port), ENDS_SECONDS, "the other's server")
+    with pytest.raises(NotTheJobs, match=f"port {other_port} at 127.0.0.1 is not job"):
+        target.listener(launch.job_id, "localhost", other_port, 1)
 
     with _stranger(harness) as stranger:  # root's server on the worker's node: refused
         refusal = f"port {stranger} at 127.0.0.1 is not job"

@@ -20,6 +20,7 @@ from django.test import Client
 from backend.gateway.__main__ import configured_target
 from backend.gateway.endpoints import EndpointProxy
 from backend.gateway.host_key import load_host_key
+from backend.gateway.ports import NotTheJobs
 from backend.gateway.server import start_server
 from backend.gateway.slurm import SlurmTarget
 from backend.gateway.tokens import endpoint_env
@@ -286,11 +287,22 @@ def test_a_worker_of_a_heterogeneous_job_is_entered_on_its_own_component(
 ):
     gateway, _ = served
     key = registered_key(host_tmp, world.member)
-    job = slurm_job(world, backend, owner, "exec sleep 600", gpus=(2, 1))  # shares differ
+    port = free_port()
+    server = f"exec {JOB_PYTHON} -m http.server --bind 127.0.0.1 {port}"
+    job = slurm_job(world, backend, owner, server, gpus=(2, 1))  # the shares differ
 
     result = ssh(gateway, key, login(job, 1), 'echo "$(hostname) $RANK"')
 
     assert (result.returncode, result.stdout) == (0, "node2 1\n"), result.stderr
+    target = SlurmTarget(backend)  # and its relay finds the component's processes
+
+    def listening() -> bool:
+        try:
+            return target.listener(job.job_id, "localhost", port, 1).port == port
+        except NotTheJobs:
+            return False
+
+    wait_until(listening, SECONDS, "worker 1's server, through the relay")
 
 
 def test_a_command_s_processes_end_when_the_client_hangs_up(

@@ -64,6 +64,7 @@ def configured_target():
     from backend.gateway.targets import LocalTarget, NoTarget
     from backend.jobs.backends import get_backend
     from jobmanager.backends.local import LocalBackend
+    from jobmanager.backends.slurm import SlurmBackend
 
     if settings.TRAINYARD_BACKEND == "kubernetes":
         from backend.gateway.kubernetes import KubernetesTarget
@@ -73,6 +74,10 @@ def configured_target():
     backend = get_backend()
     if isinstance(backend, LocalBackend):
         return LocalTarget(backend)
+    if isinstance(backend, SlurmBackend):
+        from backend.gateway.slurm import SlurmTarget
+
+        return SlurmTarget(backend)
     return NoTarget(backend.name)
 
 

@@ -19,7 +19,7 @@ target's ``listener``: the gateway's forwards decide the same way), and keeps a 
 connections per job, user and listener: a connection opened for one never carries a
 request of another, nor one made once a different socket listens there. A sandboxed
 job's listener is in the job's network namespace: its pool's connections are made in it
-(``JobConnector``).
+(``JobConnector``); a Slurm job's is on its node, reached through a relay in the job.
 """
 
 from __future__ import annotations
@@ -86,8 +86,9 @@ class Upstream:
 
 
 class JobConnector(aiohttp.BaseConnector):
-    """Connections to a listener in a job's network namespace, made inside it (whatever
-    the URL's host and port, which name the listener)."""
+    """Connections to a listener in a job's network namespace, made inside it, or on
+    another machine, made through its route (whatever the URL's host and port, which
+    name the listener)."""
 
     def __init__(self, listener: Listener) -> None:
         super().__init__()
@@ -125,7 +126,7 @@ class Pools:
         if pool is None:
             listener = upstream.listener
             session = aiohttp.ClientSession(
-                connector=JobConnector(listener) if listener.netns else None,
+                connector=JobConnector(listener) if listener.elsewhere else None,
                 auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=None),
             )

@@ -19,6 +19,10 @@ entering it (``setns``) just for the ``connect``. Inside, rather than at the job
 address on the bridge: a server on the job's ``127.0.0.1`` only (Jupyter's default, most
 ``ssh -L`` targets) is reachable nowhere else, and nothing of the host (the portal's
 ports) listens in a job's namespace.
+
+A job on another machine (a Slurm worker's node) is checked there: ``slurm_relay``, a
+step of the job, runs :func:`job_listener` on the node, and the :class:`Listener` it
+answers carries the ``route`` that :func:`connect` goes through.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from backend.core.local_peers import TCP_LISTEN, Address, TcpSocket, socket_inodes, tcp_sockets
 
@@ -56,16 +60,29 @@ class NotTheJobs(Exception):
     """The (address, port) is not the job's own; the message says why, to the user."""
 
 
+class Route(Protocol):
+    """How a listener on another machine is reached (a relay in the job: Slurm's)."""
+
+    def open(self, listener: Listener, timeout: float) -> socket.socket: ...
+
+
 @dataclass(frozen=True)
 class Listener:
     """A job's own listening socket(s) at ``address``:``port``; ``inodes`` tell this
     listener from a later one on the same address and port; ``netns`` is the path of the
-    job's network namespace the address is in ("" for the host's)."""
+    job's network namespace the address is in ("" for the host's); ``route`` reaches it
+    on another machine (None: on this one)."""
 
     address: str
     port: int
     inodes: frozenset[int]
     netns: str = ""
+    route: Route | None = None
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether connections to it are made otherwise than on the host's network."""
+        return bool(self.netns) or self.route is not None
 
     @property
     def host_port(self) -> str:
@@ -131,7 +148,10 @@ def _process_in(netns: str, pids: list[int], job_id: str) -> int:
 
 def connect(listener: Listener, timeout: float = CONNECT_TIMEOUT_SECONDS) -> socket.socket:
     """A blocking TCP connection to the listener, made in its job's network namespace when
-    it is in one; raises OSError when it cannot be made."""
+    it is in one, through its route when it has one; raises OSError when it cannot be
+    made."""
+    if listener.route is not None:
+        return listener.route.open(listener, timeout)
     address = (listener.address, listener.port)
     if not listener.netns:
         return socket.create_connection(address, timeout=timeout)

@@ -4,6 +4,8 @@ Each process is started through ``session_enter`` (root, isolated Python), which
 it as the worker's init confined the worker's command: the owner's account, the job's
 cgroup or rlimits, ``no_new_privs``, the working directory and the job's environment. It
 runs on a terminal (a pty pair whose window size follows the client's) or on pipes.
+``JobProcess.spawn`` starts a command that enters the job by itself the same way (the
+Slurm target's ``srun`` steps).
 """
 
 from __future__ import annotations
@@ -61,32 +63,46 @@ class JobProcess:
         reader, writer = os.pipe()
         helper = [sys.executable, "-I", "-S", str(SESSION_ENTER), "--fd", str(reader)]
         try:
-            if tty is not None:
-                master, slave = os.openpty()
-                self.master = master
-                set_window_size(master, *tty)
-                self.process = await asyncio.create_subprocess_exec(
-                    *helper, "--tty", "--", *argv,
-                    stdin=slave, stdout=slave, stderr=slave,
-                    env=HELPER_ENV, pass_fds=(reader,), close_fds=True,
-                )  # fmt: skip
-                os.close(slave)
-                os.set_blocking(master, False)
-                self._tasks.append(asyncio.ensure_future(self._pump_terminal(master, stdout)))
-            else:
-                self.process = process = await asyncio.create_subprocess_exec(
-                    *helper, "--", *argv,
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, env=HELPER_ENV, pass_fds=(reader,),
-                    start_new_session=True,
-                )  # fmt: skip
-                assert process.stdout is not None and process.stderr is not None  # PIPE
-                self._tasks.append(asyncio.ensure_future(self._pump(process.stdout, stdout)))
-                self._tasks.append(asyncio.ensure_future(self._pump(process.stderr, stderr)))
+            command = [*helper, *(["--tty"] if tty is not None else []), "--", *argv]
+            await self.spawn(command, HELPER_ENV, stdout, stderr, tty, pass_fds=(reader,))
         finally:
             os.close(reader)
         payload = json.dumps(confinement.to_json()).encode()
         await asyncio.get_running_loop().run_in_executor(None, _write_all, writer, payload)
+
+    async def spawn(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        stdout: Output,
+        stderr: Output,
+        tty: tuple[int, int] | None = None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
+        """Start ``command`` as it is (on a terminal of ``tty`` = (columns, rows), whose
+        controlling process it makes itself, or on pipes in a session of its own); its
+        output goes to the coroutines as it comes."""
+        if tty is not None:
+            master, slave = os.openpty()
+            self.master = master
+            set_window_size(master, *tty)
+            self.process = await asyncio.create_subprocess_exec(
+                *command, stdin=slave, stdout=slave, stderr=slave,
+                env=env, pass_fds=pass_fds, close_fds=True,
+            )  # fmt: skip
+            os.close(slave)
+            os.set_blocking(master, False)
+            self._tasks.append(asyncio.ensure_future(self._pump_terminal(master, stdout)))
+            return
+        self.process = process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, pass_fds=pass_fds,
+            start_new_session=True,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None  # PIPE
+        self._tasks.append(asyncio.ensure_future(self._pump(process.stdout, stdout)))
+        self._tasks.append(asyncio.ensure_future(self._pump(process.stderr, stderr)))
 
     async def _pump(self, stream: asyncio.StreamReader, output: Output) -> None:
         while chunk := await stream.read(READ_SIZE):

@@ -85,7 +85,7 @@ def sbatch_once(slurm: SlurmCommands, account: RunAs, plain: Path, index: int) -
                "--output=/dev/null"]  # fmt: skip
     ids: list[int] = []
     seconds = timed(
-        lambda: ids.append(slurm.submit(script, account.name, options)),
+        lambda: ids.append(slurm.submit(script, account.uid, account.gid, options)),
         lambda: all(mark.exists() for mark in marks),
     )
     slurm.cancel(ids[0])
@@ -116,7 +116,7 @@ def burst_sbatch(slurm: SlurmCommands, account: RunAs, jobs: int) -> float:
     for index in range(jobs):
         options = [f"--nodelist=node{index % 3 + 1}", "-N1", "-n1", "--mem=16",
                    "--no-requeue", "--output=/dev/null"]  # fmt: skip
-        slurm.submit(script, account.name, options)
+        slurm.submit(script, account.uid, account.gid, options)
     return time.perf_counter() - begin
 
 

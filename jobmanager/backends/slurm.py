@@ -2,8 +2,9 @@
 
 Each attempt of a job is one Slurm batch job (``slurm_script``): an allocation naming
 exactly the nodes, GPUs, CPUs and memory the pure core placed, submitted with ``sbatch
---uid=<owner>`` so that Slurm runs every process as the job's owner, as it runs a user's
-own jobs (the portal is root on a submit host: Slurm's ``--uid`` is root's alone). Slurm
+--uid=<owner> --gid=<owner's group>`` so that Slurm runs every process as the job's owner
+and group (without ``--gid``, root's group), as it runs a user's own jobs (the portal is
+root on a submit host: Slurm's ``--uid`` is root's alone). Slurm
 is told never to requeue it (``--no-requeue``): when a node fails, the attempt fails
 with the node named, and Trainyard's retry rules requeue the job at the head of its queue.
 
@@ -52,9 +53,11 @@ from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJ
 from jobmanager.backends.slurm_script import (
     allocation_options,
     batch_script,
+    heterogeneous,
     node_shares,
     time_limit,
 )
+from jobmanager.backends.slurm_steps import WorkerStep
 
 TRAVERSABLE = 0o711
 PRIVATE = 0o700
@@ -118,11 +121,17 @@ class SlurmBackend(ClusterBackend):
         strangers = sorted({w.node for w in launch.workers} - set(nodes))
         if strangers:
             raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
+        shares = node_shares(launch)
+        het_groups = {s.node: i for i, s in enumerate(shares)} if heterogeneous(shares) else {}
         state = {
             "job_id": launch.job_id,
             "attempt": launch.attempt,
             "slurm_id": None,
-            "workers": [{"rank": w.rank, "node": w.node} for w in launch.workers],
+            "workers": [
+                {"rank": w.rank, "node": w.node, "het_group": het_groups.get(w.node)}
+                for w in launch.workers
+            ],
+            "owner": {"uid": run_as.uid, "gid": run_as.gid, "name": run_as.name},
             "stop_requested_at": None,
             "grace_seconds": None,
             "killed_at": None,
@@ -135,10 +144,20 @@ class SlurmBackend(ClusterBackend):
         adopted = (
             self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt)) if cut_short else None
         )
-        state["slurm_id"] = adopted.job_id if adopted else self._submit(launch, run_as, nodes)
+        state["slurm_id"] = (
+            adopted.job_id if adopted else self._submit(launch, run_as, nodes, state)
+        )
         self._write_state(state)
 
-    def _submit(self, launch: JobLaunch, run_as: RunAs, nodes: dict[str, SlurmNode]) -> int:
+    def _submit(
+        self,
+        launch: JobLaunch,
+        run_as: RunAs,
+        nodes: dict[str, SlurmNode],
+        state: dict[str, Any],
+    ) -> int:
+        """Submit the attempt; each worker's environment and the working directory are
+        kept in ``state`` (root's alone: they hold the job's secrets) for its sessions."""
         shares = node_shares(launch)
         master = nodes[min(launch.workers, key=lambda w: w.rank).node].address
         port = (
@@ -151,9 +170,12 @@ class SlurmBackend(ClusterBackend):
             env.pop("CUDA_VISIBLE_DEVICES")  # Slurm sets it to the devices it gave the step
             envs[spec.rank] = env | {"MASTER_ADDR": master}
         job_dir = self._job_dir(launch.job_id)
+        state["envs"] = {str(rank): env for rank, env in envs.items()}
+        state["working_dir"] = launch.working_dir or str(job_dir / "work")
+        self._write_state(state)
         script = batch_script(
             launch, shares, envs,
-            working_dir=launch.working_dir or str(job_dir / "work"),
+            working_dir=state["working_dir"],
             status_dir=str(self._status_dir(launch.job_id, launch.attempt)),
             log_dir=str(self.log_dir / launch.job_id),
         )  # fmt: skip
@@ -165,7 +187,7 @@ class SlurmBackend(ClusterBackend):
             *allocation_options(shares),
         ]  # fmt: skip
         try:
-            return self.slurm.submit(script, run_as.name, options)
+            return self.slurm.submit(script, run_as.uid, run_as.gid, options)
         except SlurmError as error:
             raise DeployError(f"Slurm refused job {launch.job_id}: {error}") from error
 
@@ -225,6 +247,36 @@ class SlurmBackend(ClusterBackend):
             yield
         finally:
             self._pinned_nodes = None
+
+    def worker_step(
+        self, job_id: str, rank: int, slurm_jobs: list[SlurmJob] | None = None
+    ) -> WorkerStep | None:
+        """Where worker ``rank`` of the job runs, for a step into it (the gateway's
+        sessions); None unless it runs now (started, not ended, no stop asked).
+        ``slurm_jobs``: what ``squeue`` listed lately (asked now when not given)."""
+        state = self._read_state(job_id)
+        if state is None or state["slurm_id"] is None or state["stop_requested_at"]:
+            return None
+        worker = next((w for w in state["workers"] if w["rank"] == rank), None)
+        owner = state.get("owner")
+        if worker is None or owner is None or not self._started(state, rank):
+            return None
+        if self._exit_code(state, rank) is not None:
+            return None
+        listed = self.slurm.jobs() if slurm_jobs is None else slurm_jobs
+        job = next((job for job in listed if job.job_id == state["slurm_id"]), None)
+        if job is None or job.state != "RUNNING":
+            return None
+        return WorkerStep(
+            job_id=job_id,
+            rank=rank,
+            slurm_id=state["slurm_id"],
+            node=worker["node"],
+            het_group=worker.get("het_group"),
+            owner=RunAs(owner["uid"], owner["gid"], (), owner["name"]),
+            env=state.get("envs", {}).get(str(rank), {}),
+            working_dir=state.get("working_dir", ""),
+        )
 
     def nodes(self) -> list[BackendNode]:
         return [_backend_node(node) for node in self._slurm_nodes()]
@@ -360,9 +412,15 @@ class SlurmBackend(ClusterBackend):
         return None
 
     def _write_state(self, state: dict[str, Any]) -> None:
+        """Written whole, readable by root alone (it holds the workers' environments)."""
         path = self._job_dir(state["job_id"]) / "state.json"
-        path.with_suffix(".tmp").write_text(json.dumps(state))
-        path.with_suffix(".tmp").replace(path)
+        temporary = path.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(json.dumps(state))
+        temporary.replace(path)
 
     def _states(self) -> Iterator[dict[str, Any]]:
         for job_dir in sorted(self.state_dir.iterdir()):

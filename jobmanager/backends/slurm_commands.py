@@ -112,9 +112,12 @@ class SlurmCommands:
             raise SlurmError(f"{args[0]}: {answer['errors']}")
         return answer
 
-    def submit(self, script: str, user: str, options: list[str]) -> int:
-        """Submit a batch script (read from stdin) as ``user``; the new job's id."""
-        out = self.run("sbatch", "--parsable", f"--uid={user}", *options, stdin=script)
+    def submit(self, script: str, uid: int, gid: int, options: list[str]) -> int:
+        """Submit a batch script (read from stdin) as the account ``uid`` with its group
+        ``gid`` (without ``--gid`` Slurm keeps the submitter's: root's); the new job's id."""
+        out = self.run(
+            "sbatch", "--parsable", f"--uid={uid}", f"--gid={gid}", *options, stdin=script
+        )
         return int(out.strip().split(";")[0])
 
     def jobs(self) -> list[SlurmJob]:

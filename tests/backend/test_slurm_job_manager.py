@@ -157,14 +157,28 @@ def test_a_submitted_job_runs_as_its_owner_on_the_nodes_placed_and_finishes(worl
         assert f"rank {rank} of 2 on {node} as ty-test-mia" in log
 
 
+# Rank 0 counts steps into a checkpoint in the job's working directory (on the filesystem
+# the nodes share); every attempt starts from the step the checkpoint holds.
+CHECKPOINTED = (
+    "step=$(cat checkpoint 2>/dev/null || echo 0); "
+    'echo "attempt $TRAINYARD_ATTEMPT rank $RANK from step $step on $(hostname)"; '
+    'while :; do step=$((step + 1)); if [ "$RANK" = 0 ]; then '
+    "echo $step > checkpoint.tmp && mv checkpoint.tmp checkpoint; fi; sleep 0.2; done"
+)
+RESUMED = re.compile(r"attempt (\d+) rank 0 from step (\d+) on (\S+)")
+
+
 def test_a_node_slurm_loses_requeues_the_job_at_the_head_naming_the_node(
     world, jobs, slurm_cluster
 ):
-    job = submit(world, command="sleep 600", gpus_per_worker=4, max_retries=0)
+    job = submit(world, command=CHECKPOINTED, gpus_per_worker=4, max_retries=0)
     job = status_after_runs(jobs, job, {JobStatus.RUNNING}, "the job runs")
     wait_until(lambda: jobs.backend.reports()[job.job_id].started, 30, "every worker to start")
     lost = placed_nodes(job)[1]
     owner = job_account_of(job)
+    queued_at = job.queued_at
+    checkpoint = jobs.backend.state_dir / job.job_id / "work" / "checkpoint"
+    wait_until(lambda: _step(checkpoint) >= 3, 30, "rank 0 to checkpoint a few steps")
 
     slurm_cluster.kill_node(lost)
     try:
@@ -180,12 +194,29 @@ def test_a_node_slurm_loses_requeues_the_job_at_the_head_naming_the_node(
         assert f"node {lost}" in job.repair_message
         assert not Node.objects.get(name=lost).ready
         assert lost not in [worker["node"] for worker in job.placement]  # elsewhere now
+        assert job.queued_at == queued_at  # at the head: its place in the queue kept
         assert processes_of(slurm_cluster, lost, owner)  # still there: the node is cut off
+
+        def resumed() -> list[tuple[str, ...]]:
+            starts = RESUMED.findall(worker_log(jobs, job, 0))
+            return [start for start in starts if start[0] == "2"]
+
+        wait_until(resumed, 30, "attempt 2's rank 0 to start")
+        ((_, step, node),) = resumed()
+        assert int(step) >= 3 and node != lost  # from the checkpoint, on another node
+        wait_until(lambda: _step(checkpoint) > int(step), 30, "attempt 2 to go on from it")
     finally:
         slurm_cluster.start_node(lost)
     # Back, slurmd learns the job ended and kills what it left there.
     wait_until(lambda: not processes_of(slurm_cluster, lost, owner), 30, "the strays gone")
     wait_until_idle(slurm_cluster, [lost], NODE_DOWN_SECONDS)
+
+
+def _step(checkpoint) -> int:
+    try:
+        return int(checkpoint.read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def job_account_of(job: Job) -> int:
@@ -244,7 +275,9 @@ def test_a_node_the_repair_manager_takes_out_is_drained_in_slurm_until_it_return
         move_node(node, RepairState.OUT_OF_POOL, "GPU 2: double-bit ECC errors")
     assert "DRAIN" in {n.name: n.states for n in slurm.nodes()}["node3"]
     account = job_account("conform")
-    elsewhere = slurm.submit("#!/bin/sh\ntrue\n", account.name, ["--nodelist=node3", "-N1"])
+    elsewhere = slurm.submit(
+        "#!/bin/sh\ntrue\n", account.uid, account.gid, ["--nodelist=node3", "-N1"]
+    )
     try:  # nothing of Slurm's own lands there either: it waits, saying why
 
         def held() -> SlurmJob:

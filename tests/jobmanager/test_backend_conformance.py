@@ -6,6 +6,9 @@ command; the local host has no node to lose) is skipped for it, saying why."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -17,6 +20,7 @@ from jobmanager.backends.kubernetes import KubernetesBackend
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.slurm import SlurmBackend
 from tests.jobmanager.conformance import Harness, Work, wait_for
+from tests.servers import free_port
 from tests.slurm_cluster import wait_until_idle
 from tests.unix_accounts import JOB_PYTHON, job_account, reachable_directory, require_root
 
@@ -275,3 +279,107 @@ def _restore_node(harness: Harness, node: str) -> None:
         harness.backend.stop(job_id, 0)
     harness.slurm.start_node(node)
     wait_until_idle(harness.slurm, [node], NODE_DOWN_SECONDS)
+
+
+# --- into a worker: the SSH gateway's target ----------------------------------------------
+
+# Worker 1 serves on its node's loopback (the local backend's workers share the host's).
+SERVER = (
+    'if [ "$RANK" = 1 ]; then '
+    f"exec {JOB_PYTHON} -m http.server --bind 127.0.0.1 {{port}} >/dev/null 2>&1; "
+    "else exec sleep 600; fi"
+)
+
+
+def _target(harness: Harness):
+    """The gateway's target for the backend (the Kubernetes fake runs no process: its
+    exec and port-forward are tests/backend/test_ssh_gateway_kubernetes.py's)."""
+    if harness.name == "kubernetes":
+        pytest.skip("the fake runs no process to enter (see test_ssh_gateway_kubernetes)")
+    from backend.gateway.slurm import SlurmTarget
+    from backend.gateway.targets import LocalTarget
+
+    if isinstance(harness.backend, SlurmBackend):
+        return SlurmTarget(harness.backend)
+    return LocalTarget(harness.backend)
+
+
+def _admission(launch, rank: int):
+    from backend.gateway.access import Admission, Login
+
+    return Admission(Login(launch.owner, launch.job_id, rank), 1, 1, len(launch.workers), 1)
+
+
+def _serving_job(harness: Harness):
+    port = free_port()
+    launch = harness.launch(a_job_id(), SERVER.format(port=port))
+    harness.backend.deploy(launch)
+    report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
+    return launch, port
+
+
+def test_a_session_into_a_worker_runs_there_as_its_owner_with_its_exit_status(harness):
+    target = _target(harness)
+    launch, _ = _serving_job(harness)
+    admission = _admission(launch, 1)
+    assert wait_for(lambda: target.available(admission), ENDS_SECONDS, "worker 1 to enter")
+
+    async def session(tty):
+        output = bytearray()
+
+        async def collect(chunk: bytes) -> None:
+            output.extend(chunk)
+
+        command = ["/bin/sh", "-c", 'echo "$RANK $TRAINYARD_NODE $(id -un) $SEEN"; tty; exit 7']
+        process = await target.start(admission, command, {"SEEN": "yes"}, collect, collect, tty)
+        process.close_input()
+        code = await asyncio.wait_for(process.wait(), ENDS_SECONDS)
+        process.close()
+        return code, output.decode().replace("\r", "").splitlines()
+
+    piped, terminal = asyncio.run(session(None)), asyncio.run(session((100, 30)))
+
+    expected = f"1 {harness.nodes[1]} {launch.owner} yes"
+    assert piped == (7, [expected, "not a tty"])
+    assert terminal[0] == 7 and terminal[1][0] == expected
+    assert terminal[1][1].startswith("/dev/pts/")
+
+
+def test_a_port_forward_reaches_the_job_s_own_server_and_no_other_port(harness):
+    target = _target(harness)
+    launch, port = _serving_job(harness)
+    from backend.gateway.ports import NotTheJobs, connect
+
+    def listener(job_id: str, port: int):
+        with contextlib.suppress(NotTheJobs):
+            return target.listener(job_id, "localhost", port, 1)
+        return None
+
+    found = wait_for(lambda: listener(launch.job_id, port), ENDS_SECONDS, "its server")
+    with connect(found) as connection:
+        connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        answer = connection.makefile("rb").read()
+    assert answer.startswith(b"HTTP/1.0 200")
+
+    # Another job of the same owner serves beside it: not this job's port.
+    other, other_port = _serving_job(harness)
+    wait_for(lambda: listener(other.job_id, other_port), ENDS_SECONDS, "the other's server")
+    with pytest.raises(NotTheJobs, match=f"port {other_port} at 127.0.0.1 is not job"):
+        target.listener(launch.job_id, "localhost", other_port, 1)
+
+    with _stranger(harness) as stranger:  # root's server on the worker's node: refused
+        refusal = f"port {stranger} at 127.0.0.1 is not job"
+        with pytest.raises(NotTheJobs, match=refusal):
+            target.listener(launch.job_id, "localhost", stranger, 1)
+    with pytest.raises(NotTheJobs, match="no process of job"):
+        target.listener(launch.job_id, "localhost", free_port(), 1)
+
+
+@contextlib.contextmanager
+def _stranger(harness: Harness) -> Iterator[int]:
+    """A port a process that is not the job's listens on, on worker 1's node."""
+    if harness.slurm is not None:  # slurmd, on every address of the node
+        yield harness.slurm.node_port
+        return
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]

@@ -53,7 +53,7 @@ def test_each_worker_gets_exactly_its_node_and_its_number_of_gpus_as_its_owner(b
         WorkerSpec(1, "node1", (1,), 1000, 64),
         WorkerSpec(2, "node3", (0, 1, 2), 1000, 64),
     )
-    command = 'echo "$(hostname) $CUDA_VISIBLE_DEVICES $(id -un) local $LOCAL_RANK"'
+    command = 'echo "$(hostname) $CUDA_VISIBLE_DEVICES $(id -un) local $LOCAL_RANK $(id -G)"'
 
     backend.deploy(a_launch("placed0001", workers, command))
 
@@ -66,6 +66,8 @@ def test_each_worker_gets_exactly_its_node_and_its_number_of_gpus_as_its_owner(b
     assert lines[0][1] != lines[1][1]  # the two workers on node1 hold different GPUs
     assert {line[2] for line in lines} == {"ty-test-conform"}
     assert [line[4] for line in lines] == ["0", "1", "0"]
+    owner = job_account("conform")
+    assert {tuple(line[5:]) for line in lines} == {(str(owner.gid),)}  # no root group
 
 
 def test_no_worker_starts_until_every_node_of_the_gang_is_free(backend):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
-from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob, WorkerPlacement
+from jobmanager.core.snapshot import JobShape, QueuedJob, Resources, RunningJob, WorkerPlacement
 
 Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
 SHORT_MARGIN = 1.5
@@ -105,15 +105,24 @@ def _eligible(node: FreeNode, shape: JobShape) -> bool:
 NEVER = "never"
 
 
+def _workers_in(
+    shape: JobShape, capacity: Resources, gpus: int, millicpus: int, memory: int
+) -> int:
+    """How many workers fit in these free amounts of a node (a whole node's worker only in
+    all of it)."""
+    if shape.takes_whole_nodes:
+        whole = (gpus, millicpus, memory) == (capacity.gpus, capacity.millicpus, capacity.memory)
+        return 1 if whole else 0
+    return workers_fitting(shape.per_worker, gpus, millicpus, memory)
+
+
 def fits_when_empty(cluster: ClusterState, shape: JobShape) -> bool:
     """Whether the schedulable nodes, were they empty, could hold the gang."""
     ever = 0
     for node in cluster.nodes.values():
         if _eligible(node, shape):
             capacity = node.state.capacity
-            ever += workers_fitting(
-                shape.per_worker, capacity.gpus, capacity.millicpus, capacity.memory
-            )
+            ever += _workers_in(shape, capacity, capacity.gpus, capacity.millicpus, capacity.memory)
             if ever >= shape.workers:
                 return True
     return False
@@ -141,7 +150,7 @@ def reserve(
                 node.free_memory + node.pending_memory,
             ]
             amounts[name] = here
-            fitting[name] = workers_fitting(per_worker, *here)
+            fitting[name] = _workers_in(shape, node.state.capacity, *here)
             total += fitting[name]
     if not fits_when_empty(cluster, shape):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
@@ -157,7 +166,8 @@ def reserve(
                 freed[0] += len(worker.gpus)
                 freed[1] += worker.millicpus
                 freed[2] += worker.memory
-                now_fitting = workers_fitting(per_worker, *freed)
+                capacity = cluster.nodes[worker.node].state.capacity
+                now_fitting = _workers_in(shape, capacity, *freed)
                 total += now_fitting - fitting[worker.node]
                 fitting[worker.node] = now_fitting
             if total >= shape.workers:
@@ -184,6 +194,9 @@ def reserve(
             per_worker.millicpus * count,
             per_worker.memory * count,
         )
+        if shape.takes_whole_nodes:
+            capacity = cluster.nodes[name].state.capacity
+            needed[name] = (capacity.gpus, capacity.millicpus, capacity.memory)
         left -= count
     released: dict[str, Amounts] = {}
     for name in needed:

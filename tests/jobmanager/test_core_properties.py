@@ -33,6 +33,7 @@ NOW = 200.0
 ZONES = ((), (), (("zone", "a"),), (("zone", "b"),))
 SELECTORS = ((), (), (), (), (), (("zone", "a"),))
 DEDICATED = ("", "", "", "vc0", "vc1")  # the VC a node is bound to, if any
+SWITCHES = ("", "s0", "s0", "s1")  # the network switch a node hangs under, if known
 EXAMPLES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -58,6 +59,8 @@ def shapes(draw, gpu_types: tuple[str, ...], small: bool = False) -> JobShape:
             draw(_choice(1, 4, 16, 32)) * GIB,
         ),
         node_selector=() if small else draw(_choice(*SELECTORS)),
+        whole_nodes=draw(_choice(False, False, False, True)),
+        same_switch=False if small else draw(_choice(False, False, True)),
     )
 
 
@@ -80,6 +83,7 @@ def snapshots(draw) -> Snapshot:
                 labels=draw(_choice(*ZONES)),
                 schedulable=draw(_choice(True, True, True, True, False)),
                 dedicated_to=draw(_choice(*DEDICATED)),
+                switch=draw(_choice(*SWITCHES)),
             )
         )
     gpu_types = sorted({node.gpu_type for node in nodes})
@@ -172,6 +176,7 @@ def test_decisions_never_over_commit_a_node_nor_split_a_gang(snapshot):
     _assert_no_node_over_committed(snapshot, decisions)
     _assert_whole_gangs_where_they_may_run(snapshot, decisions)
     _assert_decided_once_and_only_borrowers_preempted(snapshot, decisions)
+    _assert_whole_nodes_alone_and_one_switch_kept(snapshot, decisions)
     # Without reasons (for estimates) the same is decided.
     quiet = schedule(replace(snapshot, explain=False))
     assert (quiet.starts, quiet.preemptions, quiet.claims, quiet.waits) == (
@@ -219,10 +224,45 @@ def _assert_whole_gangs_where_they_may_run(snapshot: Snapshot, decisions: Decisi
             assert node.schedulable
             assert node.gpu_type == shape.gpu_type
             assert set(shape.node_selector) <= set(node.labels)
-            assert len(set(worker.gpus)) == len(worker.gpus) == shape.per_worker.gpus
+            assert len(set(worker.gpus)) == len(worker.gpus)
+            if shape.takes_whole_nodes:  # all of the node, at least its size
+                capacity = node.capacity
+                assert (len(worker.gpus), worker.millicpus, worker.memory) == (
+                    capacity.gpus,
+                    capacity.millicpus,
+                    capacity.memory,
+                )
+                assert shape.per_worker.fits_in(capacity)
+                continue
+            assert len(worker.gpus) == shape.per_worker.gpus
             assert (worker.millicpus, worker.memory) == (
                 shape.per_worker.millicpus,
                 shape.per_worker.memory,
+            )
+
+
+def _assert_whole_nodes_alone_and_one_switch_kept(snapshot: Snapshot, decisions: Decisions) -> None:
+    """A whole-node job (running or started) shares none of its nodes with another job; a
+    job that asks for one switch has all its workers under one known switch (or on one
+    node)."""
+    switches = {node.name: node.switch for node in snapshot.nodes}
+    shapes = {job.id: job.shape for job in (*snapshot.running, *snapshot.queued)}
+    holders: dict[str, set[str]] = defaultdict(set)
+    placements = [(job.id, job.placement) for job in snapshot.running]
+    placements += [(start.job_id, start.placement) for start in decisions.starts]
+    for job_id, placement in placements:
+        for worker in placement:
+            holders[worker.node].add(job_id)
+    for job_id, placement in placements:
+        if shapes[job_id].takes_whole_nodes:
+            for worker in placement:
+                assert holders[worker.node] == {job_id}, f"{job_id} shares {worker.node}"
+    for start in decisions.starts:
+        if shapes[start.job_id].needs_one_switch:
+            nodes = {worker.node for worker in start.placement}
+            under = {switches[name] for name in nodes}
+            assert len(nodes) == 1 or (len(under) == 1 and "" not in under), (
+                f"{start.job_id} straddles {sorted(under)}"
             )
 
 

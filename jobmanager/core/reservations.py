@@ -20,6 +20,7 @@ from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, Resources, RunningJob, WorkerPlacement
+from jobmanager.core.topology import nodes_by_switch
 
 Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
 SHORT_MARGIN = 1.5
@@ -116,11 +117,17 @@ def _workers_in(
     return workers_fitting(shape.per_worker, gpus, millicpus, memory)
 
 
-def fits_when_empty(cluster: ClusterState, shape: JobShape) -> bool:
-    """Whether the schedulable nodes, were they empty, could hold the gang."""
+def fits_when_empty(
+    cluster: ClusterState, shape: JobShape, within: frozenset[str] | None = None
+) -> bool:
+    """Whether the schedulable nodes (``within`` these), were they empty, could hold the
+    gang (one that needs one switch: under one switch)."""
+    if within is None and shape.needs_one_switch:
+        groups = nodes_by_switch(cluster, shape).values()
+        return any(fits_when_empty(cluster, shape, group) for group in groups)
     ever = 0
     for node in cluster.nodes.values():
-        if _eligible(node, shape):
+        if (within is None or node.name in within) and _eligible(node, shape):
             capacity = node.state.capacity
             ever += _workers_in(shape, capacity, capacity.gpus, capacity.millicpus, capacity.memory)
             if ever >= shape.workers:
@@ -136,14 +143,34 @@ def reserve(
 ) -> Reservation | str | None:
     """The job's reservation: ``ends`` are (expected end, tie-breaker, placement) of the
     jobs holding resources, in order of end; None if they do not leave room for it by
-    the end of those with an expected end; NEVER if it cannot run here at all."""
+    the end of those with an expected end; NEVER if it cannot run here at all. A gang that
+    needs one network switch gets the earliest of those under each switch."""
+    if not job.shape.needs_one_switch:
+        return _reserve(cluster, job, ends, now)
+    found: list[Reservation | str | None] = [
+        _reserve(cluster, job, ends, now, within)
+        for within in nodes_by_switch(cluster, job.shape).values()
+    ]
+    planned = [item for item in found if isinstance(item, Reservation)]
+    if planned:
+        return min(planned, key=lambda reservation: reservation.shadow)
+    return None if None in found else NEVER
+
+
+def _reserve(
+    cluster: ClusterState,
+    job: QueuedJob,
+    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]],
+    now: float,
+    within: frozenset[str] | None = None,
+) -> Reservation | str | None:
     shape = job.shape
     per_worker = shape.per_worker
     amounts: dict[str, list[int]] = {}
     fitting: dict[str, int] = {}
     total = 0
     for name, node in cluster.nodes.items():
-        if _eligible(node, shape):
+        if (within is None or name in within) and _eligible(node, shape):
             here = [
                 len(node.free_gpus) + len(node.pending_gpus),
                 node.free_millicpus + node.pending_millicpus,
@@ -152,7 +179,7 @@ def reserve(
             amounts[name] = here
             fitting[name] = _workers_in(shape, node.state.capacity, *here)
             total += fitting[name]
-    if not fits_when_empty(cluster, shape):
+    if not fits_when_empty(cluster, shape, within):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
     shadow = None
     if total >= shape.workers:

@@ -59,6 +59,10 @@ class ReplayOptions:
     bursts: float | None = None
     burst_guard: float = 24 * 3600.0
     largest_fit_first: bool = False  # backfill starts the largest job that fits first
+    # A gang under more than one network switch runs this many times slower (the cluster
+    # needs switches: ClusterSpec.nodes_per_switch).
+    straddle_slowdown: float = 1.0
+    same_switch: bool = False  # every gang waits for room under one switch
 
 
 @dataclass
@@ -88,6 +92,8 @@ class Replay:
     wall_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0  # work preemptions threw away (since last checkpoints)
     busy_in_window: float = 0.0  # busy GPU-seconds from the first submission to the last
+    gang_starts: int = 0  # starts of gangs on more than one node
+    straddled_starts: int = 0  # of those, under more than one network switch
 
     @property
     def label(self) -> str:
@@ -115,7 +121,10 @@ def replay(
     wall_start = time.perf_counter()
     options = options or ReplayOptions()
     jobs = [job for job in trace.jobs if cluster.fits(job)]
-    shapes = {gpus: cluster.shape(gpus) for gpus in {job.gpus for job in jobs}}
+    shapes = {
+        gpus: replace(cluster.shape(gpus), same_switch=options.same_switch)
+        for gpus in {job.gpus for job in jobs}
+    }
     result = Replay(
         trace_name=trace.name,
         policy=policy,
@@ -161,6 +170,7 @@ def replay(
         explain=False,
         expect=expect,
         restart_overhead=options.restart_overhead,
+        straddle_slowdown=options.straddle_slowdown,
         options={
             "borrowing": options.borrowing,
             "fair_lending": options.fair_lending,
@@ -249,6 +259,8 @@ def replay(
         )
     result.preemptions = sim.preemptions
     result.lost_gpu_seconds = sim.lost_gpu_seconds
+    result.gang_starts = sim.gang_starts
+    result.straddled_starts = sim.straddled_starts
     result.wall_seconds = time.perf_counter() - wall_start
     return result
 

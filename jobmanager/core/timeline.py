@@ -67,6 +67,9 @@ class SimulatedCluster:
     # A gang whose workers are under more than one network switch runs this many times
     # slower (its collectives cross the spine); 1: the network is flat.
     straddle_slowdown: float = 1.0
+    # Each node's switch, where the placement is not told them (to measure what placing
+    # blind to the network costs); None: the nodes' own.
+    switches: dict[str, str] | None = None
     gang_starts: int = 0  # starts of gangs on more than one node
     straddled_starts: int = 0  # of those, the ones under more than one switch
     # Free capacity with the running jobs taken, kept up to date as jobs start and end,
@@ -92,7 +95,11 @@ class SimulatedCluster:
         self._fair = any(vc.policy == Policy.FAIR_SHARE for vc in self.vcs)
         self._dedicated = dedicated_vcs(self.nodes)
         self._lending = lenders(self.vcs)
-        self._switch_of = {node.name: node.switch for node in self.nodes}
+        switches = self.switches
+        if switches is None:
+            switches = {node.name: node.switch for node in self.nodes}
+        # A network of no known switches is flat: nothing straddles.
+        self._switch_of = switches if any(switches.values()) else {}
 
     def submit(self, job: QueuedJob) -> None:
         if self._dedicated:
@@ -232,7 +239,7 @@ class SimulatedCluster:
         if len({worker.node for worker in placement}) < 2:
             return 1.0
         self.gang_starts += 1
-        if switches_of(self._switch_of, placement) < 2:
+        if not self._switch_of or switches_of(self._switch_of, placement) < 2:
             return 1.0
         self.straddled_starts += 1
         self._slowdown[job_id] = self.straddle_slowdown

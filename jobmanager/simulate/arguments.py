@@ -201,7 +201,14 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     jobs.add_argument(
         "--same-switch",
         action="store_true",
-        help="every gang waits for room under one network switch (with --nodes-per-switch)",
+        help="every gang that fits under one network switch waits for room under one "
+        "(with --nodes-per-switch)",
+    )
+    jobs.add_argument(
+        "--switch-blind",
+        action="store_true",
+        help="placement is not told the switches (to measure what topology-aware placement "
+        "saves; with --nodes-per-switch)",
     )
     jobs.add_argument(
         "--oracle",
@@ -303,6 +310,7 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         burst_guard=args.burst_guard,
         straddle_slowdown=args.straddle_slowdown,
         same_switch=args.same_switch,
+        topology_aware=not args.switch_blind,
     )
 
 

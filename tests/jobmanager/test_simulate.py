@@ -545,6 +545,21 @@ def test_a_gang_that_needs_one_switch_waits_for_it_and_runs_at_full_speed():
     assert (result.straddled_starts, result.gang_starts) == (0, 1)
 
 
+def test_placement_blind_to_switches_splits_a_gang_one_switch_could_hold():
+    cluster = ClusterSpec(nodes=4, gpus_per_node=4, nodes_per_switch=2)
+    # j1 takes node0 (sw0); the gang fits under sw1 but, blind, PACK takes node1 and node2.
+    trace = trace_of(("j1", "vc", 0.0, 100.0, 4), ("gang", "vc", 1.0, 100.0, 8))
+    for aware, split, ends in ((True, 0, 101), (False, 1, 151)):
+        options = ReplayOptions(straddle_slowdown=1.5, topology_aware=aware)
+        result = replay(trace, cluster, {"vc": 16}, Policy.FIFO, Placement.PACK, options=options)
+        assert (result.straddled_starts, by_id(result, result.ended)["gang"]) == (split, ends)
+
+
+def test_a_flat_network_splits_no_gang():
+    result = run(GANG_BEHIND_A_JOB, ClusterSpec(nodes=3, gpus_per_node=4))
+    assert (result.straddled_starts, result.gang_starts) == (0, 1)
+
+
 def test_the_cli_replays_with_switches_and_reports_the_gangs_split(tmp_path, capsys):
     trace = tmp_path / "trace.csv"
     trace.write_text("job_id,submission_time,duration,num_gpu\nj1,0,100,4\ngang,1,100,8\n")

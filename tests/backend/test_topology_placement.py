@@ -118,3 +118,27 @@ def test_whole_nodes_by_the_jobs_flag_or_its_vcs_setting(world, jobs):
     nlp_gang.refresh_from_db()
     assert nlp_gang.status == JobStatus.QUEUED
     assert "whole A100 nodes" in nlp_gang.insight_message
+
+
+def test_only_the_vcs_admins_set_whole_nodes_for_its_distributed_jobs(world):
+    refused = world.client(world.outsider).patch(
+        f"{VCS}vision/", {"whole_nodes_for_distributed": True}, format="json"
+    )
+    bad = world.client(world.vc_admin).patch(
+        f"{VCS}vision/", {"whole_nodes_for_distributed": "always"}, format="json"
+    )
+    allowed = world.client(world.vc_admin).patch(
+        f"{VCS}vision/", {"whole_nodes_for_distributed": True}, format="json"
+    )
+
+    assert refused.status_code in (403, 404)
+    assert (bad.status_code, list(bad.json())) == (400, ["whole_nodes_for_distributed"])
+    assert allowed.status_code == 200, allowed.json()
+    assert allowed.json()["whole_nodes_for_distributed"] is True
+
+
+def test_bad_whole_nodes_and_same_switch_are_a_400_naming_each_field(world):
+    response = submit(world.client(world.member), whole_nodes="all", same_switch=[1])
+
+    assert response.status_code == 400
+    assert {"whole_nodes", "same_switch"} <= set(response.json())

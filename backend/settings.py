@@ -384,6 +384,10 @@ TRAINYARD_K8S_GPU_RESOURCE = env("TRAINYARD_K8S_GPU_RESOURCE", "nvidia.com/gpu")
 TRAINYARD_K8S_GPU_TYPE_LABELS = env_list(
     "TRAINYARD_K8S_GPU_TYPE_LABELS", ["trainyard.io/gpu-type", "nvidia.com/gpu.product"]
 )
+# The first of these node labels that a node has names the network switch (or rack) it
+# hangs under, for topology-aware placement (jobmanager.core.topology).
+TRAINYARD_K8S_SWITCH_LABELS = env_list("TRAINYARD_K8S_SWITCH_LABELS", ["trainyard.io/switch"])
+TRAINYARD_K8S_RACK_LABELS = env_list("TRAINYARD_K8S_RACK_LABELS", ["trainyard.io/rack"])
 TRAINYARD_K8S_INIT_COMMAND = env("TRAINYARD_K8S_INIT_COMMAND", "/usr/bin/tini -g --")
 TRAINYARD_K8S_BAD_NODE_CONDITIONS = env_list(
     "TRAINYARD_K8S_BAD_NODE_CONDITIONS", ["GpuUnhealthy", "XidError"]

@@ -248,6 +248,7 @@ MessageTimeout=5
 InactiveLimit=0
 KillWait=5
 MinJobAge=600
+TopologyPlugin=topology/tree
 {nodes}
 PartitionName=main Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
 """)
@@ -255,7 +256,17 @@ PartitionName=main Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
         f"NodeName={node_list} Name=gpu Type={GPU_TYPE} "
         f"File={root}/dev/nvidia[0-{GPUS_PER_NODE - 1}]\n"
     )
-    for name in ("slurm.conf", "gres.conf", "hosts", "resolv.conf"):
+    # Two leaf switches under one spine: the first two nodes under s0, the rest under s1.
+    leaves = {"s0": cluster.nodes[:2], "s1": cluster.nodes[2:]}
+    (root / "etc" / "topology.conf").write_text(
+        "".join(
+            f"SwitchName={switch} Nodes={','.join(nodes)}\n"
+            for switch, nodes in leaves.items()
+            if nodes
+        )
+        + f"SwitchName=spine Switches={','.join(s for s, nodes in leaves.items() if nodes)}\n"
+    )
+    for name in ("slurm.conf", "gres.conf", "hosts", "resolv.conf", "topology.conf"):
         (root / "etc" / name).chmod(0o644)
     (root / "etc").chmod(0o755)
 

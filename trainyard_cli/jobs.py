@@ -87,6 +87,18 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option(
     "--port", "ports", multiple=True, help="NAME=PORT: open it in a browser (/endpoints/...)."
 )
+@click.option(
+    "--whole-nodes",
+    is_flag=True,
+    default=None,
+    help="With more than one worker: each worker gets a node of its own, all of it.",
+)
+@click.option(
+    "--same-switch",
+    is_flag=True,
+    default=None,
+    help="With more than one worker: all workers under one network switch (it waits for one).",
+)
 @click.option("--preemptible/--guaranteed", default=None, help="May borrow GPUs beyond the quota.")
 @click.option("--priority", type=int)
 @click.option("--retries", "max_retries", type=int, help="Retries for infrastructure failures.")

@@ -59,7 +59,20 @@ def register_reported_node(reported: BackendNode, ready: bool, seen_at: datetime
         labels=reported.labels,
         ready=ready,
         last_heartbeat=seen_at,
+        switch=reported.switch,
+        rack=reported.rack,
     )
+
+
+def record_reported_place(node: Node, reported: BackendNode) -> None:
+    """The switch and rack the cluster backend reports (from node labels, or Slurm's
+    topology) replace the node's; where it reports none, what a cluster admin set stays."""
+    place = {"switch": reported.switch, "rack": reported.rack}
+    changes = {
+        name: value for name, value in place.items() if value and getattr(node, name) != value
+    }
+    if changes:
+        Node.objects.filter(pk=node.pk).update(**changes)
 
 
 @transaction.atomic

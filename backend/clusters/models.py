@@ -85,6 +85,15 @@ class Node(models.Model):
         related_name="dedicated_nodes",
         help_text="The VC the node is dedicated to; empty: shared by all.",
     )
+    # Its place in the network: a gang goes under as few switches as it can
+    # (jobmanager.core.topology). Set by a cluster admin or read from the backend.
+    switch = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The network switch (or InfiniBand leaf, or block) the node hangs under; "
+        "empty: not known.",
+    )
+    rack = models.CharField(max_length=100, blank=True, help_text="The rack it stands in.")
 
     objects = NodeQuerySet.as_manager()
 

@@ -61,6 +61,8 @@ class JobSpec:
     data_path: str = ""
     output_path: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
+    whole_nodes: bool = False
+    same_switch: bool = False
     ports: list[dict] = field(default_factory=list)
     preemptible: bool = False
     priority: int = 0
@@ -133,6 +135,8 @@ def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object)
         data_path=spec.data_path,
         output_path=spec.output_path,
         node_selector=spec.node_selector,
+        whole_nodes=spec.whole_nodes,
+        same_switch=spec.same_switch,
         ports=spec.ports,
         deadline=spec.deadline,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,

@@ -79,6 +79,8 @@ def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
                 spec.gpus_per_worker, millicpus(spec.cpus_per_worker), spec.memory_per_worker
             ),
             node_selector=tuple(sorted(spec.node_selector.items())),
+            whole_nodes=spec.whole_nodes or spec.vc.whole_nodes_for_distributed,
+            same_switch=spec.same_switch,
         ),
         queued_at=now.timestamp(),
         priority=spec.priority,

@@ -57,6 +57,8 @@ def kubernetes_backend() -> KubernetesBackend:
             ),
             gpu_resource=settings.TRAINYARD_K8S_GPU_RESOURCE,
             gpu_type_labels=tuple(settings.TRAINYARD_K8S_GPU_TYPE_LABELS),
+            switch_labels=tuple(settings.TRAINYARD_K8S_SWITCH_LABELS),
+            rack_labels=tuple(settings.TRAINYARD_K8S_RACK_LABELS),
             init_command=tuple(shlex.split(settings.TRAINYARD_K8S_INIT_COMMAND)),
             grace_seconds=settings.TRAINYARD_STOP_GRACE_SECONDS,
             start_timeout_seconds=settings.TRAINYARD_K8S_START_TIMEOUT_SECONDS,

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.clusters.actions import register_reported_node
+from backend.clusters.actions import record_reported_place, register_reported_node
 from backend.clusters.models import Node
 from backend.core.bulk import insert_rows
 from backend.jobs.logs import job_log_dir
@@ -480,6 +480,8 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
             )
             if ready != node.ready:
                 changed.append(node.name)
+        if seen is not None:
+            record_reported_place(node, seen)
     for new in reported.values():
         register_reported_node(new, ready=new.ready and new.name not in bad, seen_at=now)
         changed.append(new.name)

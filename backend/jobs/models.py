@@ -199,6 +199,14 @@ class Job(models.Model):
     node_selector = models.JSONField(
         default=dict, blank=True, help_text="Labels the node of every worker must carry."
     )
+    whole_nodes = models.BooleanField(
+        default=False,
+        help_text="With more than one worker: each worker gets a node of its own, all of it.",
+    )
+    same_switch = models.BooleanField(
+        default=False,
+        help_text="With more than one worker: all workers under one network switch, or wait.",
+    )
     ports = models.JSONField(
         default=list,
         blank=True,

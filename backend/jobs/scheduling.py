@@ -59,6 +59,7 @@ JOB_COLUMNS = (
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
     "max_wall_time", "node_selector", "reserved_placement", "owner__username", "deadline",
+    "whole_nodes", "same_switch", "vc__whole_nodes_for_distributed",
 )  # fmt: skip
 
 
@@ -68,7 +69,8 @@ QUEUED_COLUMNS = (
     "job_id", "vc__name", "vc__max_wall_time", "gpu_type__name", "workers",
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
-    "insight_message", "owner__username", "deadline", "pk",
+    "insight_message", "owner__username", "deadline", "pk", "whole_nodes", "same_switch",
+    "vc__whole_nodes_for_distributed",
 )  # fmt: skip
 
 
@@ -85,10 +87,11 @@ def load_nodes() -> tuple[NodeState, ...]:
             and row["ready"]
             and row["repair_state"] == RepairState.IN_SERVICE,
             dedicated_to=row["dedicated_vc__name"] or "",
+            switch=row["switch"],
         )
         for row in Node.objects.order_by().values(
             "name", "gpu_type__name", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state", "ready", "dedicated_vc__name",
+            "repair_state", "ready", "dedicated_vc__name", "switch",
         )
     )  # fmt: skip
 
@@ -169,6 +172,9 @@ def _shape(row: dict) -> JobShape:
         row["cpus_per_worker"],
         row["memory_per_worker"],
         tuple(sorted((row["node_selector"] or {}).items())),
+        # Its own flag, or its VC's setting for every distributed job.
+        row["whole_nodes"] or row["vc__whole_nodes_for_distributed"],
+        row["same_switch"],
     )
 
 
@@ -180,10 +186,20 @@ def _job_shape(
     cpus: Decimal,
     memory: int,
     node_selector: tuple[tuple[str, str], ...],
+    whole_nodes: bool = False,
+    same_switch: bool = False,
 ) -> JobShape:
     """One shape object for all the jobs of a shape (ten thousand jobs have a handful):
     made once, not once a row, and compared by identity first wherever a pass looks it up."""
-    return JobShape(gpu_type, workers, Resources(gpus, millicpus(cpus), memory), node_selector)
+    per_worker = Resources(gpus, millicpus(cpus), memory)
+    return JobShape(
+        gpu_type,
+        workers,
+        per_worker,
+        node_selector,
+        whole_nodes=whole_nodes,
+        same_switch=same_switch,
+    )
 
 
 def _wall_time(row: dict) -> int:

@@ -81,6 +81,11 @@ class VirtualCluster(models.Model):
         help_text="Other VCs' preemptible jobs may run on the nodes dedicated to it while "
         "it leaves them idle; its own jobs preempt them to get the nodes back.",
     )
+    whole_nodes_for_distributed = models.BooleanField(
+        default=False,
+        help_text="Every job of more than one worker gets whole nodes: each worker a node "
+        "of its own, all of it.",
+    )
     user_gpu_limit = models.PositiveIntegerField(
         null=True,
         blank=True,

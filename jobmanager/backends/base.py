@@ -131,6 +131,9 @@ class BackendNode:
     labels: dict[str, str] = field(default_factory=dict)
     ready: bool = True
     declared: bool = False  # GPUs declared by configuration, not discovered on hardware
+    # Its place in the network, where the backend knows it ("": not known).
+    switch: str = ""
+    rack: str = ""
 
 
 class DeployError(RuntimeError):

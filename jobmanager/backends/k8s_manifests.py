@@ -135,6 +135,9 @@ class KubernetesSettings:
     gpu_resource: str = "nvidia.com/gpu"
     # The first of these node labels that a node has names its GPU type.
     gpu_type_labels: tuple[str, ...] = ("trainyard.io/gpu-type", "nvidia.com/gpu.product")
+    # The first of these that a node has names its network switch, and its rack.
+    switch_labels: tuple[str, ...] = ("trainyard.io/switch",)
+    rack_labels: tuple[str, ...] = ("trainyard.io/rack",)
     # PID 1 of every worker: reaps zombies, forwards SIGTERM to the whole process group.
     init_command: tuple[str, ...] = ("/usr/bin/tini", "-g", "--")
     grace_seconds: int = 30

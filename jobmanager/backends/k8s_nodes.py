@@ -56,6 +56,8 @@ def backend_node(node: client.V1Node, settings: KubernetesSettings) -> BackendNo
     labels = dict(labels_of(node))
     gpus = int(_quantity(resources, settings.gpu_resource))
     gpu_type = next((labels[key] for key in settings.gpu_type_labels if labels.get(key)), "")
+    switch = next((labels[key] for key in settings.switch_labels if labels.get(key)), "")
+    rack = next((labels[key] for key in settings.rack_labels if labels.get(key)), "")
     ready = any(c.type == "Ready" and c.status == "True" for c in _conditions(node))
     return BackendNode(
         name=name_of(node),
@@ -65,6 +67,8 @@ def backend_node(node: client.V1Node, settings: KubernetesSettings) -> BackendNo
         memory=int(_quantity(resources, "memory") / MIB),
         labels=labels,
         ready=ready,
+        switch=switch,
+        rack=rack,
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import time
@@ -65,6 +66,7 @@ MASTER_PORTS = (29500, 2000)  # each attempt's rank 0 listens on base + crc32(id
 SIGTERM_EXIT = 143
 SIGKILL_EXIT = 137
 CORDON_REASON = "cordoned by Trainyard"
+SWITCHES_EVERY = 300.0  # seconds between reads of Slurm's tree topology
 
 
 class SlurmBackend(ClusterBackend):
@@ -92,6 +94,8 @@ class SlurmBackend(ClusterBackend):
         self.stop_grace = stop_grace
         self.slurm = commands or SlurmCommands(conf)
         self._pinned_nodes: list[SlurmNode] | None = None
+        # Each node's leaf switch, read at most every SWITCHES_EVERY seconds.
+        self._switches: tuple[float, dict[str, str]] = (-math.inf, {})
 
     def isolation(self, launch: JobLaunch) -> Isolation:
         who = (
@@ -279,7 +283,17 @@ class SlurmBackend(ClusterBackend):
         )
 
     def nodes(self) -> list[BackendNode]:
-        return [_backend_node(node) for node in self._slurm_nodes()]
+        switches = self._leaf_switches()
+        return [_backend_node(node, switches.get(node.name, "")) for node in self._slurm_nodes()]
+
+    def _leaf_switches(self) -> dict[str, str]:
+        """Slurm's tree topology, read again once it is SWITCHES_EVERY seconds old."""
+        read_at, switches = self._switches
+        now = time.monotonic()
+        if now - read_at >= SWITCHES_EVERY:
+            switches = self.slurm.leaf_switches()
+            self._switches = (now, switches)
+        return switches
 
     def bad_nodes(self) -> dict[str, str]:
         """Nodes Slurm finds down or not responding: their workers are lost. (A drained
@@ -454,7 +468,7 @@ def _slurm_name(job_id: str, attempt: int) -> str:
     return f"ty-{job_id}-a{attempt}"
 
 
-def _backend_node(node: SlurmNode) -> BackendNode:
+def _backend_node(node: SlurmNode, switch: str = "") -> BackendNode:
     gpu_type, gpus = node.gpus
     return BackendNode(
         name=node.name,
@@ -464,4 +478,5 @@ def _backend_node(node: SlurmNode) -> BackendNode:
         memory=node.memory,
         labels={"slurm/address": node.address},
         ready=not (node.down or node.drained),
+        switch=switch,
     )

@@ -1,5 +1,7 @@
 """Slurm's own commands, read through their ``--json`` output (``squeue``, ``sinfo``) and
-``sbatch --parsable``: what the Slurm backend asks of the controller, typed.
+``sbatch --parsable``: what the Slurm backend asks of the controller, typed. The tree
+topology has no JSON form: ``scontrol show topology`` answers one ``Key=Value`` record a
+line, and ``scontrol show hostnames`` expands its node lists, one name a line.
 
 The commands find the controller and authenticate to it as every Slurm client does: the
 ``slurm.conf`` named by ``SLURM_CONF`` (its ``SlurmctldHost``, and munge's socket in
@@ -150,6 +152,19 @@ class SlurmCommands:
             for node in self._json("sinfo")["nodes"]
         ]
 
+    def leaf_switches(self) -> dict[str, str]:
+        """Each node's leaf switch in Slurm's tree topology; {} where none is configured
+        (or the command is refused)."""
+        try:
+            records = leaf_switch_records(self.run("scontrol", "show", "topology"))
+            return {
+                node: switch
+                for switch, expression in records.items()
+                for node in self.run("scontrol", "show", "hostnames", expression).split()
+            }
+        except SlurmError:
+            return {}
+
     def signal(self, job_id: int, signal_name: str, batch_too: bool = False) -> None:
         """Send a signal to the job's steps (and its batch script with ``batch_too``)."""
         full = ["--full"] if batch_too else []
@@ -161,3 +176,13 @@ class SlurmCommands:
     def set_drained(self, node: str, drained: bool, reason: str) -> None:
         state = ["state=drain", f"reason={reason}"] if drained else ["state=resume"]
         self.run("scontrol", "update", f"nodename={node}", *state)
+
+
+def leaf_switch_records(text: str) -> dict[str, str]:
+    """Leaf switches (level 0) of ``scontrol show topology`` and the node list of each."""
+    leaves: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if fields.get("Level") == "0" and fields.get("SwitchName") and fields.get("Nodes"):
+            leaves[fields["SwitchName"]] = fields["Nodes"]
+    return leaves

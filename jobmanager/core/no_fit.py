@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jobmanager.core.snapshot import JobShape
+from jobmanager.core.topology import topology_reason
 
 if TYPE_CHECKING:
     from jobmanager.core.placement import ClusterState
@@ -34,6 +35,9 @@ def no_fit_reason(cluster: ClusterState, shape: JobShape) -> str:
     open_counts = _open_free_counts(cluster, shape)
     if open_counts == []:
         return f"every schedulable {gpu_type} node it may use is dedicated to another VC"
+    topology = topology_reason(cluster, shape)
+    if topology is not None:
+        return topology
     if per_worker.gpus == 0:
         nodes = [node for bucket in cluster.buckets[gpu_type] for node in bucket.values()]
         most_cpu = max((node.free_millicpus for node in nodes), default=0)

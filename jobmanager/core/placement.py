@@ -26,6 +26,7 @@ from jobmanager.core.snapshot import (
     RunningJob,
     WorkerPlacement,
 )
+from jobmanager.core.topology import gang_nodes, is_empty, whole_node_worker
 
 
 @dataclass(slots=True)
@@ -63,11 +64,34 @@ class FreeNode:
 
     def fits(self, shape: JobShape) -> bool:
         per_worker = shape.per_worker
+        if shape.takes_whole_nodes:
+            return is_empty(self) and per_worker.fits_in(self.state.capacity) and self.admits(shape)
         return (
             len(self.free_gpus) >= per_worker.gpus
             and self.free_millicpus >= per_worker.millicpus
             and self.free_memory >= per_worker.memory
             and self.admits(shape)
+        )
+
+    def room_for(self, shape: JobShape) -> int:
+        """How many of the gang's workers could go here now."""
+        if not self.admits(shape) or not shape.per_worker.fits_in(self.state.capacity):
+            return 0
+        if shape.takes_whole_nodes:
+            return 1 if is_empty(self) else 0
+        return workers_fitting(
+            shape.per_worker, len(self.free_gpus), self.free_millicpus, self.free_memory
+        )
+
+    def worker(self, shape: JobShape) -> WorkerPlacement:
+        """A worker of the gang placed here (all of the node for whole nodes)."""
+        if shape.takes_whole_nodes:
+            return whole_node_worker(self)
+        return WorkerPlacement(
+            node=self.name,
+            gpus=tuple(self.free_gpus[: shape.per_worker.gpus]),
+            millicpus=shape.per_worker.millicpus,
+            memory=shape.per_worker.memory,
         )
 
 
@@ -101,6 +125,7 @@ class ClusterState:
         # While a trial runs: each node's state before the trial first changed it.
         self._journal: dict[str, tuple[Any, ...]] | None = None
         self.has_dedicated = False  # some node is bound to a VC
+        self.has_switches = False  # some node's switch is known (jobmanager.core.topology)
         for node in sorted(nodes, key=lambda node: node.name):
             free = FreeNode(
                 state=node,
@@ -111,6 +136,7 @@ class ClusterState:
             )
             self.nodes[node.name] = free
             self.has_dedicated = self.has_dedicated or bool(node.dedicated_to)
+            self.has_switches = self.has_switches or bool(node.switch)
             if node.schedulable:
                 largest = max(self.capacity_gpus.get(node.gpu_type, 0), node.capacity.gpus)
                 self.capacity_gpus[node.gpu_type] = largest
@@ -232,18 +258,18 @@ class ClusterState:
         """Place every worker of a gang and take its resources, or take nothing."""
         if not self._may_fit(shape):
             return None
+        within = None  # the nodes the network topology leaves it
+        if shape.workers > 1 and (self.has_switches or shape.same_switch):
+            within = gang_nodes(self, shape)
+            if within is None:
+                return None
         placed: list[WorkerPlacement] = []
         for _ in range(shape.workers):
-            node = self._choose_node(shape)
+            node = self._choose_node(shape, within)
             if node is None:
                 self.release(placed)
                 return None
-            worker = WorkerPlacement(
-                node=node.name,
-                gpus=tuple(node.free_gpus[: shape.per_worker.gpus]),
-                millicpus=shape.per_worker.millicpus,
-                memory=shape.per_worker.memory,
-            )
+            worker = node.worker(shape)
             self.occupy([worker])
             placed.append(worker)
         return tuple(placed)
@@ -296,28 +322,36 @@ class ClusterState:
                 return True
         return False
 
-    def _choose_node(self, shape: JobShape) -> FreeNode | None:
+    def _choose_node(self, shape: JobShape, within: frozenset[str] | None) -> FreeNode | None:
         buckets = self.buckets[shape.gpu_type]
         needed = shape.per_worker.gpus
         ascending = range(needed, len(buckets))
         spread = self.strategy == Placement.SPREAD
         counts: Iterable[int] = reversed(ascending) if spread else ascending
         if needed == 0:
-            return self._choose_cpu_node(shape, buckets)
+            return self._choose_cpu_node(shape, buckets, within)
         # Among nodes with as many free GPUs, by name: the choice depends on free capacity
         # alone, not on the order in which nodes came to have it.
         for count in counts:
             bucket = buckets[count]
             for name in sorted(bucket) if len(bucket) > 1 else bucket:
-                if bucket[name].fits(shape):
+                if (within is None or name in within) and bucket[name].fits(shape):
                     return bucket[name]
         return None
 
     def _choose_cpu_node(
-        self, shape: JobShape, buckets: list[dict[str, FreeNode]]
+        self,
+        shape: JobShape,
+        buckets: list[dict[str, FreeNode]],
+        within: frozenset[str] | None,
     ) -> FreeNode | None:
         """CPU-only workers: the node with the least free CPU that fits (most, to spread)."""
-        fitting = [node for bucket in buckets for node in bucket.values() if node.fits(shape)]
+        fitting = [
+            node
+            for bucket in buckets
+            for node in bucket.values()
+            if (within is None or node.name in within) and node.fits(shape)
+        ]
         if not fitting:
             return None
         spread = self.strategy == Placement.SPREAD

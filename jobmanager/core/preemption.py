@@ -16,6 +16,7 @@ from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob
+from jobmanager.core.topology import nodes_by_switch
 
 # GPUs, millicpus and memory, as tuples that are added up element by element.
 Amounts = tuple[int, ...]
@@ -82,16 +83,20 @@ class _Room:
     """Workers of one shape that fit on each node, counting its free resources, those of
     jobs being stopped, and those of the victims chosen so far."""
 
-    def __init__(self, cluster: ClusterState, shape: JobShape) -> None:
+    def __init__(
+        self, cluster: ClusterState, shape: JobShape, within: frozenset[str] | None = None
+    ) -> None:
         self.cluster = cluster
         self.shape = shape
         self.extra: dict[str, Amounts] = {}
+        self.within = within  # the only nodes looked at (one switch's), if given
 
     def usable(self, name: str) -> FreeNode | None:
         node = self.cluster.nodes.get(name)
         shape = self.shape
         if (
             node is None
+            or (self.within is not None and name not in self.within)
             or not node.state.schedulable
             or node.state.gpu_type != shape.gpu_type
             or not shape.per_worker.fits_in(node.state.capacity)
@@ -102,12 +107,15 @@ class _Room:
 
     def on(self, node: FreeNode, more: Amounts = _NOTHING) -> int:
         extra = self.extra.get(node.name, _NOTHING)
-        return workers_fitting(
-            self.shape.per_worker,
-            len(node.free_gpus) + len(node.pending_gpus) + extra[0] + more[0],
-            node.free_millicpus + node.pending_millicpus + extra[1] + more[1],
-            node.free_memory + node.pending_memory + extra[2] + more[2],
-        )
+        gpus = len(node.free_gpus) + len(node.pending_gpus) + extra[0] + more[0]
+        millicpus = node.free_millicpus + node.pending_millicpus + extra[1] + more[1]
+        memory = node.free_memory + node.pending_memory + extra[2] + more[2]
+        if self.shape.takes_whole_nodes:
+            capacity = node.state.capacity
+            return int(
+                (gpus, millicpus, memory) == (capacity.gpus, capacity.millicpus, capacity.memory)
+            )
+        return workers_fitting(self.shape.per_worker, gpus, millicpus, memory)
 
     def gain(self, victim_held: dict[str, Amounts]) -> int:
         """How many more workers fit if a victim holding this (by node) left."""
@@ -141,7 +149,26 @@ def fewest_victims(
 ) -> list[RunningJob] | None:
     """The fewest borrowers whose leaving lets the gang fit (with what jobs being stopped
     release), preferring the lowest priority and the most recently started; [] if those
-    being stopped suffice; None if nothing would do."""
+    being stopped suffice; None if nothing would do. A gang that needs one network switch
+    takes its victims under one (the switch that needs the fewest)."""
+    if not job.shape.needs_one_switch:
+        return _fewest_victims(cluster, borrowers, job)
+    best: list[RunningJob] | None = None
+    for within in nodes_by_switch(cluster, job.shape).values():
+        victims = _fewest_victims(cluster, borrowers, job, within)
+        if victims is not None and (best is None or len(victims) < len(best)):
+            best = victims
+            if not best:
+                break
+    return best
+
+
+def _fewest_victims(
+    cluster: ClusterState,
+    borrowers: Borrowers,
+    job: QueuedJob,
+    within: frozenset[str] | None = None,
+) -> list[RunningJob] | None:
     shape = job.shape
     gpu_type = shape.gpu_type
     reachable = (
@@ -149,8 +176,12 @@ def fewest_victims(
     )
     if reachable < shape.total.gpus:
         return None
-    room = _Room(cluster, shape)
-    need = shape.workers - sum(room.on(node) for node in cluster.nodes_with_room(shape))
+    room = _Room(cluster, shape, within)
+    need = shape.workers - sum(
+        room.on(node)
+        for node in cluster.nodes_with_room(shape)
+        if within is None or node.name in within
+    )
     if need <= 0:
         return []
     for victim in borrowers.by_type[gpu_type].values():

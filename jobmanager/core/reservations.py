@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
-from jobmanager.core.snapshot import JobShape, QueuedJob, RunningJob, WorkerPlacement
+from jobmanager.core.snapshot import JobShape, QueuedJob, Resources, RunningJob, WorkerPlacement
+from jobmanager.core.topology import nodes_by_switch
 
 Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
 SHORT_MARGIN = 1.5
@@ -105,15 +106,30 @@ def _eligible(node: FreeNode, shape: JobShape) -> bool:
 NEVER = "never"
 
 
-def fits_when_empty(cluster: ClusterState, shape: JobShape) -> bool:
-    """Whether the schedulable nodes, were they empty, could hold the gang."""
+def _workers_in(
+    shape: JobShape, capacity: Resources, gpus: int, millicpus: int, memory: int
+) -> int:
+    """How many workers fit in these free amounts of a node (a whole node's worker only in
+    all of it)."""
+    if shape.takes_whole_nodes:
+        whole = (gpus, millicpus, memory) == (capacity.gpus, capacity.millicpus, capacity.memory)
+        return 1 if whole else 0
+    return workers_fitting(shape.per_worker, gpus, millicpus, memory)
+
+
+def fits_when_empty(
+    cluster: ClusterState, shape: JobShape, within: frozenset[str] | None = None
+) -> bool:
+    """Whether the schedulable nodes (``within`` these), were they empty, could hold the
+    gang (one that needs one switch: under one switch)."""
+    if within is None and shape.needs_one_switch:
+        groups = nodes_by_switch(cluster, shape).values()
+        return any(fits_when_empty(cluster, shape, group) for group in groups)
     ever = 0
     for node in cluster.nodes.values():
-        if _eligible(node, shape):
+        if (within is None or node.name in within) and _eligible(node, shape):
             capacity = node.state.capacity
-            ever += workers_fitting(
-                shape.per_worker, capacity.gpus, capacity.millicpus, capacity.memory
-            )
+            ever += _workers_in(shape, capacity, capacity.gpus, capacity.millicpus, capacity.memory)
             if ever >= shape.workers:
                 return True
     return False
@@ -127,23 +143,43 @@ def reserve(
 ) -> Reservation | str | None:
     """The job's reservation: ``ends`` are (expected end, tie-breaker, placement) of the
     jobs holding resources, in order of end; None if they do not leave room for it by
-    the end of those with an expected end; NEVER if it cannot run here at all."""
+    the end of those with an expected end; NEVER if it cannot run here at all. A gang that
+    needs one network switch gets the earliest of those under each switch."""
+    if not job.shape.needs_one_switch:
+        return _reserve(cluster, job, ends, now)
+    found: list[Reservation | str | None] = [
+        _reserve(cluster, job, ends, now, within)
+        for within in nodes_by_switch(cluster, job.shape).values()
+    ]
+    planned = [item for item in found if isinstance(item, Reservation)]
+    if planned:
+        return min(planned, key=lambda reservation: reservation.shadow)
+    return None if None in found else NEVER
+
+
+def _reserve(
+    cluster: ClusterState,
+    job: QueuedJob,
+    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]],
+    now: float,
+    within: frozenset[str] | None = None,
+) -> Reservation | str | None:
     shape = job.shape
     per_worker = shape.per_worker
     amounts: dict[str, list[int]] = {}
     fitting: dict[str, int] = {}
     total = 0
     for name, node in cluster.nodes.items():
-        if _eligible(node, shape):
+        if (within is None or name in within) and _eligible(node, shape):
             here = [
                 len(node.free_gpus) + len(node.pending_gpus),
                 node.free_millicpus + node.pending_millicpus,
                 node.free_memory + node.pending_memory,
             ]
             amounts[name] = here
-            fitting[name] = workers_fitting(per_worker, *here)
+            fitting[name] = _workers_in(shape, node.state.capacity, *here)
             total += fitting[name]
-    if not fits_when_empty(cluster, shape):
+    if not fits_when_empty(cluster, shape, within):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
     shadow = None
     if total >= shape.workers:
@@ -157,7 +193,8 @@ def reserve(
                 freed[0] += len(worker.gpus)
                 freed[1] += worker.millicpus
                 freed[2] += worker.memory
-                now_fitting = workers_fitting(per_worker, *freed)
+                capacity = cluster.nodes[worker.node].state.capacity
+                now_fitting = _workers_in(shape, capacity, *freed)
                 total += now_fitting - fitting[worker.node]
                 fitting[worker.node] = now_fitting
             if total >= shape.workers:
@@ -184,6 +221,9 @@ def reserve(
             per_worker.millicpus * count,
             per_worker.memory * count,
         )
+        if shape.takes_whole_nodes:
+            capacity = cluster.nodes[name].state.capacity
+            needed[name] = (capacity.gpus, capacity.millicpus, capacity.memory)
         left -= count
     released: dict[str, Amounts] = {}
     for name in needed:

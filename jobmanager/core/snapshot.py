@@ -85,6 +85,9 @@ class NodeState:
     # The VC a cluster admin bound the node to ("" for none): only jobs whose shape
     # names it in JobShape.pools run there (jobmanager.core.dedication).
     dedicated_to: str = ""
+    # The network switch it hangs under ("" for not known): a gang goes under as few
+    # switches as it can (jobmanager.core.topology).
+    switch: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +119,23 @@ class JobShape:
     # The VCs whose dedicated nodes it may use (its own, and lenders' when preemptible),
     # sorted; nodes dedicated to no VC are open to every job.
     pools: tuple[str, ...] = ()
+    # A gang of more than one worker: each worker on a node of its own, taking all of it.
+    whole_nodes: bool = False
+    # A gang of more than one worker: all its workers under one network switch, or wait.
+    same_switch: bool = False
     # Its hash, computed once: a pass looks a shape up in sets and dicts many times a job.
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector, self.pools)
+        fields = (
+            self.gpu_type,
+            self.workers,
+            self.per_worker,
+            self.node_selector,
+            self.pools,
+            self.whole_nodes,
+            self.same_switch,
+        )
         object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:
@@ -128,12 +143,28 @@ class JobShape:
 
     def __reduce__(self) -> tuple[type[JobShape], tuple[object, ...]]:
         # Built again where unpickled: a string's hash differs from process to process.
-        fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector, self.pools)
+        fields = (
+            self.gpu_type,
+            self.workers,
+            self.per_worker,
+            self.node_selector,
+            self.pools,
+            self.whole_nodes,
+            self.same_switch,
+        )
         return JobShape, fields
 
     @property
     def total(self) -> Resources:
         return self.per_worker * self.workers
+
+    @property
+    def takes_whole_nodes(self) -> bool:
+        return self.whole_nodes and self.workers > 1
+
+    @property
+    def needs_one_switch(self) -> bool:
+        return self.same_switch and self.workers > 1
 
 
 @dataclass(frozen=True, slots=True)

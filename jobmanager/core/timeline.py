@@ -28,6 +28,7 @@ from jobmanager.core.snapshot import (
     VcState,
     WorkerPlacement,
 )
+from jobmanager.core.topology import switches_of
 
 
 @dataclass
@@ -63,6 +64,14 @@ class SimulatedCluster:
     # (its container starts and loads its checkpoint).
     restart_overhead: float = 0.0
     lost_gpu_seconds: float = 0.0  # work preemption threw away
+    # A gang whose workers are under more than one network switch runs this many times
+    # slower (its collectives cross the spine); 1: the network is flat.
+    straddle_slowdown: float = 1.0
+    # Each node's switch, where the placement is not told them (to measure what placing
+    # blind to the network costs); None: the nodes' own.
+    switches: dict[str, str] | None = None
+    gang_starts: int = 0  # starts of gangs on more than one node
+    straddled_starts: int = 0  # of those, the ones under more than one switch
     # Free capacity with the running jobs taken, kept up to date as jobs start and end,
     # so that a pass need not rebuild it from every running job.
     free: ClusterState = field(init=False)
@@ -74,6 +83,8 @@ class SimulatedCluster:
     # The VCs with dedicated nodes, and those lending them (jobmanager.core.dedication).
     _dedicated: frozenset[str] = field(init=False, default=frozenset())
     _lending: tuple[str, ...] = field(init=False, default=())
+    _switch_of: dict[str, str] = field(init=False, default_factory=dict)
+    _slowdown: dict[str, float] = field(init=False, default_factory=dict)  # this attempt's
 
     def __post_init__(self) -> None:
         self.free = ClusterState.of(self.nodes, self.running.values(), self.placement)
@@ -84,6 +95,11 @@ class SimulatedCluster:
         self._fair = any(vc.policy == Policy.FAIR_SHARE for vc in self.vcs)
         self._dedicated = dedicated_vcs(self.nodes)
         self._lending = lenders(self.vcs)
+        switches = self.switches
+        if switches is None:
+            switches = {node.name: node.switch for node in self.nodes}
+        # A network of no known switches is flat: nothing straddles.
+        self._switch_of = switches if any(switches.values()) else {}
 
     def submit(self, job: QueuedJob) -> None:
         if self._dedicated:
@@ -168,7 +184,9 @@ class SimulatedCluster:
                 kept = victim.last_checkpoint(now) - victim.started_at
                 if victim.id in self.saved:  # a restart: its first moments saved nothing
                     kept = max(0.0, kept - self.restart_overhead)
-                self.saved[victim.id] = self.saved.get(victim.id, 0.0) + kept
+                # Work saved, in seconds of an attempt at full speed.
+                kept_work = kept / self._slowdown.pop(victim.id, 1.0)
+                self.saved[victim.id] = self.saved.get(victim.id, 0.0) + kept_work
                 self.lost_gpu_seconds += (ran - kept) * victim.shape.total.gpus
                 # It keeps its queue place, and carries what it ran (least attained
                 # service) and when it began to wait again.
@@ -208,12 +226,24 @@ class SimulatedCluster:
             )
             self.summary.add(running)
             remaining = max(0.0, self.run_time(job) - self.saved.get(job.id, 0.0))
+            remaining *= self._slowdown_of(job.id, start.placement)
             if job.id in self.saved:  # preempted before: it restarts first
                 remaining += self.restart_overhead
             heapq.heappush(self.ends, (now + remaining, job.id, now))
         for job_id, placement in decisions.claims.items():
             if job_id in self.book:
                 self.book.add(replace(self.queued[job_id], reserved=placement))
+
+    def _slowdown_of(self, job_id: str, placement: tuple[WorkerPlacement, ...]) -> float:
+        """How much slower the attempt runs where it was placed (counted as it starts)."""
+        if len({worker.node for worker in placement}) < 2:
+            return 1.0
+        self.gang_starts += 1
+        if not self._switch_of or switches_of(self._switch_of, placement) < 2:
+            return 1.0
+        self.straddled_starts += 1
+        self._slowdown[job_id] = self.straddle_slowdown
+        return self.straddle_slowdown
 
     def next_end(self) -> float | None:
         """When the next running job ends (stale entries of stopped jobs dropped)."""
@@ -235,6 +265,7 @@ class SimulatedCluster:
             self.free.release(job.placement)
             self._use(job, at)
             self.saved.pop(job_id, None)
+            self._slowdown.pop(job_id, None)
             finished.append(job)
         return finished
 

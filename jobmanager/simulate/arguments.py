@@ -101,6 +101,13 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     )
     size.add_argument("--gpus-per-node", type=_at_least(1), default=8, help="default 8")
     size.add_argument("--gpu-type", default="A100", help="default A100")
+    size.add_argument(
+        "--nodes-per-switch",
+        type=_at_least(1),
+        default=0,
+        metavar="N",
+        help="nodes under each network switch, in order (default: one flat network)",
+    )
     runs = parser.add_argument_group("runs")
     runs.add_argument(
         "--policies",
@@ -182,6 +189,26 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a preempted job, started again, holds its GPUs this long before it makes "
         "progress (default %(default)s)",
+    )
+    jobs.add_argument(
+        "--straddle-slowdown",
+        type=_positive_float,
+        default=ReplayOptions.straddle_slowdown,
+        metavar="FACTOR",
+        help="a gang under more than one network switch runs this many times slower "
+        "(with --nodes-per-switch; default %(default)s)",
+    )
+    jobs.add_argument(
+        "--same-switch",
+        action="store_true",
+        help="every gang that fits under one network switch waits for room under one "
+        "(with --nodes-per-switch)",
+    )
+    jobs.add_argument(
+        "--switch-blind",
+        action="store_true",
+        help="placement is not told the switches (to measure what topology-aware placement "
+        "saves; with --nodes-per-switch)",
     )
     jobs.add_argument(
         "--oracle",
@@ -281,6 +308,9 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         bursts=args.bursts,
         largest_fit_first=args.largest_fit_first,
         burst_guard=args.burst_guard,
+        straddle_slowdown=args.straddle_slowdown,
+        same_switch=args.same_switch,
+        topology_aware=not args.switch_blind,
     )
 
 

@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"trace {trace.name} has no job to replay", INPUT_ERROR)
 
     nodes = args.nodes or nodes_for_load(trace, args.target_load, args.gpus_per_node)
-    cluster = ClusterSpec(nodes, args.gpus_per_node, args.gpu_type)
+    cluster = ClusterSpec(nodes, args.gpus_per_node, args.gpu_type, args.nodes_per_switch)
     quotas = split_quotas(trace.gpu_seconds_by_vc(), cluster.gpus)
     _say(args, describe(trace, cluster, quotas))
     if args.target_load and offered_load(trace, cluster) < 0.9 * args.target_load:
@@ -107,6 +107,7 @@ def setup(
             "gpus_per_node": cluster.gpus_per_node,
             "gpu_type": cluster.gpu_type,
             "gpus": cluster.gpus,
+            "nodes_per_switch": cluster.nodes_per_switch,
         },
         "quotas": quotas,
         "interval_seconds": args.interval,

@@ -19,6 +19,9 @@ class ClusterSpec:
     nodes: int
     gpus_per_node: int = 8
     gpu_type: str = "A100"
+    # Nodes under each network switch, in order of name (0: one flat network, no
+    # switches known): gangs are placed under as few as they can (jobmanager.core.topology).
+    nodes_per_switch: int = 0
 
     @property
     def gpus(self) -> int:
@@ -27,8 +30,14 @@ class ClusterSpec:
     def node_states(self) -> tuple[NodeState, ...]:
         width = len(str(max(self.nodes - 1, 0)))
         capacity = per_gpu(self.gpus_per_node)
+        per_switch = self.nodes_per_switch
         return tuple(
-            NodeState(f"node{index:0{width}d}", self.gpu_type, capacity)
+            NodeState(
+                f"node{index:0{width}d}",
+                self.gpu_type,
+                capacity,
+                switch=f"sw{index // per_switch}" if per_switch else "",
+            )
             for index in range(self.nodes)
         )
 

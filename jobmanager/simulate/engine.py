@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from jobmanager.core.estimates import RunTimeEstimator
-from jobmanager.core.snapshot import LAS_THRESHOLDS, Placement, Policy, QueuedJob
+from jobmanager.core.snapshot import LAS_THRESHOLDS, JobShape, Placement, Policy, QueuedJob
 from jobmanager.core.timeline import SimulatedCluster
 from jobmanager.simulate.bursts import BurstService
 from jobmanager.simulate.cluster import ClusterSpec, vc_states
@@ -59,6 +59,11 @@ class ReplayOptions:
     bursts: float | None = None
     burst_guard: float = 24 * 3600.0
     largest_fit_first: bool = False  # backfill starts the largest job that fits first
+    # A gang under more than one network switch runs this many times slower (the cluster
+    # needs switches: ClusterSpec.nodes_per_switch).
+    straddle_slowdown: float = 1.0
+    same_switch: bool = False  # every gang that fits under one switch waits for one
+    topology_aware: bool = True  # False: placement is not told the switches
 
 
 @dataclass
@@ -88,6 +93,8 @@ class Replay:
     wall_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0  # work preemptions threw away (since last checkpoints)
     busy_in_window: float = 0.0  # busy GPU-seconds from the first submission to the last
+    gang_starts: int = 0  # starts of gangs on more than one node
+    straddled_starts: int = 0  # of those, under more than one network switch
 
     @property
     def label(self) -> str:
@@ -115,7 +122,7 @@ def replay(
     wall_start = time.perf_counter()
     options = options or ReplayOptions()
     jobs = [job for job in trace.jobs if cluster.fits(job)]
-    shapes = {gpus: cluster.shape(gpus) for gpus in {job.gpus for job in jobs}}
+    shapes = {gpus: _shape(cluster, gpus, options) for gpus in {job.gpus for job in jobs}}
     result = Replay(
         trace_name=trace.name,
         policy=policy,
@@ -152,8 +159,14 @@ def replay(
 
     bursts = BurstService(options.bursts) if options.bursts is not None else None
     burst_of: dict[str, str] = {}
+    nodes = cluster.node_states()
+    switches = None
+    if not options.topology_aware:
+        switches = {node.name: node.switch for node in nodes}
+        nodes = tuple(replace(node, switch="") for node in nodes)
     sim = SimulatedCluster(
-        nodes=cluster.node_states(),
+        nodes=nodes,
+        switches=switches,
         vcs=vc_states(quotas, cluster, policy),
         run_time=lambda queued: durations[index_of[queued.id]],
         placement=placement,
@@ -161,6 +174,7 @@ def replay(
         explain=False,
         expect=expect,
         restart_overhead=options.restart_overhead,
+        straddle_slowdown=options.straddle_slowdown,
         options={
             "borrowing": options.borrowing,
             "fair_lending": options.fair_lending,
@@ -249,8 +263,16 @@ def replay(
         )
     result.preemptions = sim.preemptions
     result.lost_gpu_seconds = sim.lost_gpu_seconds
+    result.gang_starts = sim.gang_starts
+    result.straddled_starts = sim.straddled_starts
     result.wall_seconds = time.perf_counter() - wall_start
     return result
+
+
+def _shape(cluster: ClusterSpec, gpus: int, options: ReplayOptions) -> JobShape:
+    shape = cluster.shape(gpus)
+    one_switch = options.same_switch and shape.workers <= cluster.nodes_per_switch
+    return replace(shape, same_switch=one_switch) if one_switch else shape
 
 
 def _expected_wait(

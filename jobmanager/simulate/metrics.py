@@ -43,6 +43,8 @@ class RunMetrics:
     unplaceable: int
     passes: int
     wall_seconds: float
+    gang_starts: int = 0  # starts of gangs on more than one node
+    straddled_starts: int = 0  # of those, under more than one network switch
 
     @property
     def label(self) -> str:
@@ -92,6 +94,8 @@ def measure(run: Replay) -> RunMetrics:
         unplaceable=len(run.unplaceable),
         passes=run.passes,
         wall_seconds=run.wall_seconds,
+        gang_starts=run.gang_starts,
+        straddled_starts=run.straddled_starts,
     )
 
 

@@ -28,6 +28,8 @@ COLUMNS: tuple[tuple[str, int, object], ...] = (
     ("max queued h", 12, lambda row: _fixed(row.max_time_queued / HOUR, 1)),
     ("wait>15m", 8, lambda row: f"{row.queued_over_15min}"),
     ("preempt", 7, lambda row: f"{row.preemptions}"),
+    # Gangs started under more than one network switch, of those on more than one node.
+    ("gangs split", 11, lambda row: f"{row.straddled_starts}/{row.gang_starts}"),
     ("util% window", 12, lambda row: _fixed(100 * row.utilisation_submission_window, 1)),
     ("util% makespan", 14, lambda row: _fixed(100 * row.utilisation_makespan, 1)),
     ("makespan d", 10, lambda row: _fixed(row.makespan / (24 * HOUR), 2)),

@@ -33,6 +33,7 @@ NOW = 200.0
 ZONES = ((), (), (("zone", "a"),), (("zone", "b"),))
 SELECTORS = ((), (), (), (), (), (("zone", "a"),))
 DEDICATED = ("", "", "", "vc0", "vc1")  # the VC a node is bound to, if any
+SWITCHES = ("", "s0", "s0", "s1")  # the network switch a node hangs under, if known
 EXAMPLES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -58,6 +59,8 @@ def shapes(draw, gpu_types: tuple[str, ...], small: bool = False) -> JobShape:
             draw(_choice(1, 4, 16, 32)) * GIB,
         ),
         node_selector=() if small else draw(_choice(*SELECTORS)),
+        whole_nodes=draw(_choice(False, False, False, True)),
+        same_switch=False if small else draw(_choice(False, False, True)),
     )
 
 
@@ -80,6 +83,7 @@ def snapshots(draw) -> Snapshot:
                 labels=draw(_choice(*ZONES)),
                 schedulable=draw(_choice(True, True, True, True, False)),
                 dedicated_to=draw(_choice(*DEDICATED)),
+                switch=draw(_choice(*SWITCHES)),
             )
         )
     gpu_types = sorted({node.gpu_type for node in nodes})
@@ -172,6 +176,7 @@ def test_decisions_never_over_commit_a_node_nor_split_a_gang(snapshot):
     _assert_no_node_over_committed(snapshot, decisions)
     _assert_whole_gangs_where_they_may_run(snapshot, decisions)
     _assert_decided_once_and_only_borrowers_preempted(snapshot, decisions)
+    _assert_whole_nodes_alone_and_one_switch_kept(snapshot, decisions)
     # Without reasons (for estimates) the same is decided.
     quiet = schedule(replace(snapshot, explain=False))
     assert (quiet.starts, quiet.preemptions, quiet.claims, quiet.waits) == (
@@ -219,10 +224,45 @@ def _assert_whole_gangs_where_they_may_run(snapshot: Snapshot, decisions: Decisi
             assert node.schedulable
             assert node.gpu_type == shape.gpu_type
             assert set(shape.node_selector) <= set(node.labels)
-            assert len(set(worker.gpus)) == len(worker.gpus) == shape.per_worker.gpus
+            assert len(set(worker.gpus)) == len(worker.gpus)
+            if shape.takes_whole_nodes:  # all of the node, at least its size
+                capacity = node.capacity
+                assert (len(worker.gpus), worker.millicpus, worker.memory) == (
+                    capacity.gpus,
+                    capacity.millicpus,
+                    capacity.memory,
+                )
+                assert shape.per_worker.fits_in(capacity)
+                continue
+            assert len(worker.gpus) == shape.per_worker.gpus
             assert (worker.millicpus, worker.memory) == (
                 shape.per_worker.millicpus,
                 shape.per_worker.memory,
+            )
+
+
+def _assert_whole_nodes_alone_and_one_switch_kept(snapshot: Snapshot, decisions: Decisions) -> None:
+    """A whole-node job (running or started) shares none of its nodes with another job; a
+    job that asks for one switch has all its workers under one known switch (or on one
+    node)."""
+    switches = {node.name: node.switch for node in snapshot.nodes}
+    shapes = {job.id: job.shape for job in (*snapshot.running, *snapshot.queued)}
+    holders: dict[str, set[str]] = defaultdict(set)
+    placements = [(job.id, job.placement) for job in snapshot.running]
+    placements += [(start.job_id, start.placement) for start in decisions.starts]
+    for job_id, placement in placements:
+        for worker in placement:
+            holders[worker.node].add(job_id)
+    for job_id, placement in placements:
+        if shapes[job_id].takes_whole_nodes:
+            for worker in placement:
+                assert holders[worker.node] == {job_id}, f"{job_id} shares {worker.node}"
+    for start in decisions.starts:
+        if shapes[start.job_id].needs_one_switch:
+            nodes = {worker.node for worker in start.placement}
+            under = {switches[name] for name in nodes}
+            assert len(nodes) == 1 or (len(under) == 1 and "" not in under), (
+                f"{start.job_id} straddles {sorted(under)}"
             )
 
 
@@ -243,6 +283,94 @@ def _assert_decided_once_and_only_borrowers_preempted(
         assert beneficiary.shape.gpu_type == running[preemption.job_id].shape.gpu_type
     for start in decisions.starts:
         assert start.borrowing or not queued[start.job_id].preemptible
+
+
+@st.composite
+def gang_snapshots(draw) -> Snapshot:
+    """A cluster of one GPU type under two switches (some nodes' unknown, some dedicated),
+    small running jobs (some borrowing or releasing), and a queue of gangs, many asking
+    whole nodes or one switch, so that such gangs start, preempt and wait often."""
+    nodes = tuple(
+        NodeState(
+            name=f"n{index}",
+            gpu_type="A100",
+            capacity=Resources(draw(_choice(4, 8)), 32000, 256 * GIB),
+            schedulable=draw(_choice(True, True, True, False)),
+            dedicated_to=draw(_choice("", "", "", "vc1")),
+            switch=draw(_choice("s0", "s0", "s1", "s1", "")),
+        )
+        for index in range(draw(st.integers(2, 8)))
+    )
+    total = sum(node.capacity.gpus for node in nodes)
+    vcs = tuple(
+        VcState(
+            name=f"vc{index}",
+            quota={"A100": Resources(draw(st.integers(0, total)), PLENTY, PLENTY)},
+            policy=draw(_choice(*Policy)),
+            lends_dedicated=draw(st.booleans()),
+        )
+        for index in range(2)
+    )
+    placing = ClusterState([replace(node, schedulable=True) for node in nodes])
+    running = []
+    for index in range(draw(st.integers(0, 8))):
+        shape = JobShape("A100", 1, Resources(draw(_choice(1, 2, 4)), 1000, GIB))
+        placement = placing.place(shape)
+        if placement is not None:
+            running.append(
+                RunningJob(
+                    id=f"r{index}",
+                    vc=draw(_choice("vc0", "vc1")),
+                    shape=shape,
+                    placement=placement,
+                    started_at=float(draw(st.integers(0, 19)) * 10),
+                    borrowing=draw(st.booleans()),
+                    releasing=draw(_choice(False, False, False, True)),
+                )
+            )
+    queued = tuple(
+        QueuedJob(
+            id=f"q{index}",
+            vc=draw(_choice("vc0", "vc1")),
+            shape=JobShape(
+                "A100",
+                draw(_choice(2, 2, 3)),
+                Resources(draw(_choice(1, 2, 4, 4, 8)), 1000, GIB),
+                whole_nodes=draw(st.booleans()),
+                same_switch=draw(st.booleans()),
+            ),
+            queued_at=float(draw(st.integers(0, 15)) * 10),
+            preemptible=draw(_choice(False, False, True)),
+        )
+        for index in range(draw(st.integers(1, 6)))
+    )
+    return Snapshot(
+        now=NOW,
+        nodes=nodes,
+        vcs=vcs,
+        running=tuple(running),
+        queued=queued,
+        placement=draw(_choice(*Placement)),
+    )
+
+
+@EXAMPLES
+@given(gang_snapshots())
+def test_gangs_asking_whole_nodes_or_one_switch_get_them_and_nothing_is_over_committed(
+    snapshot,
+):
+    decisions = schedule(snapshot)
+    _assert_no_node_over_committed(snapshot, decisions)
+    _assert_whole_gangs_where_they_may_run(snapshot, decisions)
+    _assert_decided_once_and_only_borrowers_preempted(snapshot, decisions)
+    _assert_whole_nodes_alone_and_one_switch_kept(snapshot, decisions)
+    # Where the victims have let go, the gangs start in the places kept for them.
+    gone = {preemption.job_id for preemption in decisions.preemptions}
+    gone |= {job.id for job in snapshot.running if job.releasing}
+    later = advance(snapshot, decisions, gone=gone)
+    again = schedule(later)
+    _assert_no_node_over_committed(later, again)
+    _assert_whole_nodes_alone_and_one_switch_kept(later, again)
 
 
 @EXAMPLES
@@ -394,7 +522,7 @@ def test_preempted_jobs_come_back_at_the_head_of_their_queue(snapshot):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots())
+@given(st.one_of(snapshots(), gang_snapshots()))
 def test_a_simulated_cluster_runs_every_job_that_fits_it(snapshot):
     """Jobs end after a while, nothing new arrives: every queued job that could run on
     the empty cluster (and is not interactive) eventually starts, and no node is ever

@@ -622,6 +622,17 @@ def test_nodes_report_allocatable_gpus_cpus_memory_gpu_type_and_readiness(k8s_cl
     assert {n.name: n.gpu_type for n in backend.nodes()}["gpu-node-2"] == "A100"
 
 
+def test_a_nodes_switch_and_rack_are_read_from_its_topology_labels(k8s_cluster, backend):
+    if k8s_cluster.fake is None:
+        pytest.skip("labels nodes of a real cluster")
+    labels = {"trainyard.io/switch": "ib-leaf-3", "trainyard.io/rack": "r7"}
+    k8s_cluster.fake.set_node_labels("gpu-node-2", labels)
+    backend.node_watcher.watch_once(timeout_seconds=5)
+    nodes = {node.name: node for node in backend.nodes()}
+    assert (nodes["gpu-node-2"].switch, nodes["gpu-node-2"].rack) == ("ib-leaf-3", "r7")
+    assert (nodes["gpu-node-1"].switch, nodes["gpu-node-1"].rack) == ("", "")
+
+
 def test_cordon_patches_unschedulable(k8s_cluster, backend):
     node = k8s_cluster.nodes[0]
     try:

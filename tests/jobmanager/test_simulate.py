@@ -511,3 +511,66 @@ def test_a_bad_csv_row_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert code == 2
     assert error.strip() == f"error: {path}:2: num_gpu 'two' is not a whole number"
     assert not (tmp_path / "out").exists()
+
+
+# --- network topology --------------------------------------------------------------------
+
+THREE_NODES_TWO_SWITCHES = ClusterSpec(nodes=3, gpus_per_node=4, nodes_per_switch=2)
+GANG_BEHIND_A_JOB = trace_of(("j1", "vc", 0.0, 100.0, 4), ("gang", "vc", 1.0, 100.0, 8))
+
+
+def test_a_gang_spread_over_switches_runs_slower_and_the_replay_counts_it():
+    options = ReplayOptions(straddle_slowdown=1.5)
+    result = replay(
+        GANG_BEHIND_A_JOB, THREE_NODES_TWO_SWITCHES, {"vc": 12}, Policy.FIFO, Placement.PACK,
+        options=options,
+    )  # fmt: skip
+
+    # node1 (sw0) and node2 (sw1) are free at 1: it starts at once, 1.5 times slower.
+    assert by_id(result, result.first_start) == {"j1": 0, "gang": 1}
+    assert by_id(result, result.ended) == {"j1": 100, "gang": 151}
+    metrics = measure(result)
+    assert (metrics.straddled_starts, metrics.gang_starts) == (1, 1)
+
+
+def test_a_gang_that_needs_one_switch_waits_for_it_and_runs_at_full_speed():
+    options = ReplayOptions(straddle_slowdown=1.5, same_switch=True)
+    result = replay(
+        GANG_BEHIND_A_JOB, THREE_NODES_TWO_SWITCHES, {"vc": 12}, Policy.FIFO, Placement.PACK,
+        options=options,
+    )  # fmt: skip
+
+    # It waits for j1 to leave sw0.
+    assert by_id(result, result.ended) == {"j1": 100, "gang": 200}
+    assert (result.straddled_starts, result.gang_starts) == (0, 1)
+
+
+def test_placement_blind_to_switches_splits_a_gang_one_switch_could_hold():
+    cluster = ClusterSpec(nodes=4, gpus_per_node=4, nodes_per_switch=2)
+    # j1 takes node0 (sw0); the gang fits under sw1 but, blind, PACK takes node1 and node2.
+    trace = trace_of(("j1", "vc", 0.0, 100.0, 4), ("gang", "vc", 1.0, 100.0, 8))
+    for aware, split, ends in ((True, 0, 101), (False, 1, 151)):
+        options = ReplayOptions(straddle_slowdown=1.5, topology_aware=aware)
+        result = replay(trace, cluster, {"vc": 16}, Policy.FIFO, Placement.PACK, options=options)
+        assert (result.straddled_starts, by_id(result, result.ended)["gang"]) == (split, ends)
+
+
+def test_a_flat_network_splits_no_gang():
+    result = run(GANG_BEHIND_A_JOB, ClusterSpec(nodes=3, gpus_per_node=4))
+    assert (result.straddled_starts, result.gang_starts) == (0, 1)
+
+
+def test_the_cli_replays_with_switches_and_reports_the_gangs_split(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\nj1,0,100,4\ngang,1,100,8\n")
+    code = main(
+        [
+            "itp", str(trace), "--nodes", "3", "--gpus-per-node", "4", "--nodes-per-switch",
+            "2", "--straddle-slowdown", "1.5", "--policies", "FIFO", "--placements", "pack",
+        ]
+    )  # fmt: skip
+
+    assert code == 0
+    output = capsys.readouterr().out
+    assert "gangs split" in output
+    assert " 1/1 " in output

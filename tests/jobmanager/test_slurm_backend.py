@@ -12,6 +12,7 @@ import pytest
 
 from jobmanager.backends import JobLaunch, LaunchRefused, RunAs, WorkerSpec, WorkerState
 from jobmanager.backends.slurm import CORDON_REASON, SlurmBackend
+from jobmanager.backends.slurm_commands import leaf_switch_records
 from tests.jobmanager.conformance import wait_for
 from tests.unix_accounts import job_account, reachable_directory, require_root
 
@@ -173,3 +174,20 @@ def test_slurm_ends_a_job_past_its_wall_time_when_the_portal_does_not(backend):
 
     assert not report.succeeded
     assert "time limit" in report.workers[0].reason
+
+
+def test_nodes_report_their_leaf_switch_from_slurm_s_tree_topology(backend, slurm_cluster):
+    switches = {node.name: node.switch for node in backend.nodes()}
+
+    # tests/slurm_cluster.py: the first two nodes under s0, the rest under s1.
+    first, second, *rest = slurm_cluster.nodes
+    assert switches == {first: "s0", second: "s0", **{node: "s1" for node in rest}}
+
+
+def test_only_leaf_switches_of_slurm_s_topology_hold_nodes():
+    text = (
+        "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=node[1-2]\n"
+        "SwitchName=top Level=1 LinkSpeed=1 Switches=s0\n"
+    )
+    assert leaf_switch_records(text) == {"s0": "node[1-2]"}
+    assert leaf_switch_records("") == {}

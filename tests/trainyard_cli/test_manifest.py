@@ -76,3 +76,15 @@ def test_the_ssh_command_is_the_endpoints_then_the_users_arguments():
     assert argv == ["ssh", "-p", "2222", "mia+k3m9@gateway", "-L", "8888:localhost:8888"]
     with pytest.raises(CliError):
         ssh_argv("rm -rf /", ())
+
+
+def test_whole_nodes_and_same_switch_come_from_the_manifest_or_the_flags(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("vc: vision\nworkers: 4\ncommand: torchrun train.py\nwhole_nodes: true\n")
+
+    body = build_submission(path, (), env=(), node_selector=(), whole_nodes=None, same_switch=True)
+
+    assert (body["whole_nodes"], body["same_switch"]) == (True, True)
+    assert "same_switch" not in build_submission(
+        path, (), env=(), node_selector=(), same_switch=None
+    )

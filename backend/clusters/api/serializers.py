@@ -42,7 +42,7 @@ class NodeSerializer(serializers.ModelSerializer):
         fields = [
             "name", "gpu_type", "gpus", "cpus", "memory", "labels", "schedulable",
             "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free",
-            "removal_requested_at", "created_at", "dedicated_vc",
+            "removal_requested_at", "created_at", "dedicated_vc", "switch", "rack",
         ]  # fmt: skip
         read_only_fields = [
             "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat",

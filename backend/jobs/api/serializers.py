@@ -144,6 +144,16 @@ class JobSubmitSerializer(serializers.Serializer):
         default=dict,
         help_text='Run only on nodes with all of these labels, e.g. {"zone": "b"}.',
     )
+    whole_nodes = serializers.BooleanField(
+        default=False,
+        help_text="With more than one worker: each worker gets a node of its own, all of "
+        "it (its VC may ask this of every such job).",
+    )
+    same_switch = serializers.BooleanField(
+        default=False,
+        help_text="With more than one worker: all workers under one network switch; the "
+        "job waits until one has room.",
+    )
     ports = serializers.ListField(
         child=ExposedPortSerializer(),
         required=False,
@@ -366,6 +376,8 @@ class JobSubmitSerializer(serializers.Serializer):
             data_path=attrs.get("data_path", ""),
             output_path=attrs.get("output_path", ""),
             node_selector=selector,
+            whole_nodes=attrs["whole_nodes"],
+            same_switch=attrs["same_switch"],
             ports=attrs.get("ports", []),
             preemptible=attrs["preemptible"],
             priority=priority,
@@ -442,7 +454,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "insight_message", "repair_message", "image", "command", "working_dir", "env",
             "workers", "gpu_type", "gpus_per_worker", "cpus_per_worker", "memory_per_worker",
             "preemptible", "priority", "max_retries", "retry_on", "retries_used",
-            "max_wall_time", "data_path", "output_path", "node_selector", "ports", "placement",
+            "max_wall_time", "data_path", "output_path", "node_selector", "whole_nodes",
+            "same_switch", "ports", "placement",
             "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
             "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
             "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",

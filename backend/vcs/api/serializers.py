@@ -35,6 +35,7 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
             "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
             "user_gpu_limit", *IDLE_SETTINGS,
             "usage_half_life_hours", "created_at", "my_role", "lends_dedicated_nodes",
+            "whole_nodes_for_distributed",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
@@ -116,6 +117,11 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     max_interactive_gpus = serializers.IntegerField(min_value=0, max_value=100000, required=False)
     default_max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
     lends_dedicated_nodes = serializers.BooleanField(required=False)
+    whole_nodes_for_distributed = serializers.BooleanField(
+        required=False,
+        help_text="Every job of more than one worker gets whole nodes: each worker a node "
+        "of its own, all of it.",
+    )
     user_gpu_limit = serializers.IntegerField(
         min_value=0, max_value=100000, required=False, allow_null=True
     )

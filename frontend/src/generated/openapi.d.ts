@@ -1528,6 +1528,10 @@ export interface components {
             readonly node_selector: {
                 [key: string]: string;
             };
+            /** @description With more than one worker: each worker gets a node of its own, all of it. */
+            readonly whole_nodes: boolean;
+            /** @description With more than one worker: all workers under one network switch, or wait. */
+            readonly same_switch: boolean;
             /** @description Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}]. */
             readonly ports: components["schemas"]["ExposedPort"][];
             /** @description One entry per worker: node and resources. */
@@ -1692,6 +1696,10 @@ export interface components {
             readonly node_selector: {
                 [key: string]: string;
             };
+            /** @description With more than one worker: each worker gets a node of its own, all of it. */
+            readonly whole_nodes: boolean;
+            /** @description With more than one worker: all workers under one network switch, or wait. */
+            readonly same_switch: boolean;
             /** @description Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}]. */
             readonly ports: components["schemas"]["ExposedPort"][];
             /** @description One entry per worker: node and resources. */
@@ -1795,6 +1803,16 @@ export interface components {
             node_selector?: {
                 [key: string]: string;
             };
+            /**
+             * @description With more than one worker: each worker gets a node of its own, all of it (its VC may ask this of every such job).
+             * @default false
+             */
+            whole_nodes?: boolean;
+            /**
+             * @description With more than one worker: all workers under one network switch; the job waits until one has room.
+             * @default false
+             */
+            same_switch?: boolean;
             /** @description Ports of worker 0 to reach in a browser through /endpoints/<job>/<name>/. */
             ports?: components["schemas"]["ExposedPortRequest"][];
             /** @default false */
@@ -1979,6 +1997,10 @@ export interface components {
             readonly created_at: string;
             /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
             dedicated_vc?: string | null;
+            /** @description The network switch (or InfiniBand leaf, or block) the node hangs under; empty: not known. */
+            switch?: string;
+            /** @description The rack it stands in. */
+            rack?: string;
         };
         NodeFault: {
             readonly id: number;
@@ -2057,6 +2079,10 @@ export interface components {
             labels?: unknown;
             /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
             dedicated_vc?: string | null;
+            /** @description The network switch (or InfiniBand leaf, or block) the node hangs under; empty: not known. */
+            switch?: string;
+            /** @description The rack it stands in. */
+            rack?: string;
         };
         NodeUpdate: {
             readonly name: string;
@@ -2086,6 +2112,10 @@ export interface components {
             readonly created_at: string;
             /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
             dedicated_vc?: string | null;
+            /** @description The network switch (or InfiniBand leaf, or block) the node hangs under; empty: not known. */
+            switch?: string;
+            /** @description The rack it stands in. */
+            rack?: string;
         };
         NodeUpdateRequest: {
             gpu_type: string;
@@ -2098,6 +2128,10 @@ export interface components {
             labels?: unknown;
             /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
             dedicated_vc?: string | null;
+            /** @description The network switch (or InfiniBand leaf, or block) the node hangs under; empty: not known. */
+            switch?: string;
+            /** @description The rack it stands in. */
+            rack?: string;
         };
         /** @enum {unknown} */
         NullEnum: null;
@@ -2324,6 +2358,10 @@ export interface components {
             labels?: unknown;
             /** @description The VC the node is dedicated to: only its jobs run there (and other VCs' preemptible jobs if it lends its nodes); null: shared by all. */
             dedicated_vc?: string | null;
+            /** @description The network switch (or InfiniBand leaf, or block) the node hangs under; empty: not known. */
+            switch?: string;
+            /** @description The rack it stands in. */
+            rack?: string;
         };
         PatchedStorageRootRequest: {
             name?: string;
@@ -2386,6 +2424,8 @@ export interface components {
             max_interactive_gpus?: number;
             default_max_retries?: number;
             lends_dedicated_nodes?: boolean;
+            /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
+            whole_nodes_for_distributed?: boolean;
             user_gpu_limit?: number | null;
             idle_util_percent?: number;
             idle_warn_minutes?: number | null;
@@ -2827,6 +2867,8 @@ export interface components {
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
             /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
             lends_dedicated_nodes?: boolean;
+            /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
+            whole_nodes_for_distributed?: boolean;
         };
         VirtualClusterCreateRequest: {
             name: string;
@@ -2913,6 +2955,8 @@ export interface components {
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
             /** @description Other VCs' preemptible jobs may run on the nodes dedicated to it while it leaves them idle; its own jobs preempt them to get the nodes back. */
             lends_dedicated_nodes?: boolean;
+            /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
+            whole_nodes_for_distributed?: boolean;
             readonly resources: components["schemas"]["VcResources"][];
         };
     };

@@ -22,7 +22,7 @@ describe("the cluster page", () => {
         count: 2, next: null, previous: null,
         results: [
           { name: "cpu-1", gpu_type: "cpu", gpus: 0, cpus: 32, memory: 131072, schedulable: true, repair_state: "in_service", ready: true, ready_reason: "", last_heartbeat: null, gpus_free: 0 },
-          { name: "cpu-2", gpu_type: "cpu", gpus: 0, cpus: 32, memory: 131072, schedulable: false, repair_state: "in_repair", ready: false, ready_reason: "disk full", last_heartbeat: null, gpus_free: 0, dedicated_vc: "nlp" },
+          { name: "cpu-2", gpu_type: "cpu", gpus: 0, cpus: 32, memory: 131072, schedulable: false, repair_state: "in_repair", ready: false, ready_reason: "disk full", last_heartbeat: null, gpus_free: 0, dedicated_vc: "nlp", switch: "ib-leaf-1" },
         ],
       },
       "GET /api/v1/cluster/vc-usage/": { vcs: [{ vc: "vision", gpu_type: "cpu", quota_gpus: 0, used_gpus: 0, queued_gpus: 0 }] },
@@ -43,6 +43,7 @@ describe("the cluster page", () => {
     expect(broken).toHaveTextContent("in repair");
     expect(broken).toHaveTextContent("not ready: disk full");
     expect(broken).toHaveTextContent("VC nlp");
+    expect(broken).toHaveTextContent("ib-leaf-1");
     expect(within(nodes).getByText("cpu-1").closest("tr")!).toHaveTextContent("shared");
     expect(await screen.findByRole("table", { name: "Per-VC usage" })).toHaveTextContent("vision");
   });

@@ -108,6 +108,7 @@ export function ClusterPage() {
                 <th>Node</th>
                 <th>GPU type</th>
                 <th title="Only this VC's jobs run there (and other VCs' preemptible jobs if it lends its nodes)">Dedicated to</th>
+                <th title="The network switch the node hangs under (a gang goes under as few as it can)">Switch</th>
                 <th>GPUs free / total</th>
                 <th>CPUs</th>
                 <th>Memory</th>
@@ -123,6 +124,7 @@ export function ClusterPage() {
                   <td>{node.name}</td>
                   <td>{node.gpu_type}</td>
                   <td>{node.dedicated_vc ? `VC ${node.dedicated_vc}` : "shared"}</td>
+                  <td>{node.switch || "-"}</td>
                   <td>
                     {node.gpus_free ?? "?"} / {node.gpus}
                   </td>

@@ -116,6 +116,21 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ command: "python train.py", env: { EPOCHS: "3" }, workers: 1 });
   });
 
+  it("asks for whole nodes and one switch for a job of more than one worker only", async () => {
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { id: "j-gang" }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    expect(screen.queryByLabelText(/Whole nodes/)).not.toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText("Workers"), { target: { value: "4" } });
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "torchrun train.py" } });
+    await userEvent.click(screen.getByLabelText(/Whole nodes/));
+    await userEvent.click(screen.getByLabelText(/Same network switch/));
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    await waitFor(() => expect(currentLocation).toBe("/jobs/j-gang"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ workers: 4, whole_nodes: true, same_switch: true });
+  });
+
   it("sends a deadline as a time, and shows the server's refusal on its field", async () => {
     const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { deadline: ["The deadline has passed."] }] });
     renderPage(<SubmitPage />, "/submit");

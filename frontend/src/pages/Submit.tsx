@@ -331,6 +331,22 @@ export function SubmitPage() {
                 idle GPUs beyond the quota)
               </label>
             </div>
+            {Number(form.workers) > 1 && (
+              <>
+                <div className="field checkbox">
+                  <label>
+                    <input type="checkbox" checked={form.whole_nodes} onChange={(e) => set("whole_nodes", e.target.checked)} /> Whole nodes (each
+                    worker on a node of its own)
+                  </label>
+                </div>
+                <div className="field checkbox">
+                  <label>
+                    <input type="checkbox" checked={form.same_switch} onChange={(e) => set("same_switch", e.target.checked)} /> Same network switch
+                    (waits for one with room)
+                  </label>
+                </div>
+              </>
+            )}
           </div>
           <button type="submit" className="primary" disabled={busy}>
             {busy ? "Submitting…" : Number(form.tasks) > 1 ? `Submit ${form.tasks} jobs` : "Submit job"}

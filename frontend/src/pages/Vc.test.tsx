@@ -94,6 +94,24 @@ describe("lending dedicated nodes", () => {
   });
 });
 
+describe("whole nodes for distributed jobs", () => {
+  it("lets a VC admin give every job of more than one worker whole nodes", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin", whole_nodes_for_distributed: false },
+      "GET /api/v1/vcs/vision/members/": [],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) => [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const whole = await screen.findByLabelText("Whole nodes for distributed jobs");
+    expect(whole).not.toBeChecked();
+    await userEvent.click(whole);
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    await waitFor(() =>
+      expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ whole_nodes_for_distributed: true }),
+    );
+  });
+});
+
 describe("the fair-share half-life", () => {
   it("shows the VC's half-life and sends the one a VC admin types", async () => {
     const api = fakeApi({

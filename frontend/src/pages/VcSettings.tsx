@@ -22,6 +22,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     interactive_idle_kill_minutes: String(vc.interactive_idle_kill_minutes ?? 240),
   });
   const [lendsDedicated, setLendsDedicated] = useState(vc.lends_dedicated_nodes ?? false);
+  const [wholeNodes, setWholeNodes] = useState(vc.whole_nodes_for_distributed ?? false);
   const [errors, setErrors] = useState<FieldErrors>({});
   const [failure, setFailure] = useState<unknown>(null);
   const [saved, setSaved] = useState("");
@@ -46,6 +47,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         interactive_idle_warn_minutes: orNull(values.interactive_idle_warn_minutes),
         interactive_idle_kill_minutes: Number(values.interactive_idle_kill_minutes),
         lends_dedicated_nodes: lendsDedicated,
+        whole_nodes_for_distributed: wholeNodes,
       };
       const updated = await updateVc(vc.name, body);
       setErrors({});
@@ -101,6 +103,9 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
         </div>
         <Field label="Lend the nodes dedicated to this VC" name="lends_dedicated_nodes" errors={errors} hint="other VCs' preemptible jobs may run on them while this VC leaves them idle; its own jobs preempt them">
           <input id="f-lends_dedicated_nodes" type="checkbox" checked={lendsDedicated} onChange={(e) => setLendsDedicated(e.target.checked)} />
+        </Field>
+        <Field label="Whole nodes for distributed jobs" name="whole_nodes_for_distributed" errors={errors} hint="every job of more than one worker gets nodes of its own, each worker all of one">
+          <input id="f-whole_nodes_for_distributed" type="checkbox" checked={wholeNodes} onChange={(e) => setWholeNodes(e.target.checked)} />
         </Field>
         <h2>Idle GPUs</h2>
         <p className="muted">

@@ -19,6 +19,10 @@ export interface SubmitForm {
   data_path: string;
   output_path: string;
   preemptible: boolean;
+  /** More than one worker: each on a node of its own, all of it. */
+  whole_nodes: boolean;
+  /** More than one worker: all under one network switch (it waits for one). */
+  same_switch: boolean;
   max_retries: string;
   /** Which failures spend retries: "infrastructure" (user errors fail at once) or "any". */
   retry_on: string;
@@ -46,6 +50,8 @@ export function emptyForm(vc: string): SubmitForm {
     data_path: "",
     output_path: "",
     preemptible: false,
+    whole_nodes: false,
+    same_switch: false,
     max_retries: "",
     retry_on: "infrastructure",
     wall_minutes: "",
@@ -74,6 +80,8 @@ export function formFromJob(job: Job): SubmitForm {
     data_path: job.data_path ?? "",
     output_path: job.output_path ?? "",
     preemptible: job.preemptible,
+    whole_nodes: job.whole_nodes ?? false,
+    same_switch: job.same_switch ?? false,
     max_retries: String(job.max_retries),
     retry_on: job.retry_on ?? "infrastructure",
     wall_minutes: String(Math.round(job.max_wall_time / 60)),
@@ -140,6 +148,8 @@ export function submission(form: SubmitForm): Submission {
   if (form.retry_on !== "infrastructure") body.retry_on = form.retry_on as Submission["retry_on"];
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
   if (form.deadline) body.deadline = new Date(form.deadline).toISOString();
+  if (form.whole_nodes) body.whole_nodes = true;
+  if (form.same_switch) body.same_switch = true;
   const { ports } = parsePorts(form.ports);
   if (ports.length) body.ports = ports;
   const tasks = Number(form.tasks.trim() || "1");

@@ -61,6 +61,8 @@ def when_ready(server) -> None:
     bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
     if bind:
         parent, web = str(os.getpid()), server.cfg.bind[0]
+        if web.startswith("fd://"):  # a socket handed down (make run's): where it listens
+            web = str(server.LISTENERS[0])
         _health["process"] = subprocess.Popen(
             [sys.executable, "-m", "backend.core.health", bind, "--parent", parent, "--web", web],
             cwd=Path(__file__).resolve().parents[1],

@@ -39,9 +39,9 @@ ENTRY_POINTS = {
 ALLOWED = {"ssh gateway and endpoint proxy": {"asyncssh"}}
 
 
-def heavy_modules_loaded(code: str) -> set[str]:
-    """The heavy top-level packages in ``sys.modules`` after running ``code`` afresh."""
-    probe = code + f"import sys, json\nprint(json.dumps(sorted(set({HEAVY!r}) & set(sys.modules))))"
+def heavy_modules_loaded(code: str, heavy: tuple[str, ...] = HEAVY) -> set[str]:
+    """The heavy modules in ``sys.modules`` after running ``code`` afresh."""
+    probe = code + f"import sys, json\nprint(json.dumps(sorted(set({heavy!r}) & set(sys.modules))))"
     env = os.environ | {"DJANGO_SETTINGS_MODULE": "backend.settings", "TRAINYARD_BACKEND": "local"}
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -56,3 +56,13 @@ def test_entry_points_import_no_heavy_library_they_do_not_use(entry_point):
     loaded = heavy_modules_loaded(ENTRY_POINTS[entry_point])
 
     assert loaded <= ALLOWED.get(entry_point, set()), f"{entry_point} imports {sorted(loaded)}"
+
+
+def test_loading_the_models_loads_no_view():
+    """Django's set-up (the models, every process's start) loads neither the REST
+    framework's views and serializers nor the URL configuration: a Celery worker, beat or a
+    command that uses no view does not pay for them (the scoped querysets live apart from
+    the scoped base view, in backend/core/querysets.py)."""
+    views = ("rest_framework.viewsets", "rest_framework.serializers", "backend.urls")
+
+    assert heavy_modules_loaded(DJANGO, views) == set()

@@ -58,11 +58,16 @@ def test_entry_points_import_no_heavy_library_they_do_not_use(entry_point):
     assert loaded <= ALLOWED.get(entry_point, set()), f"{entry_point} imports {sorted(loaded)}"
 
 
-def test_loading_the_models_loads_no_view():
-    """Django's set-up (the models, every process's start) loads neither the REST
-    framework's views and serializers nor the URL configuration: a Celery worker, beat or a
-    command that uses no view does not pay for them (the scoped querysets live apart from
-    the scoped base view, in backend/core/querysets.py)."""
-    views = ("rest_framework.viewsets", "rest_framework.serializers", "backend.urls")
+VIEWS = ("rest_framework.viewsets", "rest_framework.serializers", "backend.urls")
 
-    assert heavy_modules_loaded(DJANGO, views) == set()
+
+@pytest.mark.parametrize("entry_point", ["models", "celery"])
+def test_the_models_and_a_celery_worker_load_no_view(entry_point):
+    """Django's set-up (every process's start) and a Celery worker's or beat's tasks load
+    neither the REST framework's views and serializers nor the URL configuration: the
+    scoped querysets live apart from the scoped base view (backend/core/querysets.py), the
+    actions' exceptions apart from the API's error handler, and Celery's Django fixup runs
+    no system checks (CELERY_SKIP_CHECKS)."""
+    code = DJANGO if entry_point == "models" else ENTRY_POINTS["celery"]
+
+    assert heavy_modules_loaded(code, VIEWS) == set()

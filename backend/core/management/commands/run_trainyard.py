@@ -221,8 +221,10 @@ class Command(BaseCommand):
                       "--upstream", f"unix:{web_socket.path}"],
             "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", f"fd://{web_socket.fd}",
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],
+            # Without mingle: it waits a second at each start for other workers' revoked
+            # tasks, and Trainyard revokes none.
             "worker": [python, "-m", "celery", "-A", "backend", "worker", "--loglevel", "INFO",
-                       "--concurrency", "2"],
+                       "--concurrency", "2", "--without-mingle"],
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
             "gateway": [python, "-m", "backend.gateway"],

@@ -18,7 +18,9 @@ it all the while (the system's start-ups and answers compete with them). Printed
 - lost: acknowledged jobs the database does not hold;
 - duplicated: jobs beyond one per Idempotency-Key, or a key answered with two ids;
 - stuck: acknowledged jobs not ended (finished) by the end of the settling time;
-- how long submitting took: until the last submission was answered.
+- how long submitting took: until the last submission was answered;
+- after each kill of the web server, the time to the next 200 of ``/healthz`` through the
+  front (median and slowest; issue 33's goal: within 3 s).
 
 Goal (issue: self-healing under faults): all zero but acknowledged.
 """
@@ -31,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,14 +98,37 @@ def child(system: subprocess.Popen, victim: str) -> psutil.Process | None:
     return None
 
 
-class Chaos(threading.Thread):
-    """Kills one victim every ``every`` seconds, in turn, until stopped."""
+def seconds_to_next_200(url: str, killed_at: float, limit: float = 60.0) -> float | None:
+    """Seconds from ``killed_at`` to the next 200 of ``url`` (None: none within ``limit``)."""
+    while time.monotonic() - killed_at < limit:
+        try:
+            if requests.get(url, timeout=limit).status_code == 200:
+                return time.monotonic() - killed_at
+        except requests.RequestException:
+            pass
+        time.sleep(0.01)
+    return None
 
-    def __init__(self, system, redis, mariadb, every: float) -> None:
+
+class Chaos(threading.Thread):
+    """Kills one victim every ``every`` seconds, in turn, until stopped; after each kill of
+    the web server, times the next 200 of ``health_url`` (through the front)."""
+
+    def __init__(self, system, redis, mariadb, every: float, health_url: str) -> None:
         super().__init__(daemon=True)
         self.system, self.redis, self.mariadb, self.every = system, redis, mariadb, every
+        self.health_url = health_url
         self.done = threading.Event()
         self.kills: Counter = Counter()
+        self.web_back_seconds: list[float | None] = []
+        self.timers: list[threading.Thread] = []
+
+    def time_web_back(self, killed_at: float) -> None:
+        def timer() -> None:
+            self.web_back_seconds.append(seconds_to_next_200(self.health_url, killed_at))
+
+        self.timers.append(threading.Thread(target=timer, daemon=True))
+        self.timers[-1].start()
 
     def run(self) -> None:
         for victim in itertools.cycle(VICTIMS):
@@ -119,6 +145,8 @@ class Chaos(threading.Thread):
                 if process is None:  # still being restarted
                     continue
                 process.send_signal(signal.SIGKILL)
+                if victim == "web":
+                    self.time_web_back(time.monotonic())
             self.kills[victim] += 1
 
 
@@ -191,7 +219,7 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             except requests.RequestException:
                 pass
             time.sleep(0.5)
-        chaos = Chaos(system, redis, mariadb, kill_every)
+        chaos = Chaos(system, redis, mariadb, kill_every, f"{base_url}/healthz")
         chaos.start()
         keys = [f"chaos-{uuid.uuid4().hex}" for _ in range(jobs)]
         started = time.monotonic()
@@ -206,6 +234,8 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             answered = list(pool.map(paced, enumerate(keys)))
         chaos.done.set()
         chaos.join()
+        for timer in chaos.timers:
+            timer.join()
         submitted_s = time.monotonic() - started
         acknowledged = {key: job for key, job in zip(keys, answered, strict=True) if job}
         settle_until = time.monotonic() + settle
@@ -227,6 +257,9 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             "kills": dict(chaos.kills),
             "cpu_hogs": hogs,
             "submit_phase_s": round(submitted_s, 1),
+            "web_back_s": [
+                None if back is None else round(back, 2) for back in chaos.web_back_seconds
+            ],
             "restarts_logged": (directory / "run_trainyard.log").read_text().count("restarted"),
         }
         return result
@@ -248,6 +281,15 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def web_back(seconds: list[float | None]) -> str:
+    """The times from a web kill to the next 200: median and slowest, or what never came."""
+    if not seconds:
+        return "no web kill"
+    if None in seconds:
+        return f"{seconds.count(None)} of {len(seconds)} never within 60 s"
+    return f"median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
@@ -265,7 +307,8 @@ def main() -> None:
         print(
             f"{number:>3} {result['acknowledged']:>12} {result['lost']:>5} "
             f"{result['duplicated']:>10} {result['stuck']:>5}  {kills}"
-            f"  (submitted in {result['submit_phase_s']} s; stuck: {result['stuck_statuses']})",
+            f"  (submitted in {result['submit_phase_s']} s; stuck: {result['stuck_statuses']}; "
+            f"web kill -9 to its next 200: {web_back(result['web_back_s'])})",
             flush=True,
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ it all the while (the system's start-ups and answers compete with them). Printed
 - duplicated: jobs beyond one per Idempotency-Key, or a key answered with two ids;
 - stuck: acknowledged jobs not ended (finished) by the end of the settling time;
 - how long submitting took: until the last submission was answered;
-- after each kill of the web server, the time to the next 200 of ``/healthz`` through the
-  front (median and slowest; issue 33's goal: within 3 s).
+- after each kill of the web server, the longest a client asking ``/healthz`` through the
+  front again and again waited for a 200 (median and slowest over the kills; issue 33's
+  goal: within 3 s).
 
 Goal (issue: self-healing under faults): all zero but acknowledged.
 """
@@ -98,21 +99,31 @@ def child(system: subprocess.Popen, victim: str) -> psutil.Process | None:
     return None
 
 
-def seconds_to_next_200(url: str, killed_at: float, limit: float = 60.0) -> float | None:
-    """Seconds from ``killed_at`` to the next 200 of ``url`` (None: none within ``limit``)."""
-    while time.monotonic() - killed_at < limit:
+def longest_wait_for_200(url: str, killed_at: float, window: float = 8.0) -> float | None:
+    """Asking ``url`` again and again from ``killed_at`` for ``window`` seconds, as a client
+    that retries would: the longest time from a question to the next 200 (None: none came
+    within a minute). A killed gunicorn's workers answer until the supervisor kills them
+    too; the wait that matters is the one until the gunicorn started next answers."""
+    longest, waiting_since = 0.0, killed_at
+    while time.monotonic() - waiting_since < 60:
         try:
-            if requests.get(url, timeout=limit).status_code == 200:
-                return time.monotonic() - killed_at
+            answered_200 = requests.get(url, timeout=60).status_code == 200
         except requests.RequestException:
-            pass
-        time.sleep(0.01)
+            answered_200 = False
+        if not answered_200:
+            time.sleep(0.01)
+            continue
+        answered_at = time.monotonic()
+        longest = max(longest, answered_at - waiting_since)
+        if answered_at - killed_at >= window:
+            return longest
+        waiting_since = answered_at
     return None
 
 
 class Chaos(threading.Thread):
     """Kills one victim every ``every`` seconds, in turn, until stopped; after each kill of
-    the web server, times the next 200 of ``health_url`` (through the front)."""
+    the web server, times the longest wait for a 200 of ``health_url`` (through the front)."""
 
     def __init__(self, system, redis, mariadb, every: float, health_url: str) -> None:
         super().__init__(daemon=True)
@@ -125,7 +136,7 @@ class Chaos(threading.Thread):
 
     def time_web_back(self, killed_at: float) -> None:
         def timer() -> None:
-            self.web_back_seconds.append(seconds_to_next_200(self.health_url, killed_at))
+            self.web_back_seconds.append(longest_wait_for_200(self.health_url, killed_at))
 
         self.timers.append(threading.Thread(target=timer, daemon=True))
         self.timers[-1].start()
@@ -282,7 +293,7 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
 
 
 def web_back(seconds: list[float | None]) -> str:
-    """The times from a web kill to the next 200: median and slowest, or what never came."""
+    """The longest waits for a 200 after web kills: median and slowest, or what never came."""
     if not seconds:
         return "no web kill"
     if None in seconds:
@@ -308,7 +319,7 @@ def main() -> None:
             f"{number:>3} {result['acknowledged']:>12} {result['lost']:>5} "
             f"{result['duplicated']:>10} {result['stuck']:>5}  {kills}"
             f"  (submitted in {result['submit_phase_s']} s; stuck: {result['stuck_statuses']}; "
-            f"web kill -9 to its next 200: {web_back(result['web_back_s'])})",
+            f"longest wait for a 200 after a web kill -9: {web_back(result['web_back_s'])})",
             flush=True,
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,7 @@ class HeldUnixSocket:
             if stat.S_ISSOCK(self.path.stat().st_mode):
                 return self.fd
         fresh = self._listen()
-        os.dup2(fresh.fileno(), self.fd)
+        os.dup2(fresh.fileno(), self.fd, inheritable=False)  # handed only to the web server
         fresh.close()
         return self.fd
 

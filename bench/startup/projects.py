@@ -85,6 +85,7 @@ def trainyard(workdir: Path, redis_url: str) -> Project:
         "TRAINYARD_VAR_DIR": str(workdir / "trainyard-var"),
         "TRAINYARD_BACKEND": "local",
         "XDG_CONFIG_HOME": str(workdir / "config"),
+        "TRAINYARD_HEALTH_BIND": "",  # no health server beside a gunicorn started with its config
     }
     project = Project("Trainyard", REPO_ROOT, env, "backend")
     project.python("manage.py", "migrate", "--noinput", "-v0")

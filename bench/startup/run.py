@@ -3,22 +3,23 @@
     .venv/bin/python -m bench.startup.run [--repeat 10] [--only NAME]
 
 Each entry point is started ``--repeat`` times (after one start that warms the caches,
-bytecode included: the children may write it whatever this environment says) and timed
-from the exec to the moment it is ready: a management command or the CLI to its exit;
-gunicorn (one sync worker) to its first ``200`` of ``/healthz``; a Celery worker (without
-mingle, as ``make run`` starts it) to the end of its first task (``celery.backend_cleanup``,
-queued before it starts); beat to its scheduler started (``beat: Starting...``: the app and
-its tasks loaded); the SSH gateway to its first accepted connection (its SSH banner), the
-endpoint proxy beside it to its first HTTP answer. Besides the wall time, the CPU time (user
-+ system) its processes had used by then: a command's from ``wait4``, a server's summed
-over its process group from ``/proc`` at the moment it is ready; on a machine shared with
-other work the CPU time is the steadier figure. Printed: the medians and the slowest wall
-time, the same for a bare ``django-admin startproject`` with DRF and Celery of the same
-versions started the same way (generated in a temporary directory), the ratios, and the
-five modules of the ``python -X importtime`` output that took longest on their own; the
-load average before and after. ``--only`` keeps the entry points whose name has NAME.
-Both projects use SQLite and a Redis of their own; the numbers go to
-``bench/results/startup.json``.
+bytecode included: the children may write it whatever this environment says) and timed from
+the exec to the moment it is ready: a management command or the CLI to its exit; gunicorn
+(one sync worker; again with the app preloaded, as ``make run`` starts it: with
+``deploy/gunicorn.conf.py`` for Trainyard, ``--preload`` for the peer) to its first ``200``
+of ``/healthz``; a Celery worker (without mingle, as ``make run`` starts it) to the end of
+its first task (``celery.backend_cleanup``, queued before it starts); beat to its scheduler
+started (``beat: Starting...``: the app and its tasks loaded); the SSH gateway to its first
+accepted connection (its SSH banner), the endpoint proxy beside it to its first HTTP
+answer. Besides the wall time, the CPU time (user + system) its processes had used by then:
+a command's from ``wait4``, a server's summed over its process group from ``/proc`` at the
+moment it is ready; on a machine shared with other work the CPU time is the steadier
+figure. Printed: the medians and the slowest wall time, the same for a bare ``django-admin
+startproject`` with DRF and Celery of the same versions started the same way (generated in
+a temporary directory), the ratios, and the five modules of the ``python -X importtime``
+output that took longest on their own; the load average before and after. ``--only`` keeps
+the entry points whose name has NAME. Both projects use SQLite and a Redis of their own;
+the numbers go to ``bench/results/startup.json``.
 """
 
 from __future__ import annotations
@@ -217,6 +218,14 @@ def entry_points(project: Project, workdir: Path, token: str, web_url: str) -> l
             "gunicorn: first 200",
             ["-m", "gunicorn", f"{package}.wsgi", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
             {"gunicorn: first 200": answers_200(f"http://127.0.0.1:{port}/healthz")},
+        ),
+        EntryPoint(
+            # As make run starts it, and restarts it after a crash: the app loaded before the
+            # worker is forked (Trainyard's configuration, its health server left out).
+            "gunicorn preloaded: first 200",
+            ["-m", "gunicorn", f"{package}.wsgi", "--workers", "1", "--bind", f"127.0.0.1:{port}"]
+            + (["--config", "deploy/gunicorn.conf.py"] if is_trainyard else ["--preload"]),
+            {"gunicorn preloaded: first 200": answers_200(f"http://127.0.0.1:{port}/healthz")},
         ),
         EntryPoint(
             "celery worker: first task",

@@ -266,7 +266,7 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "backend.core.exceptions.api_exception_handler",
+    "EXCEPTION_HANDLER": "backend.core.exception_handler.api_exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "backend.core.parsers.LimitedJSONParser",
         "rest_framework.parsers.FormParser",

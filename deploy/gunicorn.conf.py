@@ -58,15 +58,19 @@ _health = {}
 
 
 def when_ready(server) -> None:
+    if server.cfg.preload_app:
+        # Before the first worker is forked, and before the health server starts: its own
+        # start would take CPU from this one, which a restart after a crash waits on.
+        load_every_view()
     bind = os.environ.get("TRAINYARD_HEALTH_BIND", "127.0.0.1:8001")
     if bind:
         parent, web = str(os.getpid()), server.cfg.bind[0]
+        if web.startswith("fd://"):  # a socket handed down (make run's): where it listens
+            web = str(server.LISTENERS[0])
         _health["process"] = subprocess.Popen(
             [sys.executable, "-m", "backend.core.health", bind, "--parent", parent, "--web", web],
             cwd=Path(__file__).resolve().parents[1],
         )
-    if server.cfg.preload_app:
-        load_every_view()  # before the first worker is forked
 
 
 def on_exit(server) -> None:

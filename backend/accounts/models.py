@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 if TYPE_CHECKING:
-    from backend.core.scoping import Action
+    from backend.core.querysets import Action
 
 
 class OwnedQuerySet(models.QuerySet):

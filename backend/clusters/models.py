@@ -8,7 +8,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from backend.core.scoping import ClusterWideQuerySet
+from backend.core.querysets import ClusterWideQuerySet
 from repairmanager import states
 
 CPU_ONLY_GPU_TYPE = "cpu"

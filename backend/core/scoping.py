@@ -9,23 +9,16 @@ through a mixin, so an object outside the user's tenants answers 404.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from django.db.models import QuerySet
 from rest_framework.permissions import BasePermission
 from rest_framework.viewsets import GenericViewSet
 
+from backend.core.querysets import ScopedQuerySet
+
 if TYPE_CHECKING:
     from rest_framework.permissions import _SupportsHasPermission
-
-Action = Literal["view", "administer"]
-
-
-class ScopedQuerySet(Protocol):
-    """What every scoped model's queryset offers (test_scoping checks each viewset's)."""
-
-    def visible_to(self, user: object, action: Action = "view") -> QuerySet: ...
-
 
 # What a scoped view may not define, in itself or in any class it inherits before the base.
 GUARDED = ("get_queryset", "get_object")
@@ -68,23 +61,3 @@ class TenantScopedViewSet(GenericViewSet):
     def get_permissions(self) -> list[_SupportsHasPermission]:
         extra = self.action_permissions.get(self.action or "", ())
         return [*super().get_permissions(), *(permission() for permission in extra)]
-
-
-class ClusterWideQuerySet(QuerySet):
-    """Objects every signed-in user may see, such as the cluster's GPU types; cluster
-    admins administer them."""
-
-    def visible_to(self, user: object, action: Action = "view") -> ClusterWideQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        if action == "administer" and not getattr(user, "is_staff", False):
-            return self.none()
-        return self
-
-
-class ClusterAdminOnlyQuerySet(QuerySet):
-    """Objects only cluster admins see and administer, such as the users."""
-
-    def visible_to(self, user: object, action: Action = "view") -> ClusterAdminOnlyQuerySet:
-        admin = getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False)
-        return self if admin else self.none()

@@ -19,7 +19,7 @@ from jobmanager.core import WorkerPlacement
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
-    from backend.core.scoping import Action
+    from backend.core.querysets import Action
 
 JOB_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 JOB_ID_LENGTH = 10

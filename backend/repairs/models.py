@@ -8,7 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
-from backend.core.scoping import ClusterWideQuerySet
+from backend.core.querysets import ClusterWideQuerySet
 from backend.jobs.models import Job
 
 

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from backend.core.scoping import Action, ClusterWideQuerySet
+from backend.core.querysets import Action, ClusterWideQuerySet
 from backend.vcs.models import VirtualCluster
 
 

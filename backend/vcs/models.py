@@ -13,7 +13,7 @@ from django.utils import timezone
 from backend.clusters.models import GpuType
 
 if TYPE_CHECKING:
-    from backend.core.scoping import Action
+    from backend.core.querysets import Action
 
 
 # Fair share's memory: a week, as Slurm's PriorityDecayHalfLife.

@@ -18,7 +18,10 @@ it all the while (the system's start-ups and answers compete with them). Printed
 - lost: acknowledged jobs the database does not hold;
 - duplicated: jobs beyond one per Idempotency-Key, or a key answered with two ids;
 - stuck: acknowledged jobs not ended (finished) by the end of the settling time;
-- how long submitting took: until the last submission was answered.
+- how long submitting took: until the last submission was answered;
+- after each kill of the web server, the longest a client asking ``/healthz`` through the
+  front again and again waited for a 200 (median and slowest over the kills; issue 33's
+  goal: within 3 s).
 
 Goal (issue: self-healing under faults): all zero but acknowledged.
 """
@@ -31,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,14 +99,47 @@ def child(system: subprocess.Popen, victim: str) -> psutil.Process | None:
     return None
 
 
-class Chaos(threading.Thread):
-    """Kills one victim every ``every`` seconds, in turn, until stopped."""
+def longest_wait_for_200(url: str, killed_at: float, window: float = 8.0) -> float | None:
+    """Asking ``url`` again and again from ``killed_at`` for ``window`` seconds, as a client
+    that retries would: the longest time from a question to the next 200 (None: none came
+    within a minute). A killed gunicorn's workers answer until the supervisor kills them
+    too; the wait that matters is the one until the gunicorn started next answers."""
+    longest, waiting_since = 0.0, killed_at
+    while time.monotonic() - waiting_since < 60:
+        try:
+            answered_200 = requests.get(url, timeout=60).status_code == 200
+        except requests.RequestException:
+            answered_200 = False
+        if not answered_200:
+            time.sleep(0.01)
+            continue
+        answered_at = time.monotonic()
+        longest = max(longest, answered_at - waiting_since)
+        if answered_at - killed_at >= window:
+            return longest
+        waiting_since = answered_at
+    return None
 
-    def __init__(self, system, redis, mariadb, every: float) -> None:
+
+class Chaos(threading.Thread):
+    """Kills one victim every ``every`` seconds, in turn, until stopped; after each kill of
+    the web server, times the longest wait for a 200 of ``health_url`` (through the front)."""
+
+    def __init__(self, system, redis, mariadb, every: float, health_url: str) -> None:
         super().__init__(daemon=True)
         self.system, self.redis, self.mariadb, self.every = system, redis, mariadb, every
+        self.health_url = health_url
         self.done = threading.Event()
         self.kills: Counter = Counter()
+        self.web_back_seconds: list[float | None] = []
+        self.timers: list[threading.Thread] = []
+
+    def time_web_back(self, killed_at: float) -> None:
+        def timer() -> None:
+            self.web_back_seconds.append(longest_wait_for_200(self.health_url, killed_at))
+
+        self.timers.append(threading.Thread(target=timer, daemon=True))
+        self.timers[-1].start()
 
     def run(self) -> None:
         for victim in itertools.cycle(VICTIMS):
@@ -119,6 +156,8 @@ class Chaos(threading.Thread):
                 if process is None:  # still being restarted
                     continue
                 process.send_signal(signal.SIGKILL)
+                if victim == "web":
+                    self.time_web_back(time.monotonic())
             self.kills[victim] += 1
 
 
@@ -191,7 +230,7 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             except requests.RequestException:
                 pass
             time.sleep(0.5)
-        chaos = Chaos(system, redis, mariadb, kill_every)
+        chaos = Chaos(system, redis, mariadb, kill_every, f"{base_url}/healthz")
         chaos.start()
         keys = [f"chaos-{uuid.uuid4().hex}" for _ in range(jobs)]
         started = time.monotonic()
@@ -206,6 +245,8 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             answered = list(pool.map(paced, enumerate(keys)))
         chaos.done.set()
         chaos.join()
+        for timer in chaos.timers:
+            timer.join()
         submitted_s = time.monotonic() - started
         acknowledged = {key: job for key, job in zip(keys, answered, strict=True) if job}
         settle_until = time.monotonic() + settle
@@ -227,6 +268,9 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
             "kills": dict(chaos.kills),
             "cpu_hogs": hogs,
             "submit_phase_s": round(submitted_s, 1),
+            "web_back_s": [
+                None if back is None else round(back, 2) for back in chaos.web_back_seconds
+            ],
             "restarts_logged": (directory / "run_trainyard.log").read_text().count("restarted"),
         }
         return result
@@ -248,6 +292,15 @@ def one_run(jobs: int, kill_every: float, settle: float, hogs: int = 0) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def web_back(seconds: list[float | None]) -> str:
+    """The longest waits for a 200 after web kills: median and slowest, or what never came."""
+    if not seconds:
+        return "no web kill"
+    if None in seconds:
+        return f"{seconds.count(None)} of {len(seconds)} never within 60 s"
+    return f"median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
@@ -265,7 +318,8 @@ def main() -> None:
         print(
             f"{number:>3} {result['acknowledged']:>12} {result['lost']:>5} "
             f"{result['duplicated']:>10} {result['stuck']:>5}  {kills}"
-            f"  (submitted in {result['submit_phase_s']} s; stuck: {result['stuck_statuses']})",
+            f"  (submitted in {result['submit_phase_s']} s; stuck: {result['stuck_statuses']}; "
+            f"longest wait for a 200 after a web kill -9: {web_back(result['web_back_s'])})",
             flush=True,
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,11 @@ class Project:
 
 
 def base_env(redis_url: str) -> dict[str, str]:
-    """This environment without the database, broker and settings it may name."""
-    dropped = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TRAINYARD_VAR_DIR")
+    """This environment without the database, broker and settings it may name, and
+    writing bytecode caches as an installed system does (a session here may forbid it,
+    and then every start compiles the project's own modules anew)."""
+    dropped = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TRAINYARD_VAR_DIR",
+               "PYTHONDONTWRITEBYTECODE")  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key not in dropped}
     return env | {"REDIS_URL": redis_url, "PATH": f"{BIN}:{env.get('PATH', '')}"}
 
@@ -82,6 +85,7 @@ def trainyard(workdir: Path, redis_url: str) -> Project:
         "TRAINYARD_VAR_DIR": str(workdir / "trainyard-var"),
         "TRAINYARD_BACKEND": "local",
         "XDG_CONFIG_HOME": str(workdir / "config"),
+        "TRAINYARD_HEALTH_BIND": "",  # no health server beside a gunicorn started with its config
     }
     project = Project("Trainyard", REPO_ROOT, env, "backend")
     project.python("manage.py", "migrate", "--noinput", "-v0")

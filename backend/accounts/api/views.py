@@ -30,7 +30,8 @@ from backend.accounts.api.serializers import (
 from backend.accounts.models import AllowedIp, AllowedIpEvent, ApiToken, SshKey, UnixAccount
 from backend.accounts.unix import tenancy
 from backend.core.permissions import IsClusterAdmin, acting_user
-from backend.core.scoping import ClusterAdminOnlyQuerySet, TenantScopedViewSet
+from backend.core.querysets import ClusterAdminOnlyQuerySet
+from backend.core.scoping import TenantScopedViewSet
 
 
 class OwnCredentialViewSet(

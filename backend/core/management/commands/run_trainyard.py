@@ -14,6 +14,11 @@ first time, else after a backoff that doubles with each quick death in a row (1 
 ... 30 s) but never holds it down longer than it ran before dying. What it left in its
 process group (gunicorn's or Celery's pool workers) is killed first. A dying child never
 stops the system.
+
+The web server's unix socket is made and held by this supervisor, and handed to each
+gunicorn it starts (``--bind fd://N``), as systemd's socket activation does: while a killed
+gunicorn is started again, the front's connections wait in the socket's queue and are
+answered by the new one, rather than refused (a 503 from the front).
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -50,11 +58,51 @@ STABLE_SECONDS = 10.0
 SUPERVISE_EVERY_SECONDS = 0.1  # how soon a death is seen
 
 
-class Child:
-    """One supervised process, in a process group of its own."""
+class HeldUnixSocket:
+    """A listening unix socket that outlives the servers it is handed to: connections made
+    while no server runs wait in its queue (``backlog``) for the next one."""
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], cwd) -> None:
-        self.name, self.command, self.env, self.cwd = name, command, env, cwd
+    def __init__(self, path: Path, backlog: int = 2048) -> None:
+        self.path, self.backlog = path, backlog
+        self.listener = self._listen()
+        self.fd = self.listener.fileno()  # kept the same when the socket is made again
+
+    def _listen(self) -> socket.socket:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)  # an earlier run's
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        listener.listen(self.backlog)
+        return listener
+
+    def ensure(self) -> int:
+        """The socket's fd, the socket made again (at the same fd) if its path is gone:
+        gunicorn removes the path of the socket it listened on when it stops by itself."""
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(self.path.stat().st_mode):
+                return self.fd
+        fresh = self._listen()
+        os.dup2(fresh.fileno(), self.fd, inheritable=False)  # handed only to the web server
+        fresh.close()
+        return self.fd
+
+    def close(self) -> None:
+        self.listener.close()
+        self.path.unlink(missing_ok=True)
+
+
+class Child:
+    """One supervised process, in a process group of its own, given ``held``'s socket."""
+
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        cwd,
+        held: HeldUnixSocket | None = None,
+    ) -> None:
+        self.name, self.command, self.env, self.cwd, self.held = name, command, env, cwd, held
         self.process: subprocess.Popen | None = None
         self.started_at = 0.0
         self.restart_at = 0.0
@@ -62,8 +110,9 @@ class Child:
 
     def start(self) -> subprocess.Popen:
         """Start the process; returns it (also kept as ``process``)."""
+        pass_fds = (self.held.ensure(),) if self.held is not None else ()
         self.process = process = subprocess.Popen(
-            self.command, env=self.env, cwd=self.cwd, start_new_session=True
+            self.command, env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds
         )
         self.started_at = time.monotonic()
         return process
@@ -164,14 +213,18 @@ class Command(BaseCommand):
             child_env["TRAINYARD_ENDPOINTS_URL"] = (
                 f"http://{host}:{settings.TRAINYARD_ENDPOINTS_PORT}"
             )
-        # gunicorn on a socket that only the front (and the portal's account) can reach.
-        web_socket = f"unix:{settings.VAR_DIR / 'run' / 'gunicorn.sock'}"
+        # gunicorn on a socket that only the front (and the portal's account) can reach,
+        # held here across gunicorn's restarts.
+        web_socket = HeldUnixSocket(settings.VAR_DIR / "run" / "gunicorn.sock")
         commands = {
-            "front": [python, "-m", "backend.core.front", bind, "--upstream", web_socket],
-            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", web_socket,
+            "front": [python, "-m", "backend.core.front", bind,
+                      "--upstream", f"unix:{web_socket.path}"],
+            "web": [python, "-m", "gunicorn", "backend.wsgi", "--bind", f"fd://{web_socket.fd}",
                     "--config", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py")],
+            # Without mingle: it waits a second at each start for other workers' revoked
+            # tasks, and Trainyard revokes none.
             "worker": [python, "-m", "celery", "-A", "backend", "worker", "--loglevel", "INFO",
-                       "--concurrency", "2"],
+                       "--concurrency", "2", "--without-mingle"],
             "beat": [python, "-m", "celery", "-A", "backend", "beat", "--loglevel", "INFO",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
             "gateway": [python, "-m", "backend.gateway"],
@@ -179,8 +232,10 @@ class Command(BaseCommand):
         if local:
             commands["ends"] = [python, "manage.py", "watch_job_ends"]
         children = [
-            Child(name, command, child_env, settings.BASE_DIR) for name, command in commands.items()
-        ]
+            Child(name, command, child_env, settings.BASE_DIR,
+                  held=web_socket if name == "web" else None)
+            for name, command in commands.items()
+        ]  # fmt: skip
         if local and "TRAINYARD_LOCAL_SPAWNER_SOCKET" in child_env:
             children.append(self._spawner(child_env["TRAINYARD_LOCAL_SPAWNER_SOCKET"]))
         for child in children:
@@ -216,6 +271,7 @@ class Command(BaseCommand):
                 child.stop()
             for child in children:
                 child.wait()
+            web_socket.close()
             if left := left_running_message(jobs_left_running()):
                 self.stdout.write(left)
             if redis is not None:

@@ -18,8 +18,11 @@ set -euo pipefail
 # runc, tini, iproute2: the local backend's sandbox (TRAINYARD_LOCAL_SANDBOX=runc) runs each
 # worker in a runc container whose pid 1 is tini, each job in a network namespace on a
 # bridge made with ip and bridge; its tests drive the real runtime.
+# python3-venv: the training environment every job account uses (make training-env) is a
+# virtualenv of the system's Python. curl, jq: the README's and user guide's examples.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
-          openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2 "$@")
+          openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2
+          python3-venv curl jq "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

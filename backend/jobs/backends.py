@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from backend.core.training_env import job_path
 from jobmanager.backends import ClusterBackend
 
 BACKENDS = ("local", "kubernetes", "slurm", "memory")
@@ -46,6 +47,7 @@ def _local_backend(
     notify_socket: str,
     spawner: str,
     sandbox: LocalSandbox,
+    job_path: str,
 ) -> ClusterBackend:
     from backend.clusters.inventory import REGISTERED, registered_nodes
     from jobmanager.backends.local import LocalBackend
@@ -65,6 +67,7 @@ def _local_backend(
             sandbox_bridge=sandbox.bridge,
             sandbox_subnet=sandbox.subnet,
             sandbox_egress_nat=sandbox.egress_nat,
+            job_path=job_path,
         )
     except ValueError as error:
         raise ImproperlyConfigured(f"TRAINYARD_LOCAL_NODES or _SANDBOX: {error}") from error
@@ -117,6 +120,7 @@ def get_backend() -> ClusterBackend:
             settings.TRAINYARD_LOCAL_NOTIFY_SOCKET,
             settings.TRAINYARD_LOCAL_SPAWNER_SOCKET,
             LocalSandbox.from_settings(),
+            job_path(),
         )
     if name == "memory":
         return _memory_backend(str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)

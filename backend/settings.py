@@ -336,7 +336,8 @@ TRAINYARD_TRAINING_ENV = Path(
 # Each worker in a container of its own (docs/operations.md, "Sandbox"): "runc" (refused at
 # start-up where runc or tini is missing or the portal is not root), "auto" (runc where it
 # can run), "none" (bare processes). Each container shows the system read-only, the
-# portal's Python and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only, comma-separated), caps its
+# portal's Python, the training environment and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only,
+# comma-separated), caps its
 # processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an
 # address of the subnet on the bridge, with egress NAT unless switched off.
 TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "none", ("runc", "auto", "none"))

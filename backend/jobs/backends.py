@@ -29,7 +29,8 @@ class LocalSandbox:
     def from_settings(cls) -> LocalSandbox:
         return cls(
             settings.TRAINYARD_LOCAL_SANDBOX,
-            tuple(settings.TRAINYARD_LOCAL_SANDBOX_PATHS),
+            # The training environment, on every job's PATH, wherever it is kept.
+            (str(settings.TRAINYARD_TRAINING_ENV), *settings.TRAINYARD_LOCAL_SANDBOX_PATHS),
             settings.TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT,
             settings.TRAINYARD_LOCAL_SANDBOX_BRIDGE,
             settings.TRAINYARD_LOCAL_SANDBOX_SUBNET,

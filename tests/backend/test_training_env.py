@@ -1,6 +1,6 @@
 """The shared training environment (backend/core/training_env.py): every job account may
-run its PyTorch, JupyterLab and TensorBoard, none may change it, it is built once, and a
-place another account could swap is refused."""
+run its PyTorch, JupyterLab and TensorBoard, none may change it, it is built once, a
+place another account could swap is refused, and a sandboxed job sees it read-only."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from backend.core.training_env import TrainingEnvError, ensure_training_env, job_path
+from backend.jobs.backends import LocalSandbox
+from jobmanager.backends.sandbox import Sandbox, Worker, bundle_config
 from tests.unix_accounts import job_account, owned_directory, reachable_directory
 
 pytestmark = pytest.mark.integration
@@ -59,3 +61,17 @@ def test_a_place_another_account_may_change_is_refused():
         with pytest.raises(TrainingEnvError, match="writable by other accounts"):
             ensure_training_env(directory / "open" / "training-env")
         assert list(Path(directory / "open").iterdir()) == []
+
+
+def test_a_sandboxed_job_sees_it_read_only_wherever_it_is_kept(settings, tmp_path):
+    settings.TRAINYARD_TRAINING_ENV = kept = tmp_path / "training-env"
+    kept.mkdir()
+    sandbox = Sandbox(tmp_path / ".runc", "trainyard-test", LocalSandbox.from_settings().paths)
+    worker = Worker(
+        "c", ["true"], {}, "/", 61001, 61001, (), "h", (), (), millicpus=1000, memory_mib=64
+    )
+
+    mounts = {m["destination"]: m for m in bundle_config(sandbox, worker)["mounts"]}
+
+    assert mounts[str(kept)]["source"] == str(kept)
+    assert "ro" in mounts[str(kept)]["options"]

@@ -663,6 +663,9 @@ class LocalBackend(ClusterBackend):
 
     # --- state on disk ---------------------------------------------------------------------
 
+    def default_working_dir(self, job_id: str) -> str:
+        return str(self._job_dir(job_id) / "work")
+
     def _job_dir(self, job_id: str) -> Path:
         return self.state_dir / _checked_job_id(job_id)
 

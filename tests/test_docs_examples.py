@@ -141,6 +141,27 @@ def token_from_scripts(demo: Demo, example: Example) -> None:
     assert json.loads(done.stdout)["username"] == "alice"
 
 
+def following_a_job(demo: Demo, example: Example) -> None:
+    command = "python /opt/trainyard/training-env/examples/train_mnist_like.py --steps 5"
+    submitted = requests.post(
+        f"{demo.servers.base_url}/api/v1/jobs/",
+        json={"vc": "vision", "gpu_type": "A100", "command": command},
+        headers={"Authorization": f"Token {demo.token('alice')}"},
+        timeout=30,
+    )
+    job_id = submitted.json()["id"]
+    demo.job_ends("alice", job_id)
+    demo.substitutions["k3m9x2q7ab"] = job_id
+
+    done = demo.run(example)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f'"id":"{job_id}"' in done.stdout and '"status":"finished"' in done.stdout
+    assert "rank 0: done" in done.stdout  # the log's tail
+    (downloaded,) = [path for path in demo.cwd.iterdir() if job_id in path.name]
+    assert "rank 0: done" in downloaded.read_text()
+
+
 def keys_and_addresses(demo: Demo, example: Example) -> None:
     ssh = Path(demo.env["HOME"]) / ".ssh"
     ssh.mkdir(mode=0o700)
@@ -172,6 +193,7 @@ README_CHECKS: dict[str, Check] = {
 }
 GUIDE_CHECKS: dict[str, Check] = {
     "token-from-scripts": token_from_scripts,
+    "following-a-job": following_a_job,
     "keys-and-addresses": keys_and_addresses,
     "storage-usage": storage_usage,
 }

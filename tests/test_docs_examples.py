@@ -65,9 +65,12 @@ class Demo:
             timeout=30,
         )
 
-    def run(self, example: Example, stdin: str = "") -> subprocess.CompletedProcess:
+    def run(
+        self, example: Example, stdin: str = "", also: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run the block in the terminal, its placeholders (and ``also``'s) replaced."""
         body = example.body
-        for placeholder, value in self.substitutions.items():
+        for placeholder, value in (self.substitutions | (also or {})).items():
             body = body.replace(placeholder, value)
         names = sorted(set(ASSIGNMENT.findall(body)))
         keep = f"declare -p {' '.join(names)} >> {self.state}\n" if names else ""
@@ -151,9 +154,8 @@ def following_a_job(demo: Demo, example: Example) -> None:
     )
     job_id = submitted.json()["id"]
     demo.job_ends("alice", job_id)
-    demo.substitutions["k3m9x2q7ab"] = job_id
 
-    done = demo.run(example)
+    done = demo.run(example, also={"k3m9x2q7ab": job_id})
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert f'"id":"{job_id}"' in done.stdout and '"status":"finished"' in done.stdout
@@ -185,6 +187,35 @@ def storage_usage(demo: Demo, example: Example) -> None:
     assert (demo.cwd / "usage.csv").read_text().startswith("root,snapshot_at,")
 
 
+def vc_admin(demo: Demo, example: Example) -> None:
+    """Run as carol, admin of nlp, on a job of alice's there waiting for approval (over
+    the VC's per-user GPU limit, lowered for it)."""
+    carol = {"Authorization": f"Token {demo.token('carol')}"}
+    api = f"{demo.servers.base_url}/api/v1"
+    limit = requests.patch(f"{api}/vcs/nlp/", json={"user_gpu_limit": 1}, headers=carol, timeout=30)
+    assert limit.ok, limit.text
+    spec = {"vc": "nlp", "gpu_type": "A100", "gpus_per_worker": 2, "command": "sleep 300",
+            "preemptible": False}  # fmt: skip
+    alice = {"Authorization": f"Token {demo.token('alice')}"}
+    member = {"username": "alice", "role": "member"}
+    assert requests.post(f"{api}/vcs/nlp/members/", json=member, headers=carol, timeout=30).ok
+    job = requests.post(f"{api}/jobs/", json=spec, headers=alice, timeout=30).json()
+    assert job["status"] == "unapproved", job
+    demo.env["VC_ADMIN_AUTH"] = f"Authorization: {carol['Authorization']}"
+
+    done = demo.run(example, also={"k3m9x2q7ab": job["id"], "$AUTH": "$VC_ADMIN_AUTH"})
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    vc = demo.api("carol", "vcs/nlp/").json()
+    assert (vc["policy"], vc["user_gpu_limit"], vc["max_wall_time"]) == ("RF", 16, 259200)
+    members = demo.api("carol", "vcs/nlp/members/").json()
+    assert "bob" not in str(members)
+    job = demo.api("carol", f"jobs/{job['id']}/").json()
+    assert job["status"] != "unapproved"
+    assert (job["priority"], job["max_wall_time"], job["max_retries"]) == (50, 7200, 0)
+    requests.post(f"{api}/jobs/{job['id']}/kill/", headers=carol, timeout=30)
+
+
 Check = Callable[[Demo, Example], None]
 README_CHECKS: dict[str, Check] = {
     "scripted-submission": scripted_submission,
@@ -196,6 +227,7 @@ GUIDE_CHECKS: dict[str, Check] = {
     "following-a-job": following_a_job,
     "keys-and-addresses": keys_and_addresses,
     "storage-usage": storage_usage,
+    "vc-admin": vc_admin,
 }
 CHECKS = {"README.md": README_CHECKS, "docs/user-guide.md": GUIDE_CHECKS}
 

@@ -14,6 +14,7 @@ import pytest
 from backend.core.training_env import TrainingEnvError, ensure_training_env, job_path
 from backend.jobs.backends import LocalSandbox
 from jobmanager.backends.sandbox import Sandbox, Worker, bundle_config
+from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
 from tests.unix_accounts import job_account, owned_directory, reachable_directory
 
 pytestmark = pytest.mark.integration
@@ -75,3 +76,16 @@ def test_a_sandboxed_job_sees_it_read_only_wherever_it_is_kept(settings, tmp_pat
 
     assert mounts[str(kept)]["source"] == str(kept)
     assert "ro" in mounts[str(kept)]["options"]
+
+
+def test_a_sandboxed_job_runs_it_and_cannot_change_it(training_env, host_tmp):
+    paths, path = LocalSandbox.from_settings().paths, job_path()
+    with sandboxed_backend(host_tmp, sandbox_readonly_paths=paths, job_path=path) as backend:
+        code, _, log = run_to_end(
+            backend,
+            "python -c 'import torch; print(\"torch\", torch.__version__)'; "
+            f"touch {training_env}/bin/python || echo READ-ONLY",
+        )
+
+    assert code == 0, log
+    assert "torch 2.13.0" in log and "READ-ONLY" in log, log

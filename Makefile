@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # pytest's processes for the whole suite (pytest-xdist); 0 runs it serially.
 PYTEST_XDIST_WORKERS ?= 3
 
-.PHONY: run stop-jobs test test-sqlite lint format install schema api-types api-types-check bench clean frontend frontend-test screenshots
+.PHONY: run training-env stop-jobs test test-sqlite lint format install schema api-types api-types-check bench clean frontend frontend-test screenshots
 
 # The dashboard: npm ci when the lock file changed, a Vite build when its sources changed.
 FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts -type f 2>/dev/null)
@@ -52,8 +52,13 @@ frontend: frontend/dist/index.html
 frontend-test: $(FRONTEND_MODULES) api-types-check
 	cd frontend && npm run typecheck && npm test
 
-run: install frontend
+run: install frontend training-env
 	$(PY) manage.py run_trainyard
+
+# The training environment every job account may use (TRAINYARD_TRAINING_ENV: PyTorch CPU,
+# JupyterLab, TensorBoard, pinned in deploy/training-env/): built once, then found current.
+training-env: install
+	$(PY) manage.py build_training_env
 
 # Kill the jobs a stopped make run left running (the next start adopts them otherwise).
 stop-jobs: install

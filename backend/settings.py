@@ -323,10 +323,21 @@ TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
 # starts and sets this for) forks workers' inits; "" or none listening: each init is a
 # fresh interpreter.
 TRAINYARD_LOCAL_SPAWNER_SOCKET = env("TRAINYARD_LOCAL_SPAWNER_SOCKET", "")
+# The shared training environment (docs/user-guide.md, "The training environment"): a
+# virtualenv of the system's Python with PyTorch (CPU), JupyterLab and TensorBoard that
+# `make run` builds (backend/core/training_env.py), root's and usable by every job account.
+# Its bin/ comes first on a local job's PATH. A portal that is not root keeps it under var/.
+TRAINYARD_TRAINING_ENV = Path(
+    env(
+        "TRAINYARD_TRAINING_ENV",
+        "/opt/trainyard/training-env" if os.geteuid() == 0 else str(VAR_DIR / "training-env"),
+    )
+)
 # Each worker in a container of its own (docs/operations.md, "Sandbox"): "runc" (refused at
 # start-up where runc or tini is missing or the portal is not root), "auto" (runc where it
 # can run), "none" (bare processes). Each container shows the system read-only, the
-# portal's Python and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only, comma-separated), caps its
+# portal's Python, the training environment and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only,
+# comma-separated), caps its
 # processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an
 # address of the subnet on the bridge, with egress NAT unless switched off.
 TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "none", ("runc", "auto", "none"))

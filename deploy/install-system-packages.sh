@@ -22,9 +22,11 @@ set -euo pipefail
 # images.py) is unpacked from the site's OCI image layouts with umoci and pulled into them
 # with skopeo (tini's tini-static is the init put into it); the tests build a small image
 # with umoci from busybox-static's binary, with no registry.
+# python3-venv: the training environment every job account uses (make training-env) is a
+# virtualenv of the system's Python. curl, jq: the README's and user guide's examples.
 packages=(default-libmysqlclient-dev pkg-config prometheus nftables openssh-client
           openssh-server tmux nginx slurm-wlm munge slurmrestd runc tini iproute2
-          umoci skopeo busybox-static "$@")
+          umoci skopeo busybox-static python3-venv curl jq "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

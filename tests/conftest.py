@@ -7,6 +7,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
@@ -154,3 +155,16 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         pytest.skip("a Slurm cluster needs root and slurm-wlm (deploy/install-system-packages.sh)")
     with running_cluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def training_env() -> Path:
+    """The shared training environment where the portal keeps it
+    (TRAINYARD_TRAINING_ENV), built once per machine: a minute or two the first time
+    (PyTorch, JupyterLab, TensorBoard from the local wheels), a read of its stamp after."""
+    from django.conf import settings
+
+    from backend.core.training_env import ensure_training_env
+
+    ensure_training_env(settings.TRAINYARD_TRAINING_ENV)
+    return settings.TRAINYARD_TRAINING_ENV

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from backend.core.training_env import job_path
 from jobmanager.backends import ClusterBackend
 
 BACKENDS = ("local", "kubernetes", "slurm", "memory")
@@ -30,7 +31,8 @@ class LocalSandbox:
     def from_settings(cls) -> LocalSandbox:
         return cls(
             settings.TRAINYARD_LOCAL_SANDBOX,
-            tuple(settings.TRAINYARD_LOCAL_SANDBOX_PATHS),
+            # The training environment, on every job's PATH, wherever it is kept.
+            (str(settings.TRAINYARD_TRAINING_ENV), *settings.TRAINYARD_LOCAL_SANDBOX_PATHS),
             settings.TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT,
             settings.TRAINYARD_LOCAL_SANDBOX_BRIDGE,
             settings.TRAINYARD_LOCAL_SANDBOX_SUBNET,
@@ -50,6 +52,7 @@ def _local_backend(
     notify_socket: str,
     spawner: str,
     sandbox: LocalSandbox,
+    job_path: str,
 ) -> ClusterBackend:
     from backend.clusters.inventory import REGISTERED, registered_nodes
     from jobmanager.backends.local import LocalBackend
@@ -71,6 +74,7 @@ def _local_backend(
             sandbox_egress_nat=sandbox.egress_nat,
             image_store_dir=sandbox.image_store or None,
             image_pull=sandbox.image_pull,
+            job_path=job_path,
         )
     except ValueError as error:
         raise ImproperlyConfigured(
@@ -125,6 +129,7 @@ def get_backend() -> ClusterBackend:
             settings.TRAINYARD_LOCAL_NOTIFY_SOCKET,
             settings.TRAINYARD_LOCAL_SPAWNER_SOCKET,
             LocalSandbox.from_settings(),
+            job_path(),
         )
     if name == "memory":
         return _memory_backend(str(settings.TRAINYARD_MEMORY_BACKEND_STATE), log_dir)

@@ -23,6 +23,7 @@ import subprocess
 
 from django.conf import settings
 
+from backend.core.training_env import job_path
 from backend.jobs.paths import RESOLVE_TIMEOUT_SECONDS, as_account
 from jobmanager.backends import RunAs
 from jobmanager.backends.host_accounts import can_switch_users
@@ -31,7 +32,9 @@ from jobmanager.backends.local import JOB_PATH
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 OPERATOR = re.compile(r"^[();<>|&]+$")
 EXPANSION = set("$`*?[{~\\")
-SUGGESTION = "use /usr/bin/python3 or an image"
+SUGGESTION = (
+    "use python (the training environment's, first on the job's PATH), /usr/bin/python3 or an image"
+)
 # $1 is the program. Prints what the owner may not run and exits 1, or exits 0.
 LOOKUP = r"""
 set -f
@@ -111,7 +114,9 @@ def command_errors(command: str, env: dict[str, str], run_as: RunAs | None) -> l
     program = program_of(command)
     if program is None:
         return []
-    refused = not_runnable(run_as, program, env.get("PATH", JOB_PATH))
+    # The training environment is on a local job's PATH; a Slurm node has the system's.
+    default_path = job_path() if settings.TRAINYARD_BACKEND == "local" else JOB_PATH
+    refused = not_runnable(run_as, program, env.get("PATH", default_path))
     if refused is None:
         return []
     return [

@@ -119,13 +119,15 @@ def job_endpoints(job: Job, base_url: str = "/") -> dict:
     if job.status != JobStatus.RUNNING:
         return {}
     from backend.gateway.host_key import host_key_fingerprint
+    from backend.jobs.backends import get_backend
 
     gateway = settings.TRAINYARD_SSH_GATEWAY
     port = settings.TRAINYARD_SSH_PORT
     login = f"{job.owner.username}+{job.job_id}"
     port_option = f" -p {port}" if port != 22 else ""
     host = f"{gateway}:{port}" if port != 22 else gateway
-    folder = job.working_dir or "/"
+    # VS Code opens where the job's command runs (its own directory unless it names one).
+    folder = job.working_dir or get_backend().default_working_dir(job.job_id) or "/"
     alias = f"trainyard-{job.job_id}"
     base_url = settings.TRAINYARD_ENDPOINTS_URL or base_url
     endpoints = {

@@ -180,6 +180,11 @@ class ClusterBackend(abc.ABC):
         """As whom and under which limits the launch runs (or would run) here."""
         return Isolation(run_as="", limits="")
 
+    def default_working_dir(self, job_id: str) -> str:
+        """The directory the job's command runs in when its spec names none ("" where the
+        backend cannot tell, as for an image's own)."""
+        return ""
+
     def bad_nodes(self) -> dict[str, str]:
         """Nodes that are up but must not run jobs (failed health conditions), with why."""
         return {}

@@ -130,8 +130,9 @@ SPAWNER_SCRIPT = Path(__file__).with_name("local_spawner.py")
 # What a worker takes from the host's environment; the rest (database URLs, secrets) stays.
 INHERITED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # A job's PATH: the system's directories, never the portal's own (root's private tool
-# directories would turn "command not found" into "Permission denied"); the job's own
-# environment may give another.
+# directories would turn "command not found" into "Permission denied"); the backend may
+# put directories before them (the training environment's), the job's own environment may
+# give another.
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The init's own environment: nothing of the job's (LD_PRELOAD, PYTHONPATH...) reaches a
 # process that is still root; the job's environment is in its confinement file.
@@ -169,6 +170,7 @@ class LocalBackend(ClusterBackend):
         sandbox_egress_nat: bool = True,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
+        job_path: str = JOB_PATH,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
         BackendNodes, or a function returning them, asked at every call); without it the
@@ -186,6 +188,7 @@ class LocalBackend(ClusterBackend):
         NAT where ``sandbox_egress_nat`` (``sandbox_net``). Jobs' images come from the
         OCI layouts in ``image_store_dir`` (None: jobs run on the host's system alone),
         pulled from their registries where missing if ``image_pull`` (``images``).
+        ``job_path``: each worker's PATH unless the job sets its own.
         Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -195,6 +198,7 @@ class LocalBackend(ClusterBackend):
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
         self.kill_after_seconds = kill_after_seconds
+        self.job_path = job_path
         self.notify_socket = Path(notify_socket) if notify_socket else None
         self.spawner_socket = Path(spawner_socket) if spawner_socket else None
         self._node_source = nodes if callable(nodes) else None
@@ -318,7 +322,9 @@ class LocalBackend(ClusterBackend):
                 master = network.address if network else "127.0.0.1"
                 for spec in launch.workers:
                     declared = nodes[spec.node].declared
-                    env = worker_env(launch, spec, state["master_port"], declared, run_as, master)
+                    env = worker_env(
+                        launch, spec, state["master_port"], declared, run_as, master, self.job_path
+                    )
                     env = environment(image, env, launch.env) if image else env
                     self._start(launch, spec, env, working_dir, run_as, declared, state, image)
                 crash_point("local-deploy-before-complete")
@@ -695,6 +701,9 @@ class LocalBackend(ClusterBackend):
 
     # --- state on disk ---------------------------------------------------------------------
 
+    def default_working_dir(self, job_id: str) -> str:
+        return str(self._job_dir(job_id) / "work")
+
     def _job_dir(self, job_id: str) -> Path:
         return self.state_dir / _checked_job_id(job_id)
 
@@ -772,12 +781,13 @@ def worker_env(
     declared: bool,
     run_as: RunAs | None = None,
     master_addr: str = "127.0.0.1",
+    job_path: str = JOB_PATH,
 ) -> dict[str, str]:
-    """A worker's environment: the system's PATH (JOB_PATH), a few host variables, the
+    """A worker's environment: ``job_path`` as PATH, a few host variables, the
     owner's account (HOME, USER, LOGNAME), the job's own, then what ``torch.distributed``
     and Trainyard set (those win)."""
     on_node = [w.rank for w in launch.workers if w.node == spec.node]
-    env = {"PATH": JOB_PATH}
+    env = {"PATH": job_path}
     env |= {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
     if run_as is not None:
         env |= {"USER": run_as.name, "LOGNAME": run_as.name}

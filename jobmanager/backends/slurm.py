@@ -413,6 +413,9 @@ class SlurmBackend(ClusterBackend):
             os.chown(directory, run_as.uid, run_as.gid, follow_symlinks=False)
             directory.chmod(PRIVATE)
 
+    def default_working_dir(self, job_id: str) -> str:
+        return str(self._job_dir(job_id) / "work")
+
     def _job_dir(self, job_id: str) -> Path:
         return self.state_dir / job_id
 

@@ -50,7 +50,8 @@ def test_a_program_the_owner_may_not_reach_is_refused_in_plain_words(world, priv
     assert errors == {
         "command": [
             f"The job runs as ty-test-mia, who may not run {private_python} (it is missing, "
-            "or ty-test-mia may not execute it): use /usr/bin/python3 or an image."
+            "or ty-test-mia may not execute it): use python (the training environment's, first on "
+            "the job's PATH), /usr/bin/python3 or an image."
         ]
     }
     assert not Job.objects.exists()

@@ -171,6 +171,22 @@ def test_a_running_job_shows_how_to_reach_it_and_a_queued_one_does_not(world, se
     assert client.get(f"{JOBS}{queued.job_id}/").json()["endpoints"] == {}
 
 
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_vs_code_opens_the_job_s_own_directory_when_it_names_none(
+    world, settings, tmp_path, backend
+):
+    settings.TRAINYARD_BACKEND = backend
+    settings.TRAINYARD_LOCAL_STATE_DIR = settings.TRAINYARD_SLURM_STATE_DIR = tmp_path / "jobs"
+    settings.TRAINYARD_SSH_HOST_KEY = tmp_path / "host_key"
+    job = make_job(world, status=JobStatus.RUNNING)
+
+    endpoints = world.client(world.member).get(f"{JOBS}{job.job_id}/").json()["endpoints"]
+
+    assert endpoints["vscode"].endswith(
+        f"@{settings.TRAINYARD_SSH_GATEWAY}:2222{tmp_path}/jobs/{job.job_id}/work"
+    )
+
+
 def test_the_owner_exposes_a_port_of_a_running_job_later(world):
     job = make_job(world, status=JobStatus.RUNNING, ports=[{"name": "jupyter", "port": 8888}])
     url = f"{JOBS}{job.job_id}/ports/"

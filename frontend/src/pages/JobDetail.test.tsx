@@ -97,6 +97,7 @@ describe("a job's page", () => {
   });
 
   it("follows a running job's log from where it left off, and shows how to reach the job", async () => {
+    const VSCODE_R1 = "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/srv/trainyard/local-backend/r1/work";
     const offsets: (string | null)[] = [];
     const chunks = ["epoch 1\n", "epoch 2\n", "epoch 3\n"];
     fakeApi({
@@ -104,7 +105,7 @@ describe("a job's page", () => {
         ...FAILED, id: "r1", status: "running", exit_code: null, failure_class: "", repair_message: "",
         status_message: "running on a100-1", finished_at: null,
         endpoints: {
-          ssh: "ssh -p 2222 mia+r1@gateway", vscode: "vscode://vscode-remote/ssh-remote+mia+r1@gateway:2222/home/mia",
+          ssh: "ssh -p 2222 mia+r1@gateway", vscode: VSCODE_R1,
           ssh_config: "Host trainyard-r1\n  HostName gateway\n  Port 2222\n  User mia+r1\n",
           host_key_fingerprint: "SHA256:abcdef",
           ports: [{ name: "jupyter", port: 8888, url: "http://portal/endpoints/r1/jupyter/" }],
@@ -120,7 +121,8 @@ describe("a job's page", () => {
     });
     renderPage(<JobDetailPage />, "/jobs/r1", "/jobs/:id");
     expect(await screen.findByText("ssh -p 2222 mia+r1@gateway")).toBeInTheDocument();
-    expect(screen.getByRole("link", { name: "Open in VS Code" })).toHaveAttribute("href", expect.stringContaining("vscode://"));
+    // The job's own directory, as the API says, not "/".
+    expect(screen.getByRole("link", { name: "Open in VS Code" })).toHaveAttribute("href", VSCODE_R1);
     expect(screen.getByRole("link", { name: "Open jupyter" })).toHaveAttribute("href", "http://portal/endpoints/r1/jupyter/");
     expect(screen.getByLabelText("SSH config")).toHaveTextContent("Host trainyard-r1 HostName gateway Port 2222 User mia+r1");
     expect(screen.getByText("SHA256:abcdef")).toBeInTheDocument();

@@ -155,7 +155,7 @@ class SlurmRoute:
         command = self.step.argv([NODE_PYTHON, "-I", "-S", RELAY, *arguments])
         try:
             process = subprocess.Popen(
-                command, stdin=theirs, stdout=theirs, stderr=subprocess.DEVNULL,
+                command, stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=subprocess.DEVNULL,
                 env=self.step.environment(self.conf, {}), close_fds=True,
                 start_new_session=True,
             )  # fmt: skip

@@ -324,12 +324,14 @@ TRAINYARD_LOCAL_NOTIFY_SOCKET = env("TRAINYARD_LOCAL_NOTIFY_SOCKET", "")
 # fresh interpreter.
 TRAINYARD_LOCAL_SPAWNER_SOCKET = env("TRAINYARD_LOCAL_SPAWNER_SOCKET", "")
 # Each worker in a container of its own (docs/operations.md, "Sandbox"): "runc" (refused at
-# start-up where runc or tini is missing or the portal is not root), "auto" (runc where it
-# can run), "none" (bare processes). Each container shows the system read-only, the
-# portal's Python and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only, comma-separated), caps its
-# processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an
-# address of the subnet on the bridge, with egress NAT unless switched off.
-TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "none", ("runc", "auto", "none"))
+# start-up where runc or tini is missing, the cgroups are read-only or the portal is not
+# root), "auto", the default (runc where it can run; elsewhere bare processes, the start's
+# log and each job's limits saying why), "none" (bare processes). Each container shows the
+# system read-only, the portal's Python and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only,
+# comma-separated), caps its processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's
+# network namespace has an address of the subnet on the bridge, with egress NAT unless
+# switched off.
+TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "auto", ("runc", "auto", "none"))
 TRAINYARD_LOCAL_SANDBOX_PATHS = env_list("TRAINYARD_LOCAL_SANDBOX_PATHS", [])
 TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT = env_int("TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT", 4096)
 TRAINYARD_LOCAL_SANDBOX_BRIDGE = env("TRAINYARD_LOCAL_SANDBOX_BRIDGE", "trainyard0")

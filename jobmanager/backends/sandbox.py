@@ -9,7 +9,7 @@ mounted: the host's system (``/usr``, ``/etc``, ``/opt``, the portal's Python) r
 and read-write the working directory, the log directory, the owner's home and the
 directories the job declares; ``/tmp`` and ``/dev/shm`` are tmpfs of its own (counted in
 its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPUs, only
-the worker's own ``/dev/nvidiaN``. It has namespaces of its own: pid (its ``ps`` shows
+the worker's own ``/dev/nvidiaN`` (wherever the host keeps them). It has namespaces of its own: pid (its ``ps`` shows
 its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
 Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
 devices.
@@ -53,6 +53,7 @@ ENTER = (
 )
 DEFAULT_PIDS_LIMIT = 4096
 CGROUPS = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 
 
@@ -100,14 +101,25 @@ class Worker:
 
 
 def available() -> str:
-    """Why the sandbox cannot be used here ("" when it can): it needs runc, tini and root."""
+    """Why the sandbox cannot be used here ("" when it can): it needs runc, tini, root and
+    cgroups it may write."""
     missing = [name for name in ("runc",) if shutil.which(name) is None]
     missing += [] if os.path.exists(TINI) else ["tini"]
     if missing:
         return f"{' and '.join(missing)} not installed"
     if os.geteuid() != 0:
         return "the backend does not run as root"
+    if not _cgroups_writable():
+        return f"the cgroups under {CGROUPS} are read-only here"
     return ""
+
+
+def _cgroups_writable() -> bool:
+    """Whether runc can make containers' cgroups: the v2 hierarchy, or v1's memory, cpu,
+    pids and devices controllers, writable."""
+    if (CGROUPS / "cgroup.controllers").exists():
+        return os.access(CGROUPS, os.W_OK)
+    return all(os.access(CGROUPS / name, os.W_OK) for name in V1_CONTROLLERS)
 
 
 def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
@@ -203,9 +215,11 @@ def _resources(sandbox: Sandbox, worker: Worker, devices: list[dict[str, Any]]) 
 
 
 def _device(path: str) -> dict[str, Any]:
+    """The device file ``path`` of the host, made in the container at ``/dev/<its name>``
+    (where CUDA looks, whatever directory the host keeps it in)."""
     info = os.stat(path)
     return {
-        "path": path,
+        "path": f"/dev/{os.path.basename(path)}",
         "type": "c",
         "major": os.major(info.st_rdev),
         "minor": os.minor(info.st_rdev),

@@ -26,6 +26,7 @@ from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 from tests.jobmanager.test_local_sandbox import sandboxed_backend
+from tests.sandbox_network import shared_with_jobs
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, readable_script
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -94,6 +95,7 @@ def local_backend(host_tmp: Path) -> LocalBackend:
         nodes=NODES,
         cgroup_root=None,
         kill_after_seconds=1,
+        sandbox_readonly_paths=shared_with_jobs(host_tmp),
     )
 
 

@@ -9,10 +9,10 @@ mounted: the host's system (``/usr``, ``/etc``, ``/opt``, the portal's Python) r
 and read-write the working directory, the log directory, the owner's home and the
 directories the job declares; ``/tmp`` and ``/dev/shm`` are tmpfs of its own (counted in
 its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPUs, only
-the worker's own ``/dev/nvidiaN`` (wherever the host keeps them). It has namespaces of its own: pid (its ``ps`` shows
-its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
-Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
-devices.
+the worker's own ``/dev/nvidiaN`` (wherever the host keeps them). It has namespaces of its
+own: pid (its ``ps`` shows its processes alone), mount, ipc, uts, and the job's network
+namespace (``sandbox_net``). Its limits are cgroups (v1 here, as runc finds them): memory
+with swap, CPU quota, pids, devices.
 """
 
 from __future__ import annotations

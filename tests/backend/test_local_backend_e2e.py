@@ -129,7 +129,9 @@ def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, job
 
     assert job.exit_code == 0
     assert job.run_as.startswith("ty-test-mia (uid ")  # the member's own account
-    assert job.limits.startswith("setrlimit: each process's memory (RLIMIT_DATA)")
+    # The isolation in force, as the job page shows it: the default sandbox as root.
+    in_force = "runc container per worker" if jobs.backend.sandbox else "setrlimit: each"
+    assert job.limits.startswith(in_force) and job.limits == jobs.backend.limits_in_force
     client = world.client(world.member)
     download = client.get(f"{JOBS}{job.job_id}/log/")
     assert download.status_code == 200

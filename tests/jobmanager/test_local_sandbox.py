@@ -93,15 +93,29 @@ def run_to_end(backend: LocalBackend, command: str, **fields) -> tuple[int | Non
 
 
 def test_a_job_sees_only_its_own_processes(sandboxed):
-    other = launch("sleep 300")
-    sandboxed.deploy(other)
-    code, _, log = run_to_end(sandboxed, "echo BEGIN; ps -eo pid=,args=; echo END")
+    # Issue 29's leak: alice's server has its token on its command line, and bob's job
+    # read it with ps (then used it on her server).
+    server = f"{PYTHON} -c 'import time; time.sleep(300)' --IdentityProvider.token=s3cr3t"
+    alices = launch(f"echo STARTED; exec {server}", owner="alice")
+    sandboxed.deploy(alices)
+    wait_for(logged(sandboxed, alices.job_id, "STARTED"), "alice's server")
+    wait_for(lambda: _command_lines_with("s3cr3t"), "alice's server on the host")
+
+    code, _, log = run_to_end(sandboxed, "echo BEGIN; ps -eo pid=,args=; echo END", owner="bob")
+
     assert code == 0, log
     listed = log.split("BEGIN", 1)[1].split("END", 1)[0].strip().splitlines()
     assert any("ps -eo" in line for line in listed), listed
-    assert not any("sleep 300" in line for line in listed), listed
+    assert not any("s3cr3t" in line or "sleep" in line for line in listed), listed
     assert len(listed) <= 4, listed  # tini, sh, ps (and nothing of the host's)
     assert listed[0].split()[0] == "1", listed
+
+
+def _command_lines_with(text: str) -> list[str]:
+    lines = (
+        " ".join(process.info["cmdline"] or []) for process in psutil.process_iter(["cmdline"])
+    )
+    return [line for line in lines if text in line]
 
 
 def test_a_memory_hog_is_held_to_the_job_s_limit_and_fails_saying_so(sandboxed):

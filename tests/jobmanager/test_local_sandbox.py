@@ -101,10 +101,11 @@ def test_a_job_sees_only_its_own_processes(sandboxed):
     wait_for(logged(sandboxed, alices.job_id, "STARTED"), "alice's server")
     wait_for(lambda: _command_lines_with("s3cr3t"), "alice's server on the host")
 
-    code, _, log = run_to_end(sandboxed, "echo BEGIN; ps -eo pid=,args=; echo END", owner="bob")
+    probe = "echo @BEGIN@; ps -eo pid=,args=; echo @END@"
+    code, _, log = run_to_end(sandboxed, probe, owner="bob")
 
     assert code == 0, log
-    listed = log.split("BEGIN", 1)[1].split("END", 1)[0].strip().splitlines()
+    listed = log.split("@BEGIN@", 1)[1].split("@END@", 1)[0].strip().splitlines()
     assert any("ps -eo" in line for line in listed), listed
     assert not any("s3cr3t" in line or "sleep" in line for line in listed), listed
     assert len(listed) <= 4, listed  # tini, sh, ps (and nothing of the host's)

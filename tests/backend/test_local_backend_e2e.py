@@ -88,13 +88,16 @@ def backend(host_tmp, settings) -> Iterator[LocalBackend]:
         backend.remove(job_id)
 
 
-def local_backend(host_tmp: Path) -> LocalBackend:
+def local_backend(host_tmp: Path, sandbox: str = "auto") -> LocalBackend:
+    """The backend of these tests: the default sandbox (runc as root) seeing the test's
+    directory, or ``sandbox``."""
     return LocalBackend(
         host_tmp / "local-backend",
         host_tmp / "logs",
         nodes=NODES,
         cgroup_root=None,
         kill_after_seconds=1,
+        sandbox=sandbox,
         sandbox_readonly_paths=shared_with_jobs(host_tmp),
     )
 

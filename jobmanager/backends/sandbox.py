@@ -1,6 +1,7 @@
 """The container a local-backend worker runs in: an OCI bundle for ``runc``.
 
-With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``), each worker is a runc container
+With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``, or ``auto``, the default, where the
+host can run it), each worker is a runc container
 whose bundle this module writes: the worker's command, under ``tini`` (the container's
 pid 1, which forwards stops to it and reaps what it leaves), as the owner's uid, gid and
 groups, with no capabilities and ``no_new_privs``, in its working directory, with the

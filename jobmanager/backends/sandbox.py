@@ -111,7 +111,7 @@ def available() -> str:
     if os.geteuid() != 0:
         return "the backend does not run as root"
     if not _cgroups_writable():
-        return f"the cgroups under {CGROUPS} are read-only here"
+        return f"the cgroups under {CGROUPS} cannot be written here"
     return ""
 
 

@@ -214,6 +214,7 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
     assert "admin" in logins and "alice" in logins
     alice = job_account("alice")  # provisioned by make run, as every demo user's
     assert "Every job runs as its owner's Unix account" in banner
+    assert "Each job runs in a runc container of its own" in banner  # the default as root
     assert f"alice  -> ty-test-alice (uid {alice.uid})" in banner
     ssh_port = env["TRAINYARD_SSH_PORT"]
     assert re.search(rf"SSH into running jobs: ssh -p {ssh_port} .* \(host key SHA256:", banner)

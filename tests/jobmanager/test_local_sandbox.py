@@ -205,13 +205,29 @@ def test_the_isolation_the_job_page_shows_names_what_is_in_force(sandboxed):
     assert len(limits) <= 300, limits  # what the job's record holds
 
 
-def test_a_sandbox_the_host_cannot_run_is_refused_saying_why(host_tmp, monkeypatch):
+def test_a_sandbox_the_host_cannot_run_is_refused_saying_why(host_tmp, monkeypatch, caplog):
     monkeypatch.setattr("jobmanager.backends.sandbox.TINI", str(host_tmp / "no-tini"))
     with pytest.raises(ValueError, match="tini not installed"):
         LocalBackend(host_tmp / "state", host_tmp / "logs", nodes=NODES, sandbox="runc")
-    backend = LocalBackend(host_tmp / "state", host_tmp / "logs", nodes=NODES, sandbox="auto")
+
+    # The default runs bare processes there, and says so wherever isolation is shown.
+    backend = LocalBackend(host_tmp / "state", host_tmp / "logs", nodes=NODES)
+
+    assert backend.sandbox is None and backend.sandbox_note == "tini not installed"
+    limits = backend.isolation(launch("true")).limits
+    assert limits.startswith("bare processes (no sandbox: tini not installed); setrlimit")
+    assert backend.containment.startswith("Jobs run as bare processes, not in containers")
+    assert "no sandbox here (tini not installed)" in caplog.text
+
+
+def test_read_only_cgroups_leave_the_default_without_a_sandbox(host_tmp, monkeypatch):
+    # As in a container whose /sys/fs/cgroup is mounted read-only.
+    monkeypatch.setattr("jobmanager.backends.sandbox.CGROUPS", host_tmp / "no-cgroups")
+
+    backend = LocalBackend(host_tmp / "state", host_tmp / "logs", nodes=NODES)
+
     assert backend.sandbox is None
-    assert "runc" not in backend.isolation(launch("true")).limits
+    assert backend.sandbox_note.startswith("the cgroups under ")
 
 
 def test_runc_is_the_runtime_in_use(sandboxed):

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -117,6 +118,28 @@ def _command_lines_with(text: str) -> list[str]:
         " ".join(process.info["cmdline"] or []) for process in psutil.process_iter(["cmdline"])
     )
     return [line for line in lines if text in line]
+
+
+def test_a_stop_asked_as_the_container_starts_ends_the_job_with_sigterm(sandboxed):
+    # The SIGTERM reaches the init while runc starts the container, and is forwarded to
+    # its tini as soon as that can take it (a namespace's first process drops what it
+    # neither handles nor blocks): the worker ends with 143 at once, not after the grace.
+    job = launch("sleep 300")
+    sandboxed.deploy(job)
+    init = sandboxed.init_pids(job.job_id)[0]
+    wait_for(lambda: _handles(init, signal.SIGTERM), "the init to take stops")
+    sandboxed.stop(job.job_id, grace_seconds=300)
+
+    report = wait_for(ended(sandboxed, job.job_id), "the stopped job to end")
+
+    assert report.workers[0].exit_code == 143, log_of(sandboxed, job.job_id)
+
+
+def _handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum``."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
 
 
 def test_a_memory_hog_is_held_to_the_job_s_limit_and_fails_saying_so(sandboxed):

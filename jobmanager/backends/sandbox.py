@@ -1,13 +1,13 @@
 """The container a local-backend worker runs in: an OCI bundle for ``runc``.
 
 With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``, or ``auto``, the default, where the
-host can run it), each worker is a runc container
-whose bundle this module writes: the worker's command, under ``tini`` (the container's
-pid 1, which forwards stops to it and reaps what it leaves), as the owner's uid, gid and
-groups, with no capabilities and ``no_new_privs``, in its working directory, with the
-job's environment. Its root is an empty directory in which only what the job may use is
-mounted: the host's system (``/usr``, ``/etc``, ``/opt``, the portal's Python) read-only,
-and read-write the working directory, the log directory, the owner's home and the
+host can run it), each worker is a runc container whose bundle this module writes: the
+worker's command, under ``tini`` (the container's pid 1, which forwards stops to it and
+reaps what it leaves), as the owner's uid, gid and groups, with no capabilities and
+``no_new_privs``, in its working directory, with the job's environment. Its root is an
+empty directory in which only what the job may use is mounted: the host's system
+(``/usr``, ``/etc``, ``/opt``, the portal's Python) read-only, and read-write the working
+directory, the log directory, the owner's home and the
 directories the job declares; ``/tmp`` and ``/dev/shm`` are tmpfs of its own (counted in
 its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPUs, only
 the worker's own ``/dev/nvidiaN`` (wherever the host keeps them). It has namespaces of its

@@ -346,6 +346,7 @@ class SandboxedInit(Init):
 
     def _clean_up(self) -> None:
         runc.delete(self.sandbox["root"], self.sandbox["container"])
+        runc.remove_cgroups(self.sandbox["cgroup"])
         super()._clean_up()
 
 

@@ -296,3 +296,4 @@ def remove_containers(references: list[dict[str, str]]) -> None:
     for ref in references:
         if runc.exists(ref["root"], ref["container"]):
             runc.delete(ref["root"], ref["container"])
+            runc.remove_cgroups(ref["cgroup"])

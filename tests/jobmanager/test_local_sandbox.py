@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -122,12 +121,15 @@ def _command_lines_with(text: str) -> list[str]:
 
 def test_a_stop_asked_as_the_container_starts_ends_the_job_with_sigterm(sandboxed):
     # The SIGTERM reaches the init while runc starts the container, and is forwarded to
-    # its tini as soon as that can take it (a namespace's first process drops what it
-    # neither handles nor blocks): the worker ends with 143 at once, not after the grace.
+    # its tini once that can take it (a namespace's first process drops what it neither
+    # handles nor blocks): the worker ends with 143 at once, not after the grace. (The
+    # window is a few milliseconds: this passes without the init's wait too, mostly.)
     job = launch("sleep 300")
     sandboxed.deploy(job)
-    init = sandboxed.init_pids(job.job_id)[0]
-    wait_for(lambda: _handles(init, signal.SIGTERM), "the init to take stops")
+    # Once the init runs runc, it has its own handlers (a spawner's fork inherits the
+    # spawner's until then), and runc takes a while yet to start the container.
+    init = psutil.Process(sandboxed.init_pids(job.job_id)[0])
+    wait_for(lambda: init.children(), "the init to start runc")
     sandboxed.stop(job.job_id, grace_seconds=300)
 
     report = wait_for(ended(sandboxed, job.job_id), "the stopped job to end")
@@ -135,11 +137,16 @@ def test_a_stop_asked_as_the_container_starts_ends_the_job_with_sigterm(sandboxe
     assert report.workers[0].exit_code == 143, log_of(sandboxed, job.job_id)
 
 
-def _handles(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` has a handler of its own for ``signum``."""
-    with open(f"/proc/{pid}/status") as status:
-        caught = next(line for line in status if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+def test_ended_workers_leave_no_cgroup_behind(sandboxed):
+    # Each ends with a child still exiting. runc's delete left a container's (empty)
+    # cgroups in a v1 hierarchy now and then (nine seen after a day's runs here); this
+    # does not make it happen at will, it checks that nothing is left.
+    for _ in range(3):
+        code, _, log = run_to_end(sandboxed, "sleep 0.2 & echo started")
+        assert code == 0, log
+    assert sandboxed.sandbox is not None
+    parent = sandboxed.sandbox.cgroup_parent
+    assert [path for path in Path("/sys/fs/cgroup").glob(f"*/{parent}/*") if path.is_dir()] == []
 
 
 def test_a_memory_hog_is_held_to_the_job_s_limit_and_fails_saying_so(sandboxed):

@@ -334,14 +334,18 @@ TRAINYARD_TRAINING_ENV = Path(
     )
 )
 # Each worker in a container of its own (docs/operations.md, "Sandbox"): "runc" (refused at
-# start-up where runc or tini is missing or the portal is not root), "auto" (runc where it
-# can run), "none" (bare processes). Each container shows the system read-only, the
-# portal's Python, the training environment and TRAINYARD_LOCAL_SANDBOX_PATHS (read-only,
-# comma-separated), caps its
-# processes at TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an
-# address of the subnet on the bridge, with egress NAT unless switched off.
-TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "none", ("runc", "auto", "none"))
-TRAINYARD_LOCAL_SANDBOX_PATHS = env_list("TRAINYARD_LOCAL_SANDBOX_PATHS", [])
+# start-up where runc or tini is missing, the cgroups are read-only or the portal is not
+# root), "auto", the default (runc where it can run; elsewhere bare processes, the start's
+# log and each job's limits saying why), "none" (bare processes). Each container shows the
+# system read-only, the portal's Python, the training environment and
+# TRAINYARD_LOCAL_SANDBOX_PATHS (read-only, comma-separated; by default the repository's
+# examples/, which the README's first job runs), caps its processes at
+# TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT; each job's network namespace has an address of the
+# subnet on the bridge, with egress NAT unless switched off.
+TRAINYARD_LOCAL_SANDBOX = env_choice("TRAINYARD_LOCAL_SANDBOX", "auto", ("runc", "auto", "none"))
+TRAINYARD_LOCAL_SANDBOX_PATHS = env_list(
+    "TRAINYARD_LOCAL_SANDBOX_PATHS", [str(BASE_DIR / "examples")]
+)
 TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT = env_int("TRAINYARD_LOCAL_SANDBOX_PIDS_LIMIT", 4096)
 TRAINYARD_LOCAL_SANDBOX_BRIDGE = env("TRAINYARD_LOCAL_SANDBOX_BRIDGE", "trainyard0")
 TRAINYARD_LOCAL_SANDBOX_SUBNET = env("TRAINYARD_LOCAL_SANDBOX_SUBNET", "10.88.0.0/16")

@@ -24,6 +24,7 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
+from tests.sandbox_network import private_sandbox_network
 from tests.slurm_cluster import SlurmCluster, running_cluster
 from tests.unix_accounts import TEST_NAME_PREFIX, TEST_UID_RANGE, reachable_directory
 
@@ -112,6 +113,14 @@ def test_unix_accounts(settings) -> None:
 def job_manager_not_triggered(settings) -> None:
     """Submissions do not wake a job manager unless a test asks for one."""
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_network() -> Iterator[None]:
+    """Sandboxed jobs (the local backend's default as root) on a bridge and subnet of this
+    test process's own (tests/sandbox_network.py)."""
+    with private_sandbox_network():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ def accounts_required() -> bool:
 def tenancy() -> dict[str, str]:
     """How this installation keeps tenants apart, in words for the API and dashboard."""
     backend = settings.TRAINYARD_BACKEND
+    containment = f" {_local_containment()}" if backend == "local" else ""
     if backend == "local" and not can_switch_users():
         own = own_run_as()
         return {
@@ -61,7 +62,7 @@ def tenancy() -> dict[str, str]:
                 f"Single-user mode: the portal does not run as root, so every job runs as "
                 f"its account {own.name} (uid {own.uid}) and jobs are not isolated from one "
                 "another or from the portal. Run it as root for multi-tenant use "
-                "(docs/operations.md)."
+                f"(docs/operations.md).{containment}"
             ),
         }
     if backend == "memory":
@@ -74,8 +75,15 @@ def tenancy() -> dict[str, str]:
     )
     return {
         "mode": MULTI_TENANT,
-        "message": f"Every job runs as its owner's Unix account ({how}).",
+        "message": f"Every job runs as its owner's Unix account ({how}).{containment}",
     }
+
+
+def _local_containment() -> str:
+    """Whether the local backend runs jobs in containers, in a sentence."""
+    from backend.jobs.backends import get_backend
+
+    return str(getattr(get_backend(), "containment", ""))
 
 
 def provisioned_name(username: str) -> str:

@@ -204,7 +204,7 @@ def measure(args: argparse.Namespace, sandbox: str) -> list[dict[str, float | st
         system.wait(timeout=60)
         if sandbox != "none":
             BridgeNetwork(
-                var_dir, network["TRAINYARD_LOCAL_SANDBOX_BRIDGE"],
+                network["TRAINYARD_LOCAL_SANDBOX_BRIDGE"],
                 network["TRAINYARD_LOCAL_SANDBOX_SUBNET"], egress_nat=False,
             ).tear_down()  # fmt: skip
             remove_cgroup_parent(var_dir / "local-backend")

@@ -1,14 +1,17 @@
 """Throughput against Slurm on the same host: bursts, job arrays, idle submit-to-start.
 
     .venv/bin/python -m bench.throughput.run [--jobs 1000] [--sequential 100] [--rounds 1]
-        [--database-url mysql://root@127.0.0.1:3306/trainyard_throughput] [--record]
+        [--sandbox none,runc] [--database-url mysql://root@127.0.0.1:3306/trainyard_throughput]
+        [--record]
 
 Starts Slurm itself (``bench.throughput.slurm``: Debian ``slurm-wlm`` and ``munge``, one
 slurmd with 32 GPU GRES on dummy devices, ``batch_sched_delay=0``) and the embedded
 Trainyard (``manage.py run_trainyard``: gunicorn, Celery worker and beat, embedded Redis,
 the local backend running real processes as the owner's account) on a declared cluster of
-4 nodes x 8 GPUs = 32 GPU slots, on MariaDB (a database of its own, made afresh), and runs
-the same workloads on both, interleaved (Slurm, then Trainyard, measure by measure):
+4 nodes x 8 GPUs = 32 GPU slots, on MariaDB (a database of its own, made afresh), once per
+``--sandbox`` mode (bare processes, and every job in a runc container on a bridge and /24
+of its own, removed at the end), and runs the same workloads on all of them, interleaved
+(Slurm, then each Trainyard, measure by measure):
 
 - burst: ``--jobs`` 1-GPU ``true`` jobs submitted by 4 concurrent clients (``sbatch`` /
   ``POST /api/v1/jobs/``), the time from the first submission until every job finished:
@@ -29,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import signal
 import statistics
 import subprocess
@@ -44,6 +48,8 @@ from urllib.parse import urlparse
 import requests
 
 from bench.throughput.slurm import SlurmPeer
+from jobmanager.backends.sandbox import remove_cgroup_parent
+from jobmanager.backends.sandbox_net import BridgeNetwork
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
@@ -95,19 +101,33 @@ def create_database(database_url: str) -> None:
 
 
 class Trainyard:
-    def __init__(self, database_url: str, port: int) -> None:
+    def __init__(self, database_url: str, port: int, sandbox: str = "none") -> None:
+        """The embedded Trainyard on ``database_url`` and ``port``, its jobs bare processes
+        (``sandbox`` "none") or each in a runc container ("runc")."""
+        self.sandbox = sandbox
         self.var_dir = Path(tempfile.mkdtemp(prefix="trainyard-throughput-"))
         self.var_dir.chmod(0o711)  # the jobs' accounts pass through to their directories
-        self.env = {
-            key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)
-        } | {
-            "DATABASE_URL": database_url,
-            "TRAINYARD_VAR_DIR": str(self.var_dir),
-            "TRAINYARD_BACKEND": "local",
-            "TRAINYARD_LOG_LEVEL": "WARNING",
-            "TRAINYARD_UNIX_NAME_PREFIX": "ty-test-",
-            "TRAINYARD_UNIX_UID_RANGE": "61000-61999",
+        self.network = {
+            "TRAINYARD_LOCAL_SANDBOX_BRIDGE": f"tyb{secrets.token_hex(4)}",
+            "TRAINYARD_LOCAL_SANDBOX_SUBNET": f"10.88.{secrets.randbelow(254) + 1}.0/24",
+            "TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT": "false",
         }
+        self.env = (
+            {key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)}
+            | {
+                "DATABASE_URL": database_url,
+                "TRAINYARD_VAR_DIR": str(self.var_dir),
+                "TRAINYARD_BACKEND": "local",
+                "TRAINYARD_LOG_LEVEL": "WARNING",
+                "TRAINYARD_UNIX_NAME_PREFIX": "ty-test-",
+                "TRAINYARD_UNIX_UID_RANGE": "61000-61999",
+                "TRAINYARD_LOCAL_SANDBOX": sandbox,
+                # The health server takes port + 1; the gateway and proxy ports of its own.
+                "TRAINYARD_SSH_PORT": str(port + 2),
+                "TRAINYARD_ENDPOINTS_PORT": str(port + 3),
+            }
+            | self.network
+        )
         self.port = port
         self.base = f"http://127.0.0.1:{port}/api/v1"
         self.process: subprocess.Popen | None = None
@@ -135,6 +155,12 @@ class Trainyard:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=60)
+        if self.sandbox != "none":
+            BridgeNetwork(
+                self.network["TRAINYARD_LOCAL_SANDBOX_BRIDGE"],
+                self.network["TRAINYARD_LOCAL_SANDBOX_SUBNET"], egress_nat=False,
+            ).tear_down()  # fmt: skip
+            remove_cgroup_parent(self.var_dir / "local-backend")
 
     def session(self) -> requests.Session:
         session = requests.Session()
@@ -274,47 +300,57 @@ class Figures(dict):
         super().__setitem__(name, figure)
 
 
-def measure_round(trainyard: Trainyard, slurm: Slurm, jobs: int, count: int) -> dict:
-    sessions = [trainyard.session() for _ in range(CLIENTS)]
-    watcher = trainyard.session()
+def measure_round(trainyards: list[Trainyard], slurm: Slurm, jobs: int, count: int) -> dict:
+    """Each measure on Slurm, then on each Trainyard (figures named "slurm <measure>" and
+    "trainyard <sandbox> <measure>")."""
     figures: dict[str, dict] = Figures()
     print("burst: Slurm ...", file=sys.stderr)
     figures["slurm burst"] = burst(lambda n: slurm.submit(), jobs, slurm.unfinished)
-    print("burst: Trainyard ...", file=sys.stderr)
-    figures["trainyard burst"] = burst(
-        lambda n: trainyard.submit(sessions[n % CLIENTS], "true"),
-        jobs,
-        lambda: trainyard.unfinished(watcher),
-    )
+    for trainyard in trainyards:
+        sessions = [trainyard.session() for _ in range(CLIENTS)]
+        watcher = trainyard.session()
+        print(f"burst: Trainyard ({trainyard.sandbox}) ...", file=sys.stderr)
+        figures[f"trainyard {trainyard.sandbox} burst"] = burst(
+            lambda n, sessions=sessions, trainyard=trainyard: trainyard.submit(
+                sessions[n % CLIENTS], "true"
+            ),
+            jobs,
+            lambda trainyard=trainyard, watcher=watcher: trainyard.unfinished(watcher),
+        )
     print("array: Slurm ...", file=sys.stderr)
     figures["slurm array"] = array(
         lambda: slurm.submit(f"--array=0-{jobs - 1}"), jobs, slurm.unfinished
     )
-    print("array: Trainyard ...", file=sys.stderr)
+    for trainyard in trainyards:
+        watcher = trainyard.session()
+        print(f"array: Trainyard ({trainyard.sandbox}) ...", file=sys.stderr)
 
-    def submit_array() -> None:
-        answer = trainyard.submit(watcher, "true", array={"count": jobs})
-        if len(answer.get("jobs", ())) != jobs:
-            raise RuntimeError("this Trainyard does not take job arrays")
+        def submit_array(trainyard: Trainyard = trainyard, watcher=watcher) -> None:
+            answer = trainyard.submit(watcher, "true", array={"count": jobs})
+            if len(answer.get("jobs", ())) != jobs:
+                raise RuntimeError("this Trainyard does not take job arrays")
 
-    try:
-        figures["trainyard array"] = array(
-            submit_array,
-            jobs,
-            lambda: trainyard.unfinished(watcher),
-        )
-    except RuntimeError as refused:
-        figures["trainyard array"] = {"error": str(refused)}
+        figures[f"trainyard {trainyard.sandbox} array"] = array(
+            submit_array, jobs, lambda trainyard=trainyard, watcher=watcher: (
+                trainyard.unfinished(watcher)
+            ),
+        )  # fmt: skip
     print("sequential: Slurm ...", file=sys.stderr)
     figures["slurm sequential"] = sequential(
         lambda: slurm.submit(wrap="date +%s.%N", output=f"{slurm.out_dir}/%j.out"),
         slurm.command_start,
         count,
     )
-    print("sequential: Trainyard ...", file=sys.stderr)
-    figures["trainyard sequential"] = sequential(
-        lambda: trainyard.submit(watcher, "date +%s.%N")["id"], trainyard.command_start, count
-    )
+    for trainyard in trainyards:
+        watcher = trainyard.session()
+        print(f"sequential: Trainyard ({trainyard.sandbox}) ...", file=sys.stderr)
+        figures[f"trainyard {trainyard.sandbox} sequential"] = sequential(
+            lambda trainyard=trainyard, watcher=watcher: trainyard.submit(watcher, "date +%s.%N")[
+                "id"
+            ],
+            trainyard.command_start,
+            count,
+        )
     return figures
 
 
@@ -325,43 +361,59 @@ def ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}x" if theirs else "-"
 
 
-def table(figures: dict) -> list[str]:
-    t, s = figures, figures
-    if "jobs_per_s" not in t["trainyard array"]:  # arrays refused (an older Trainyard)
-        t = t | {"trainyard array": {"jobs": s["slurm array"]["jobs"], "jobs_per_s": 0,
-                                     "accepted_in_s": "-"}}  # fmt: skip
-    rows = [
-        "| measure | Trainyard | Slurm | Trainyard / Slurm |",
-        "|---|---|---|---|",
-        f"| {t['trainyard burst']['jobs']} `true` jobs from {CLIENTS} clients, jobs/s | "
-        f"{t['trainyard burst']['jobs_per_s']} | {s['slurm burst']['jobs_per_s']} | "
-        f"{ratio(t['trainyard burst']['jobs_per_s'], s['slurm burst']['jobs_per_s'])} |",
-        f"| submit call under that burst, p50 / p95 s | {t['trainyard burst']['submit_p50_s']}"
-        f" / {t['trainyard burst']['submit_p95_s']} | {s['slurm burst']['submit_p50_s']} / "
-        f"{s['slurm burst']['submit_p95_s']} | |",
-        f"| {t['trainyard array']['jobs']}-task array, jobs/s | "
-        f"{t['trainyard array']['jobs_per_s']} | {s['slurm array']['jobs_per_s']} | "
-        f"{ratio(t['trainyard array']['jobs_per_s'], s['slurm array']['jobs_per_s'])} |",
-        f"| array accepted in, s | {t['trainyard array']['accepted_in_s']} | "
-        f"{s['slurm array']['accepted_in_s']} | |",
-        f"| submit to command start, idle, p50 / p95 s | {t['trainyard sequential']['p50_s']} /"
-        f" {t['trainyard sequential']['p95_s']} | {s['slurm sequential']['p50_s']} / "
-        f"{s['slurm sequential']['p95_s']} | "
-        f"{ratio(t['trainyard sequential']['p95_s'], s['slurm sequential']['p95_s'])} (p95) |",
-    ]
-    return rows
+def table(figures: dict, sandboxes: list[str]) -> list[str]:
+    """One column per Trainyard (by sandbox) and Slurm's, then each Trainyard's ratio."""
+    s = figures
 
+    def row(label: str, measure: str, value: Callable[[dict], object], ratio_of=None) -> str:
+        ours = [figures[f"trainyard {mode} {measure}"] for mode in sandboxes]
+        cells = [str(value(figure)) for figure in ours] + [str(value(s[f"slurm {measure}"]))]
+        ratios = [ratio_of(figure) for figure in ours] if ratio_of else ["" for _ in ours]
+        return f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |"
 
-def goals(figures: dict) -> list[str]:
-    burst_rate = figures["trainyard burst"]["jobs_per_s"]
-    array_rate = figures["trainyard array"].get("jobs_per_s", 0)
-    array_ratio = array_rate / figures["slurm array"]["jobs_per_s"]
-    p95 = figures["trainyard sequential"]["p95_s"]
+    names = [f"Trainyard ({SANDBOX_NAMES.get(mode, mode)})" for mode in sandboxes]
+    jobs = s["slurm burst"]["jobs"]
     return [
-        f"- burst >= 30 jobs/s: {'met' if burst_rate >= 30 else 'NOT met'} ({burst_rate})",
-        f"- array >= 2x Slurm: {'met' if array_ratio >= 2 else 'NOT met'} ({array_ratio:.2f}x)",
-        f"- idle submit-to-start p95 < 0.5 s: {'met' if p95 < 0.5 else 'NOT met'} ({p95} s)",
-    ]
+        f"| measure | {' | '.join(names)} | Slurm | {' | '.join(f'{n} / Slurm' for n in names)} |",
+        "|---|" + "---|" * (2 * len(sandboxes) + 1),
+        row(f"{jobs} `true` jobs from {CLIENTS} clients, jobs/s", "burst",
+            lambda f: f["jobs_per_s"],
+            lambda f: ratio(f["jobs_per_s"], s["slurm burst"]["jobs_per_s"])),
+        row("submit call under that burst, p50 / p95 s", "burst",
+            lambda f: f"{f['submit_p50_s']} / {f['submit_p95_s']}"),
+        row(f"{jobs}-task array, jobs/s", "array", lambda f: f["jobs_per_s"],
+            lambda f: ratio(f["jobs_per_s"], s["slurm array"]["jobs_per_s"])),
+        row("array accepted in, s", "array", lambda f: f["accepted_in_s"]),
+        row("submit to command start, idle, p50 / p95 s", "sequential",
+            lambda f: f"{f['p50_s']} / {f['p95_s']}",
+            lambda f: f"{ratio(f['p95_s'], s['slurm sequential']['p95_s'])} (p95)"),
+    ]  # fmt: skip
+
+
+SANDBOX_NAMES = {"none": "bare processes", "runc": "runc sandbox"}
+
+
+def goals(figures: dict, sandboxes: list[str]) -> list[str]:
+    lines = []
+    for mode in sandboxes:
+        burst_rate = figures[f"trainyard {mode} burst"]["jobs_per_s"]
+        burst_ratio = burst_rate / figures["slurm burst"]["jobs_per_s"]
+        array_ratio = (
+            figures[f"trainyard {mode} array"]["jobs_per_s"]
+            / (figures["slurm array"]["jobs_per_s"])
+        )
+        p95 = figures[f"trainyard {mode} sequential"]["p95_s"]
+        name = SANDBOX_NAMES.get(mode, mode)
+        lines += [
+            f"- {name}: burst >= 30 jobs/s: {'met' if burst_rate >= 30 else 'NOT met'} "
+            f"({burst_rate}); burst >= Slurm's: {'met' if burst_ratio >= 1 else 'NOT met'} "
+            f"({burst_ratio:.2f}x)",
+            f"- {name}: array >= 2x Slurm: {'met' if array_ratio >= 2 else 'NOT met'} "
+            f"({array_ratio:.2f}x)",
+            f"- {name}: idle submit-to-start p95 < 0.5 s: {'met' if p95 < 0.5 else 'NOT met'} "
+            f"({p95} s)",
+        ]
+    return lines
 
 
 def record(lines: list[str], command: str) -> None:
@@ -381,31 +433,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", default="mysql://root@127.0.0.1:3306/trainyard_throughput"
     )
-    parser.add_argument("--port", type=int, default=21320, help="Trainyard's web port")
+    parser.add_argument(
+        "--port", type=int, default=21320, help="Trainyard's web port (+10 for a second)"
+    )
     parser.add_argument("--slurm-ports", default="21310,21311", help="slurmctld,slurmd")
     parser.add_argument("--slurm-dir", default="/tmp/trainyard-throughput-slurm")
     parser.add_argument("--record", action="store_true", help="record in docs/benchmarks.md")
+    parser.add_argument(
+        "--sandbox", default="none,runc", help="the local backend's sandboxes: none, runc, both"
+    )
     args = parser.parse_args(argv)
+    sandboxes = args.sandbox.split(",")
 
     # The peer, from Debian's packages, as `make bench` installs wrk: a clean clone has none.
     installer = REPO_ROOT / "deploy" / "install-system-packages.sh"
     subprocess.run([str(installer), "slurm-wlm", "munge"], check=True)
     ctld_port, slurmd_port = (int(port) for port in args.slurm_ports.split(","))
     slurm = Slurm(SlurmPeer(Path(args.slurm_dir), ctld_port, slurmd_port))
-    trainyard = Trainyard(args.database_url, args.port)
+    trainyards = [
+        Trainyard(f"{args.database_url}_{mode}", args.port + 10 * index, mode)
+        for index, mode in enumerate(sandboxes)
+    ]
     rounds = []
     try:
         slurm.start()
-        trainyard.start()
+        for trainyard in trainyards:
+            trainyard.start()
         for number in range(args.rounds):
             print(f"round {number + 1}/{args.rounds}", file=sys.stderr)
-            rounds.append(measure_round(trainyard, slurm, args.jobs, args.sequential))
+            rounds.append(measure_round(trainyards, slurm, args.jobs, args.sequential))
     finally:
-        trainyard.stop()
+        for trainyard in trainyards:
+            trainyard.stop()
         slurm.peer.stop()
     lines = []
     for number, figures in enumerate(rounds, start=1):
-        lines += [f"Round {number}:", "", *table(figures), "", *goals(figures), ""]
+        lines += [f"Round {number}:", "", *table(figures, sandboxes), "",
+                  *goals(figures, sandboxes), ""]  # fmt: skip
     print("\n".join(lines))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"rounds": rounds, "jobs": args.jobs}, indent=2))

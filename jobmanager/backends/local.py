@@ -33,13 +33,14 @@ confinement of every worker is recorded in the state, so that a session into the
 (SSH) can join it. Not run as root, the backend cannot switch users: every job runs as
 the backend's own account (single-user mode), confined otherwise the same way.
 
-With a sandbox (``sandbox="runc"``), each worker runs in a runc container instead
-(``sandbox.py``: its own pid, mount, ipc and uts namespaces, only the job's paths, cgroup
-limits), every worker of a job in the job's network namespace on a host bridge
-(``sandbox_net.py``); the init runs the container and deletes it, and removing a job
-deletes its containers and namespace. A job that names an ``image`` runs in it
-(``images.py``: the site's image store, unpacked once per digest, the container's root an
-overlay of it); one that names none sees the host's system, read-only.
+With a sandbox (``sandbox="runc"``, or the default "auto" where the host can run it), each
+worker runs in a runc container instead (``sandbox.py``: its own pid, mount, ipc and uts
+namespaces, only the job's paths, cgroup limits), every worker of a job in the job's
+network namespace on a host bridge (``sandbox_net.py``); the init runs the container and
+deletes it, and removing a job deletes its containers and namespace.
+A job that names an ``image`` runs in it (``images.py``: the site's image store, unpacked
+once per digest, the container's root an overlay of it); one that names none sees the
+host's system, read-only.
 
 The nodes are this host's GPUs, found with NVML, or an inventory declared for a machine
 without them (several nodes of 8 GPUs, say), so that scheduling, packing and preemption
@@ -54,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -70,7 +72,7 @@ from typing import Any, TextIO
 
 import psutil
 
-from jobmanager.backends import process_identity
+from jobmanager.backends import process_identity, sandbox_net
 from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
@@ -109,6 +111,7 @@ from jobmanager.backends.sandbox import (
     DEFAULT_PIDS_LIMIT,
     Sandbox,
     Worker,
+    available,
     container_name,
     for_backend,
     gpu_device_paths,
@@ -117,13 +120,13 @@ from jobmanager.backends.sandbox import (
     write_bundle,
 )
 from jobmanager.backends.sandbox_net import (
-    DEFAULT_BRIDGE,
-    DEFAULT_SUBNET,
     BridgeNetwork,
     JobNetwork,
     NetworkError,
 )
 from jobmanager.faults import crash_point
+
+logger = logging.getLogger(__name__)
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
 SPAWNER_SCRIPT = Path(__file__).with_name("local_spawner.py")
@@ -162,11 +165,11 @@ class LocalBackend(ClusterBackend):
         device_dir: Path | str | None = DEFAULT_DEVICE_DIR,
         notify_socket: Path | str | None = None,
         spawner_socket: Path | str | None = None,
-        sandbox: str = "none",
+        sandbox: str = "auto",
         sandbox_readonly_paths: Sequence[str] = (),
         sandbox_pids_limit: int = DEFAULT_PIDS_LIMIT,
-        sandbox_bridge: str = DEFAULT_BRIDGE,
-        sandbox_subnet: str = DEFAULT_SUBNET,
+        sandbox_bridge: str | None = None,
+        sandbox_subnet: str | None = None,
         sandbox_egress_nat: bool = True,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
@@ -181,14 +184,16 @@ class LocalBackend(ClusterBackend):
         ``spawner_socket``: where the resident spawner forks inits (``local_spawner``);
         where none answers, each init is a fresh interpreter.
         ``sandbox``: "runc" runs each worker in a container of its own (``sandbox.py``),
-        "auto" does where runc runs here (root), "none" runs bare processes;
-        ``sandbox_readonly_paths`` are shown to every container beside the system, and
-        ``sandbox_pids_limit`` caps each container's processes; each job's network
-        namespace has an address of ``sandbox_subnet`` on ``sandbox_bridge``, and egress
-        NAT where ``sandbox_egress_nat`` (``sandbox_net``). Jobs' images come from the
-        OCI layouts in ``image_store_dir`` (None: jobs run on the host's system alone),
-        pulled from their registries where missing if ``image_pull`` (``images``).
-        ``job_path``: each worker's PATH unless the job sets its own.
+        "auto" (the default) does where runc can run here (root, runc, tini, writable
+        cgroups) and runs bare processes elsewhere, saying why (``sandbox_note``), "none"
+        runs bare processes; ``sandbox_readonly_paths`` are shown to every container
+        beside the system, and ``sandbox_pids_limit`` caps each container's processes;
+        each job's network namespace has an address of ``sandbox_subnet`` on
+        ``sandbox_bridge`` (``sandbox_net.DEFAULT_SUBNET`` and ``DEFAULT_BRIDGE`` when not
+        given), and egress NAT where ``sandbox_egress_nat``.
+        Jobs' images come from the OCI layouts in ``image_store_dir`` (None: jobs run on the
+        host's system alone), pulled from their registries where missing if ``image_pull``
+        (``images``). ``job_path``: each worker's PATH unless the job sets its own.
         Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -214,12 +219,25 @@ class LocalBackend(ClusterBackend):
         self.sandbox: Sandbox | None = for_backend(
             sandbox, self.state_dir, tuple(sandbox_readonly_paths), sandbox_pids_limit
         )
+        # Why "auto" found no sandbox here ("" when it has one, or none was asked for).
+        self.sandbox_note = available() if sandbox == "auto" and self.sandbox is None else ""
         self._network = (
-            BridgeNetwork(self.state_dir, sandbox_bridge, sandbox_subnet, sandbox_egress_nat)
+            BridgeNetwork(
+                sandbox_bridge or sandbox_net.DEFAULT_BRIDGE,
+                sandbox_subnet or sandbox_net.DEFAULT_SUBNET,
+                sandbox_egress_nat,
+            )
             if self.sandbox is not None
             else None
         )
         self.images = image_store(image_store_dir, self.state_dir / ".images", image_pull)
+        if self.sandbox is not None and self._network is not None:
+            logger.info("Local backend: jobs run in runc containers (%s)", self.limits_in_force)
+        elif self.sandbox_note:
+            logger.warning(
+                "Local backend: no sandbox here (%s); jobs run as bare processes (%s)",
+                self.sandbox_note, self.limits_in_force,
+            )  # fmt: skip
 
     @property
     def limits_enforced(self) -> bool:
@@ -232,15 +250,31 @@ class LocalBackend(ClusterBackend):
         return self._cgroups.reason
 
     @property
+    def containment(self) -> str:
+        """Whether jobs run in containers here, in one sentence (the start's banner, the
+        API's tenancy)."""
+        if self.sandbox is not None:
+            return (
+                "Each job runs in a runc container of its own: its own processes, /tmp, "
+                "network namespace and cgroup limits."
+            )
+        why = self.sandbox_note or "TRAINYARD_LOCAL_SANDBOX=none"
+        return (
+            f"Jobs run as bare processes, not in containers ({why}): they see the host's "
+            "processes and its loopback ports."
+        )
+
+    @property
     def limits_in_force(self) -> str:
-        """Which CPU and memory limits workers run under, in words."""
+        """Which isolation and limits workers run under, in words."""
         if self.sandbox is not None and self._network is not None:
             return f"{self.sandbox.describe()}; {self._network.describe()}"
+        bare = f"bare processes (no sandbox: {self.sandbox_note}); " if self.sandbox_note else ""
         if self._cgroups.enabled:
-            return f"cgroup v2 ({self._cgroups.root}): cpu.max and memory.max per worker"
+            return f"{bare}cgroup v2 ({self._cgroups.root}): cpu.max and memory.max per worker"
         return (
-            "setrlimit: each process's memory (RLIMIT_DATA) is capped at its worker's; "
-            f"CPU is not limited (no cgroup v2: {self._cgroups.reason})"
+            f"{bare}setrlimit: each process's memory (RLIMIT_DATA) is capped at its "
+            f"worker's; CPU is not limited (no cgroup v2: {self._cgroups.reason})"
         )
 
     def isolation(self, launch: JobLaunch) -> Isolation:

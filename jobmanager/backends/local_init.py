@@ -81,6 +81,7 @@ else:
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_SECONDS = 0.05
+TINI_READY_SECONDS = 5.0  # at most, for a sandbox's tini to take signals (it takes ms)
 KILL_WAIT = 5.0  # seconds for SIGKILLed processes to be gone
 CANNOT_RUN = 127  # as a shell reports a command it cannot find or run
 
@@ -336,12 +337,42 @@ class SandboxedInit(Init):
 
     def _signal_group(self, signum: int) -> None:
         if self.group is not None:
+            # The kernel drops a signal from outside to a pid namespace's first process
+            # that neither handles nor blocks it: a stop asked as the container starts
+            # would be lost (and the worker SIGKILLed after the grace) without this wait.
+            _wait_until_forwarding(self.group, TINI_READY_SECONDS)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.group, signum)  # tini, which forwards it to the command's group
 
     def _clean_up(self) -> None:
         runc.delete(self.sandbox["root"], self.sandbox["container"])
+        runc.remove_cgroups(self.sandbox["cgroup"])
         super()._clean_up()
+
+
+def _wait_until_forwarding(tini: int, timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until ``tini`` can forward a signal: it blocks them
+    before it forks its child, and forwards them to the child's process group, which is
+    there once the child leads it. Return at once where tini is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{tini}/task/{tini}/children") as children:
+                child = children.read().split()[:1]
+        except OSError:
+            return
+        if child and _process_group(int(child[0])) == int(child[0]):
+            return
+        time.sleep(0.005)
+
+
+def _process_group(pid: int) -> int | None:
+    """``pid``'s process group, from ``/proc/<pid>/stat``; None where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def detach(pid_file: str) -> None:

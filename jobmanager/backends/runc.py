@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 RUNC = "runc"
 JOB_UMASK = 0o077  # as confine.JOB_UMASK (this file imports nothing of the package)
+CGROUPS = "/sys/fs/cgroup"
 MEMORY_CGROUPS = "/sys/fs/cgroup/memory"
+CGROUP_REMOVAL_TRIES = 10
 RUNTIME_TIMEOUT_SECONDS = 30.0
 
 
@@ -48,6 +51,28 @@ def kill(root: str, container: str, signal_name: str = "KILL") -> None:
 def delete(root: str, container: str) -> None:
     """Kill whatever is left of the container and remove it, its cgroups with it."""
     _quiet(runc_argv(root, "delete", "--force", container))
+
+
+def remove_cgroups(cgroup_path: str) -> None:
+    """The container's cgroup in every hierarchy, where ``runc delete`` left it (v1: it
+    does when the last of its processes is still exiting, the directory busy): empty by
+    then, removed with a few tries."""
+    relative = cgroup_path.lstrip("/")
+    try:
+        hierarchies = [entry.path for entry in os.scandir(CGROUPS) if entry.is_dir()]
+    except OSError:
+        return
+    for hierarchy in hierarchies:
+        path = os.path.join(hierarchy, relative)
+        for _ in range(CGROUP_REMOVAL_TRIES):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+                continue
+            break
 
 
 def exists(root: str, container: str) -> bool:

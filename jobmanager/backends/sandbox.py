@@ -1,20 +1,22 @@
 """The container a local-backend worker runs in: an OCI bundle for ``runc``.
 
-With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``), each worker is a runc container
-whose bundle this module writes: the worker's command, under ``tini`` (the container's
-pid 1, which forwards stops to it and reaps what it leaves), as the owner's uid, gid and
-groups, with no capabilities and ``no_new_privs``, in its working directory, with the
-job's environment. Its root is an empty directory in which only what the job may use is
-mounted: the host's system (``/usr``, ``/etc``, ``/opt``, the portal's Python) read-only,
-and read-write the working directory, the log directory, the owner's home and the
+With the sandbox on (``TRAINYARD_LOCAL_SANDBOX=runc``, or ``auto``, the default, where the
+host can run it), each worker is a runc container whose bundle this module writes: the
+worker's command, under ``tini`` (the container's pid 1, which forwards stops to it and
+reaps what it leaves), as the owner's uid, gid and groups, with no capabilities and
+``no_new_privs``, in its working directory, with the job's environment. Its root is an
+empty directory in which only what the job may use is mounted: the host's system
+(``/usr``, ``/etc``, ``/opt``, the portal's Python) read-only, and read-write the working
+directory, the log directory, the owner's home and the
 directories the job declares; ``/tmp`` and ``/dev/shm`` are tmpfs of its own (counted in
 its memory cgroup), ``/dev`` holds the usual few devices and, on a host with GPUs, only
-the worker's own ``/dev/nvidiaN``. It has namespaces of its own: pid (its ``ps`` shows
-its processes alone), mount, ipc, uts, and the job's network namespace (``sandbox_net``).
-Its limits are cgroups (v1 here, as runc finds them): memory with swap, CPU quota, pids,
-devices. A worker of a job with an image has that image as its root instead of the host's
-system (an overlay ``images.mount_root`` makes in the bundle), and the host's static tini
-as its init.
+the worker's own ``/dev/nvidiaN`` (wherever the host keeps them). It has namespaces of its
+own: pid (its ``ps`` shows its processes alone), mount, ipc, uts, and the job's network
+namespace (``sandbox_net``). Its limits are cgroups (v1 here, as runc finds them): memory
+with swap, CPU quota, pids, devices.
+A worker of a job with an image has that image as its root instead of the host's system
+(an overlay ``images.mount_root`` makes in the bundle), and the host's static tini as its
+init.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ ENTER = (
 )
 DEFAULT_PIDS_LIMIT = 4096
 CGROUPS = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 
 
@@ -104,14 +107,25 @@ class Worker:
 
 
 def available() -> str:
-    """Why the sandbox cannot be used here ("" when it can): it needs runc, tini and root."""
+    """Why the sandbox cannot be used here ("" when it can): it needs runc, tini, root and
+    cgroups it may write."""
     missing = [name for name in ("runc",) if shutil.which(name) is None]
     missing += [] if os.path.exists(TINI) else ["tini"]
     if missing:
         return f"{' and '.join(missing)} not installed"
     if os.geteuid() != 0:
         return "the backend does not run as root"
+    if not _cgroups_writable():
+        return f"the cgroups under {CGROUPS} cannot be written here"
     return ""
+
+
+def _cgroups_writable() -> bool:
+    """Whether runc can make containers' cgroups: the v2 hierarchy, or v1's memory, cpu,
+    pids and devices controllers, writable."""
+    if (CGROUPS / "cgroup.controllers").exists():
+        return os.access(CGROUPS, os.W_OK)
+    return all(os.access(CGROUPS / name, os.W_OK) for name in V1_CONTROLLERS)
 
 
 def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
@@ -225,9 +239,11 @@ def _resources(sandbox: Sandbox, worker: Worker, devices: list[dict[str, Any]]) 
 
 
 def _device(path: str) -> dict[str, Any]:
+    """The device file ``path`` of the host, made in the container at ``/dev/<its name>``
+    (where CUDA looks, whatever directory the host keeps it in)."""
     info = os.stat(path)
     return {
-        "path": path,
+        "path": f"/dev/{os.path.basename(path)}",
         "type": "c",
         "major": os.major(info.st_rdev),
         "minor": os.minor(info.st_rdev),
@@ -303,3 +319,4 @@ def remove_containers(references: list[dict[str, str]]) -> None:
     for ref in references:
         if runc.exists(ref["root"], ref["container"]):
             runc.delete(ref["root"], ref["container"])
+            runc.remove_cgroups(ref["cgroup"])

@@ -10,8 +10,10 @@ a job's ``127.0.0.1`` is its namespace's) and, routed, to other jobs. Egress NAT
 default) masquerades what jobs send elsewhere, for ``pip install`` and data; off, a job
 has no default route and reaches nothing beyond the host's bridge.
 
-Addresses are claimed one file each (``O_EXCL``) in ``<state>/.addresses``, so that two
-deployments at once never take the same one; the host holds the subnet's first address.
+Addresses are claimed one file each (``O_EXCL``) in ``/run/trainyard/addresses/<bridge>``,
+so that two deployments at once never take the same one, even of two backends (two state
+directories) on one bridge; the host holds the subnet's first address. The claims live in
+``/run`` as the namespaces do: a reboot clears both.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 DEFAULT_BRIDGE = "trainyard0"
 DEFAULT_SUBNET = "10.88.0.0/16"
 NETNS_DIR = Path("/run/netns")
+CLAIMS_DIR = Path("/run/trainyard/addresses")
 COMMAND_TIMEOUT_SECONDS = 30.0
 
 
@@ -49,7 +52,7 @@ class JobNetwork:
 class BridgeNetwork:
     """The jobs' bridge on this host, its firewall, and each job's namespace on it."""
 
-    def __init__(self, state_dir: Path, bridge: str, subnet: str, egress_nat: bool) -> None:
+    def __init__(self, bridge: str, subnet: str, egress_nat: bool) -> None:
         """Raises ValueError for a bridge name or subnet that cannot be used."""
         if not 1 <= len(bridge) <= 15 or not bridge.replace("-", "").isalnum():
             raise ValueError(f"{bridge!r} is not a network interface name (15 characters).")
@@ -59,7 +62,7 @@ class BridgeNetwork:
             raise ValueError(f"{subnet!r}: give an IPv4 subnet with room for jobs.")
         self.gateway = next(self.subnet.hosts())
         self.egress_nat = egress_nat
-        self.claims = state_dir / ".addresses"
+        self.claims = CLAIMS_DIR / bridge
         self.table = f"trainyard_{bridge.replace('-', '_')}"
         self._ready = False
 
@@ -108,8 +111,8 @@ class BridgeNetwork:
             (self.claims / network.address).unlink()
 
     def tear_down(self) -> None:
-        """The bridge, its firewall and every job's namespace still claimed (for tests and
-        hosts that stop using them)."""
+        """The bridge, its firewall and every job's namespace still claimed on it, by any
+        backend (for tests and hosts that stop using them)."""
         for claim in self.claims.glob("*") if self.claims.is_dir() else []:
             job_id = claim.read_text()
             self.remove(JobNetwork(self._netns(job_id), claim.name))
@@ -119,6 +122,8 @@ class BridgeNetwork:
             _run(["nft", "delete", "table", "ip", f"{self.table}_nat"])
         with contextlib.suppress(NetworkError):
             _ip("link", "delete", self.bridge)
+        with contextlib.suppress(OSError):
+            self.claims.rmdir()
         self._ready = False
 
     def _set_up_bridge(self) -> None:
@@ -174,7 +179,7 @@ table ip {table}_nat {{
     def _claim(self, job_id: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
         """A free address of the subnet, claimed for ``job_id``; tried from one the job's
         id picks, so that concurrent deployments rarely contend."""
-        self.claims.mkdir(mode=0o700, exist_ok=True)
+        self.claims.mkdir(mode=0o700, parents=True, exist_ok=True)
         hosts = self.subnet.num_addresses - 3  # the network, the gateway, the broadcast
         start = int(_digest(job_id), 16) % hosts
         first = int(self.subnet.network_address) + 2

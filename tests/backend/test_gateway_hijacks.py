@@ -1,6 +1,9 @@
 """The attacks of issue 29 on the SSH gateway and the endpoint proxy, replayed for real:
 jobs on the local backend run as two tenants' accounts (mia and vera, ty-test-*), a real
-``python -m backend.gateway`` (root) in front of them, Debian's OpenSSH client.
+``python -m backend.gateway`` (root) in front of them, Debian's OpenSSH client. The jobs
+are bare processes (``TRAINYARD_LOCAL_SANDBOX=none``), which share the host's loopback and
+process table: what these attacks need. With the sandbox (the default as root) each job
+has a network namespace and a pid namespace of its own: test_gateway_sandbox.
 
 - a preset's token on a command line, read by another tenant's job from /proc;
 - a connection the proxy pooled to vera's server carrying mia's requests after mia's
@@ -23,11 +26,13 @@ import requests
 
 from backend.gateway.tokens import endpoint_token
 from backend.jobs.models import Job, JobStatus
+from jobmanager.backends.local import LocalBackend
 from tests.backend import test_ssh_gateway
 from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
 from tests.backend.test_local_backend_e2e import (
     NODES,
     JobManager,
+    local_backend,
     log_of,
     script,
     submit,
@@ -40,8 +45,8 @@ from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, job_account, reachab
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 PRESETS = ROOT / "frontend/src/pages/jobPresets.json"
-# The SSH gateway's tests' fixtures: the local backend and its job manager.
-backend, jobs = test_ssh_gateway.backend, test_ssh_gateway.jobs
+# The SSH gateway's tests' job manager, over bare processes.
+jobs = test_ssh_gateway.jobs
 
 # A server that answers every GET with its name, keeping connections alive (HTTP/1.1) so
 # that the proxy may pool them. Modes: "serve" (until killed); "retry" (binds as soon as
@@ -101,9 +106,22 @@ print("listed", flush=True)
 
 
 @pytest.fixture
+def backend(host_tmp, settings) -> Iterator[LocalBackend]:
+    """The local backend running bare processes."""
+    settings.TRAINYARD_LOG_DIR = host_tmp / "logs"
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
+    backend = local_backend(host_tmp, sandbox="none")
+    yield backend
+    for job_id in backend.reports():
+        backend.remove(job_id)
+
+
+@pytest.fixture
 def gateway(host_tmp, backend) -> Iterator:
     port = free_port()
-    with running_gateway(host_tmp, NODES, TRAINYARD_ENDPOINTS_PORT=str(port)) as gateway:
+    with running_gateway(
+        host_tmp, NODES, TRAINYARD_ENDPOINTS_PORT=str(port), TRAINYARD_LOCAL_SANDBOX="none"
+    ) as gateway:
         gateway.endpoints_port = port
         yield gateway
 

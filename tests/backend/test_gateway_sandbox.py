@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from backend.jobs.models import JobStatus
 from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
 from tests.backend.test_gateway_hijacks import (
     accepting,
@@ -24,7 +25,7 @@ from tests.backend.test_gateway_hijacks import (
 from tests.backend.test_local_backend_e2e import NODES, JobManager, log_of
 from tests.e2e.test_endpoints import signed_in
 from tests.jobmanager.test_local_backend import wait_for
-from tests.jobmanager.test_local_sandbox import private_network, sandboxed_backend
+from tests.jobmanager.test_local_sandbox import private_network, sandboxed_backend, sleepers
 from tests.servers import free_port
 from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY, job_account, reachable_directory
 
@@ -171,3 +172,23 @@ def test_the_proxy_reaches_the_jupyter_preset_in_a_sandboxed_job(world, tenants,
     )
 
     assert answer.status_code == 200 and answer.json() == []  # the job's token got in
+
+
+def test_what_an_ssh_session_double_forks_dies_when_the_job_is_killed(
+    world, tenants, jobs, gateway, host_tmp
+):
+    # Issue 29's escape: with bare processes, a sleep started like this over SSH (out of
+    # the session, unmarked) still ran 22 minutes after its job was killed.
+    mia, _ = tenants
+    job = running(world, jobs, mia, "echo started; sleep 300")
+    key = registered_key(host_tmp, mia)
+    escape = "env -u TRAINYARD_LOCAL_WORKER setsid nohup sleep 8771 > /dev/null 2>&1 < /dev/null &"
+
+    session = ssh(gateway, key, f"{mia.username}+{job.job_id}", escape)
+
+    assert session.returncode == 0, session.stderr + gateway.output()
+    wait_for(lambda: sleepers("8771"), "the session's double-forked sleep")
+    killed = world.client(mia).post(f"/api/v1/jobs/{job.job_id}/kill/", {})
+    assert killed.status_code == 200, killed.content
+    jobs.run_until(job, JobStatus.KILLED)
+    wait_for(lambda: not sleepers("8771"), "the double-forked sleep to die with the job")

@@ -26,6 +26,7 @@ from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 from tests.jobmanager.test_local_sandbox import sandboxed_backend
+from tests.sandbox_network import shared_with_jobs
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, readable_script
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -87,13 +88,17 @@ def backend(host_tmp, settings) -> Iterator[LocalBackend]:
         backend.remove(job_id)
 
 
-def local_backend(host_tmp: Path) -> LocalBackend:
+def local_backend(host_tmp: Path, sandbox: str = "auto") -> LocalBackend:
+    """The backend of these tests: the default sandbox (runc as root) seeing the test's
+    directory, or ``sandbox``."""
     return LocalBackend(
         host_tmp / "local-backend",
         host_tmp / "logs",
         nodes=NODES,
         cgroup_root=None,
         kill_after_seconds=1,
+        sandbox=sandbox,
+        sandbox_readonly_paths=shared_with_jobs(host_tmp),
     )
 
 
@@ -127,7 +132,9 @@ def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, job
 
     assert job.exit_code == 0
     assert job.run_as.startswith("ty-test-mia (uid ")  # the member's own account
-    assert job.limits.startswith("setrlimit: each process's memory (RLIMIT_DATA)")
+    # The isolation in force, as the job page shows it: the default sandbox as root.
+    in_force = "runc container per worker" if jobs.backend.sandbox else "setrlimit: each"
+    assert job.limits.startswith(in_force) and job.limits == jobs.backend.limits_in_force
     client = world.client(world.member)
     download = client.get(f"{JOBS}{job.job_id}/log/")
     assert download.status_code == 200

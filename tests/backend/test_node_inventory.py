@@ -23,6 +23,7 @@ from repairmanager.rules import load_rules
 from repairmanager.states import RepairState
 from tests.backend.jobs_support import JobManager
 from tests.jobmanager.test_local_backend import wait_for
+from tests.sandbox_network import shared_with_jobs
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -38,7 +39,7 @@ def backend(host_tmp, settings) -> Iterator[LocalBackend]:
     settings.TRAINYARD_STOP_GRACE_SECONDS = 1
     backend = LocalBackend(
         host_tmp / "state", host_tmp / "logs", nodes=registered_nodes, cgroup_root=None,
-        kill_after_seconds=1,
+        kill_after_seconds=1, sandbox_readonly_paths=shared_with_jobs(host_tmp),
     )  # fmt: skip
     yield backend
     for job_id in backend.reports():

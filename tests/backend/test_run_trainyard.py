@@ -33,10 +33,14 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def trainyard(host_tmp):
     """`manage.py run_trainyard` with nothing configured (but test accounts' names and
-    uids), in an empty var directory that the demo users' jobs can pass through."""
+    uids), in an empty var directory that the demo users' jobs can pass through; the
+    test's ``shared`` directory seen by their sandboxes."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["TRAINYARD_VAR_DIR"] = str(host_tmp / "var")
+    (host_tmp / "shared").mkdir()
+    (host_tmp / "shared").chmod(0o755)
+    env["TRAINYARD_LOCAL_SANDBOX_PATHS"] = str(host_tmp / "shared")
     env["TRAINYARD_SSH_PORT"] = str(free_port())
     env["TRAINYARD_ENDPOINTS_PORT"] = str(free_port())
     env["PYTHONUNBUFFERED"] = "1"
@@ -145,7 +149,7 @@ def test_nodes_registered_cordoned_and_removed_while_it_runs_take_effect_at_once
     node = {"name": "a100-new", "gpu_type": "A100", "gpus": 8, "cpus": 96, "memory": "1000Gi",
             "labels": {"pool": "fresh"}}  # fmt: skip
     assert admin.post(f"{api}/nodes/", json=node, timeout=10).status_code == 201
-    release = host_tmp / "release"
+    release = host_tmp / "shared" / "release"  # where the job, sandboxed, sees it
     job = {"vc": "vision", "gpu_type": "A100", "gpus_per_worker": 8,
            "node_selector": {"pool": "fresh"},
            "command": f"while [ ! -e {release} ]; do sleep 0.1; done; echo drained"}  # fmt: skip
@@ -214,6 +218,7 @@ def test_run_as_root_starts_the_whole_system_with_demo_logins_and_their_accounts
     assert "admin" in logins and "alice" in logins
     alice = job_account("alice")  # provisioned by make run, as every demo user's
     assert "Every job runs as its owner's Unix account" in banner
+    assert "Each job runs in a runc container of its own" in banner  # the default as root
     assert f"alice  -> ty-test-alice (uid {alice.uid})" in banner
     ssh_port = env["TRAINYARD_SSH_PORT"]
     assert re.search(rf"SSH into running jobs: ssh -p {ssh_port} .* \(host key SHA256:", banner)

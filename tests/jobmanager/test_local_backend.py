@@ -152,7 +152,8 @@ def test_workers_get_the_distributed_environment_their_gpus_and_nothing_secret(
     assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["0,1", "2,3"]
     for env in envs:
         assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
-        assert env["MASTER_ADDR"] == "127.0.0.1"
+        # The host's loopback for bare processes; the job's address in its sandbox.
+        assert env["MASTER_ADDR"] == (backend.job_address(job.job_id) or "127.0.0.1")
         assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"] and int(env["MASTER_PORT"]) > 0
         assert env["TRAINYARD_JOB_ID"] == job.job_id and env["TRAINYARD_ATTEMPT"] == "1"
         assert env["TRAINYARD_DATA_PATH"] == "/data/set"
@@ -241,15 +242,17 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(backend):
 
 def test_orphans_are_adopted_and_reaped_by_the_init(backend):
     # The subshell exits at once; its sleep, orphaned, is reparented to the init (a child
-    # subreaper) rather than to pid 1, and reaped by it when it ends.
+    # subreaper) rather than to the host's pid 1, and reaped by it when it ends; in a
+    # sandbox, to the container's pid 1 (tini, the init's child), which reaps it.
     job = launch("(sleep 1 &); echo forked; sleep 300")
     backend.deploy(job)
     wait_for(logged(backend, job.job_id, "forked"), "the job to start")
     init = psutil.Process(backend.init_pids(job.job_id)[0])
+    reaper = init if backend.sandbox is None else init.children()[0]
 
     def children() -> list[tuple[list[str], str]]:
         found = []
-        for child in init.children():
+        for child in reaper.children():
             try:
                 found.append((child.cmdline(), child.status()))
             except psutil.ZombieProcess:  # ended between the listing and the look
@@ -445,9 +448,11 @@ def test_gpu_types_are_named_from_the_device_name(device, gpu_type):
 def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_run(
     tmp_path, host_tmp
 ):
+    # Bare processes' limits (the sandbox's are cgroups of runc's).
     backend = LocalBackend(
-        host_tmp / "s", host_tmp / "l", NODES, cgroup_root=tmp_path / "none" / "trainyard"
-    )
+        host_tmp / "s", host_tmp / "l", NODES, cgroup_root=tmp_path / "none" / "trainyard",
+        sandbox="none",
+    )  # fmt: skip
     job = launch("echo ran")
 
     backend.deploy(job)
@@ -461,7 +466,9 @@ def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_ru
 
 def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(tmp_path, host_tmp):
     hierarchy = _fake_cgroup_hierarchy(tmp_path / "cgroup")
-    backend = LocalBackend(host_tmp / "s", host_tmp / "l", NODES, cgroup_root=hierarchy)
+    backend = LocalBackend(
+        host_tmp / "s", host_tmp / "l", NODES, cgroup_root=hierarchy, sandbox="none"
+    )  # bare processes' cgroups (the sandbox's are runc's)
     job = replace(launch("echo ran"), workers=(WorkerSpec(0, "local-0", (0,), 1500, 512),))
 
     backend.deploy(job)

@@ -128,12 +128,18 @@ def test_the_init_keeps_none_of_the_job_s_environment_and_stays_out_of_its_reach
     assert "LD_PRELOAD" not in init.environ() and "MY_SETTING" not in init.environ()
     assert command.environ()["MY_SETTING"] == "x"  # the job's own processes have it
     assert init.uids().real == 0 and command.uids().real == job_account("mia").uid
-    # The job cannot signal its init, nor anything of root's.
-    mine = launch(f"kill -TERM {init.pid}; echo kill=$?; kill -0 1; echo init=$?")
+    # The job cannot signal its init, nor anything of root's (in a sandbox it sees none:
+    # its pid 1 is its own tini).
+    mine = launch(
+        f"kill -TERM {init.pid}; echo kill=$?; kill -0 1; echo init=$?; "
+        "echo root=$(ps -o pid= -u 0 | wc -l)"
+    )
     backend.deploy(mine)
     report = wait_for(ended(backend, mine.job_id), "the probe to end")
     assert report.succeeded
-    assert "kill=1" in log_of(backend, mine.job_id) and "init=1" in log_of(backend, mine.job_id)
+    probe = log_of(backend, mine.job_id)
+    assert "kill=1" in probe
+    assert ("root=0" if backend.sandbox else "init=1") in probe, probe
     assert init.is_running()
 
 
@@ -224,34 +230,42 @@ def test_a_link_a_job_leaves_in_place_of_its_log_is_never_followed(backend, host
     assert job_processes(job_id) == []
 
 
-def test_a_job_s_memory_is_capped_where_no_cgroup_limits_it(backend):
+def test_a_bare_job_s_memory_is_capped_where_no_cgroup_limits_it(bare_backend):
+    # The sandbox's memory cgroup: test_local_sandbox's memory hog.
     allocate = f"{PYTHON} -c 'bytearray(2 * 1024**3); print(\"allocated\")'"
     job = launch(allocate)  # its worker has 1024 MiB
 
-    backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    bare_backend.deploy(job)
+    report = wait_for(ended(bare_backend, job.job_id), "the job to end")
 
     assert report.workers[0].exit_code == 1
-    assert "MemoryError" in log_of(backend, job.job_id)
-    assert "allocated" not in log_of(backend, job.job_id)
+    assert "MemoryError" in log_of(bare_backend, job.job_id)
+    assert "allocated" not in log_of(bare_backend, job.job_id)
 
 
 # --- GPUs ---------------------------------------------------------------------------------
 
 
 def test_a_worker_opens_its_own_gpus_and_no_other(host_tmp):
-    # Device files stand in for /dev/nvidiaN: the kernel checks them the same way.
+    # Character devices stand in for /dev/nvidiaN (those of /dev/null, zero, full and
+    # random): the kernel checks them the same way, and a sandbox makes and allows them by
+    # their numbers as it does a GPU's.
     devices = host_tmp / "dev"
     devices.mkdir()
     devices.chmod(0o755)  # as /dev is
-    for index in range(4):
-        (devices / f"nvidia{index}").write_text("")
+    for index, stand_in in enumerate(("null", "zero", "full", "random")):
+        number = os.stat(f"/dev/{stand_in}").st_rdev
+        os.mknod(devices / f"nvidia{index}", 0o666 | stat.S_IFCHR, number)
         (devices / f"nvidia{index}").chmod(0o666)
     gpu_node = BackendNode("gpu-0", "A100", 4, 8000, 16384)  # real GPUs: not declared
     backend = LocalBackend(
         host_tmp / "state", host_tmp / "logs", [gpu_node], cgroup_root=None, device_dir=devices
     )
-    probe = "; ".join(f"cat {devices}/nvidia{i} 2>/dev/null; echo gpu{i}=$?" for i in range(4))
+    where = "/dev" if backend.sandbox else devices  # a sandbox has its GPUs where CUDA looks
+    probe = "; ".join(
+        f"(true < {where}/nvidia{i}) 2>/dev/null && echo gpu{i}=opened || echo gpu{i}=refused"
+        for i in range(4)
+    )
     job = launch(probe + "; sleep 300", node="gpu-0", gpus=2)  # GPUs 0 and 1
     mia = job_account("mia")
 
@@ -260,10 +274,10 @@ def test_a_worker_opens_its_own_gpus_and_no_other(host_tmp):
 
     log = log_of(backend, job.job_id)
     assert [line for line in log.splitlines() if line.startswith("gpu")] == [
-        "gpu0=0",
-        "gpu1=0",
-        "gpu2=1",
-        "gpu3=1",
+        "gpu0=opened",
+        "gpu1=opened",
+        "gpu2=refused",
+        "gpu3=refused",
     ]
     assert [(devices / f"nvidia{i}").stat().st_uid for i in (0, 1)] == [mia.uid, mia.uid]
     backend.remove(job.job_id)
@@ -287,9 +301,11 @@ os.execvpe("sh", ["sh", "-c", "id -u; pwd; echo $MY_SETTING; ulimit -d"], confin
 
 
 def test_a_session_enters_a_running_worker_as_its_owner_with_its_directory_env_and_limits(
-    backend,
+    bare_backend,
 ):
-    # What the SSH gateway does: the recorded confinement, entered with the same primitive.
+    # What the SSH gateway does for bare processes: the recorded confinement, entered with
+    # the same primitive (into a sandbox it is runc exec: test_local_sandbox's sessions).
+    backend = bare_backend
     job = launch("echo ready; sleep 300", env={"MY_SETTING": "from-the-job"})
     backend.deploy(job)
     wait_for(logged(backend, job.job_id, "ready"), "the job to start")

@@ -46,6 +46,7 @@ def backend(fake, fake_api_client, fake_clock, settings, tmp_path):
     from tests.k8s_fake import fake_settings
 
     settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
+    settings.TRAINYARD_BACKEND = "kubernetes"  # submissions are checked for this cluster
     backend = KubernetesBackend(
         fake_settings(NAMESPACE),
         api_client=fake_api_client,

@@ -33,7 +33,7 @@ from jobmanager.core.snapshot import (
 from jobmanager.simulate.cluster import ClusterSpec, per_gpu, vc_states
 from jobmanager.simulate.engine import ReplayError
 
-DONE = 1e-9  # work left below which a job has ended (float rounding)
+DONE = 1e-6  # seconds of work left below which a job has ended (float rounding)
 MAX_PASSES_PER_INSTANT = 8
 
 
@@ -151,7 +151,8 @@ def replay_elastic(
         advance(later)
         now = later
         changed = False
-        for job_id in [job_id for job_id in running if progress[job_id].left <= DONE]:
+        # Done: no work left, or too little to move the clock (float rounding).
+        for job_id in [job_id for job_id in running if end_time(job_id) <= now + DONE]:
             del running[job_id]
             result.ended[index_of[job_id]] = now
             changed = True

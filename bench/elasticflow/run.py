@@ -105,7 +105,9 @@ def run_artifact(args: argparse.Namespace, label: str, scheme: str, schedule: st
         done = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
         seconds = time.perf_counter() - started
         if done.returncode != 0:
-            raise SystemExit(f"{label}: scheduler.py exited {done.returncode}:\n{done.stderr[-2000:]}")
+            raise SystemExit(
+                f"{label}: scheduler.py exited {done.returncode}:\n{done.stderr[-2000:]}"
+            )
         met, jct = _count_job_log(Path(logs) / "job.csv", _trace_size(args))
         note = ""
         own = Path(logs) / "final_result.csv"

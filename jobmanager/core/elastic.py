@@ -12,8 +12,9 @@ the workers above are borrowed and preemptible. :func:`schedule_elastic` wraps
   preempts, the elastic jobs that may be resized are shrunk to min_workers in a trial,
   the largest first, and a shrink is kept only if the pass then preempts fewer whole
   jobs or keeps more GPUs for guaranteed work (so each kept shrink is one resize, and
-  none is wasted). The workers a shrink stops are, for that pass, like a preempted
-  job's: guaranteed work claims them and starts there once they are gone.
+  none is wasted; at most MAX_SHRINK_TRIALS trials a pass, each a whole pass). The
+  workers a shrink stops are, for that pass, like a preempted job's: guaranteed work
+  claims them and starts there once they are gone.
 - A pass that preempts a job's extras shrinks it to min_workers; if the job may not be
   resized yet, the whole job is preempted instead (the rate limit holds).
 - Growing comes last: the GPUs still idle once every start and kept place is taken go,
@@ -47,6 +48,8 @@ from jobmanager.core.snapshot import (
 )
 
 EXTRAS = "+extras"  # the id of a running elastic job's workers above its minimum
+# Each trial shrink costs a whole pass: at most this many a pass (the largest jobs first).
+MAX_SHRINK_TRIALS = 16
 
 Pass = Callable[[Snapshot], Decisions]
 
@@ -88,7 +91,8 @@ def schedule_elastic(snapshot: Snapshot, decide: Pass = schedule) -> Decisions:
 
     shrunk: frozenset[str] = frozenset()
     decisions = trial(shrunk)
-    for job in sorted(resizable, key=lambda job: (-job.shape.total.gpus, job.id)):
+    largest_first = sorted(resizable, key=lambda job: (-job.shape.total.gpus, job.id))
+    for job in largest_first[:MAX_SHRINK_TRIALS]:
         if not _wants_room(decisions, snapshot):
             break
         tried = trial(shrunk | {job.id})

@@ -64,3 +64,20 @@ def test_elastic_jobs_meet_deadlines_that_fixed_sizes_miss():
     assert elastic.sizes == {"first": [(0.0, 2)], "second": [(0.0, 2)]}
     assert elastic.ended == pytest.approx([400 / 1.5, 400 / 1.5])
     assert elastic.met_deadlines() == 1.0
+
+
+def test_a_vcs_own_job_takes_its_quota_back_from_another_vcs_elastic_workers():
+    # VC b's elastic job grows over VC a's idle quota; VC a's job arrives at 100 s and
+    # starts at once on the workers b gives back, with nothing preempted.
+    jobs = [
+        ElasticTraceJob("b-elastic", "b", 0.0, 4000.0, LINEAR, 4, min_workers=1),
+        ElasticTraceJob("a-fixed", "a", 100.0, 300.0, LINEAR, 3, min_workers=3, max_workers=3),
+    ]
+    options = ElasticOptions(min_resize_interval=60.0)
+
+    run = replay_elastic(jobs, ONE_NODE, {"a": 3, "b": 1}, options)
+
+    assert run.preemptions == 0
+    assert run.first_start == [0.0, 100.0]
+    assert run.sizes["b-elastic"][:2] == [(0.0, 4), (100.0, 1)]
+    assert run.ended[1] == pytest.approx(200.0)

@@ -9,7 +9,13 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobmanager.core.elastic import may_resize, resized, schedule_elastic, started_shape
+from jobmanager.core.elastic import (
+    may_resize,
+    resized,
+    schedule_elastic,
+    started_shape,
+    with_workers,
+)
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.snapshot import (
     Decisions,
@@ -171,8 +177,8 @@ def elastic_snapshots(draw) -> Snapshot:
         is_elastic = draw(st.booleans())
         workers = draw(st.integers(low, high)) if is_elastic else low
         job = running(f"r{index}", draw(st.sampled_from(vc_names)), ("n00", (0,)))
-        shape = replace(job.shape, workers=workers)
-        shape = type(shape)(shape.gpu_type, workers, replace(shape.per_worker, gpus=gpus))
+        shape = with_workers(job.shape, workers)
+        shape = replace(shape, per_worker=replace(shape.per_worker, gpus=gpus))
         placement = free.place(shape)
         if placement is None:
             continue

@@ -75,6 +75,8 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option("--type", "type", type=click.Choice(["batch", "interactive", "distributed"]))
 @click.option("--gpu-type", help="A100, V100, cpu...")
 @click.option("--workers", type=int, help="Workers (all start together, or none).")
+@click.option("--min-workers", type=int, help="Elastic: the fewest workers it runs with.")
+@click.option("--max-workers", type=int, help="Elastic: the most it grows to on idle GPUs.")
 @click.option("--gpus", "gpus_per_worker", type=int, help="GPUs per worker.")
 @click.option("--cpus", "cpus_per_worker", type=float, help="CPUs per worker (default: t-shirt).")
 @click.option("--memory", "memory_per_worker", help="Memory per worker: MiB, or e.g. 64Gi.")
@@ -127,6 +129,8 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
         click.echo(json.dumps(job, indent=2, sort_keys=True))
     else:
         click.echo(job["array"] if "jobs" in job else job["id"])
+    for warning in job.get("warnings") or ():
+        err.print(f"warning: {warning}", highlight=False)
     if "jobs" in job:  # a job array (array: in the manifest) answers its id and its jobs'
         err.print(f"array {job['array']}: {job['size']} jobs", highlight=False)
         if wait:

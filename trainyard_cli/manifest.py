@@ -30,10 +30,11 @@ from trainyard_cli.client import BAD_INPUT, CliError
 
 # The fields of POST /api/v1/jobs/ (backend.jobs.api.serializers.JobSubmitSerializer).
 SUBMISSION_FIELDS = (
-    "vc", "name", "type", "command", "image", "gpu_type", "workers", "gpus_per_worker",
-    "cpus_per_worker", "memory_per_worker", "env", "working_dir", "data_path", "output_path",
-    "node_selector", "whole_nodes", "same_switch", "ports", "preemptible", "priority",
-    "max_retries", "retry_on", "max_wall_time", "array", "deadline",
+    "vc", "name", "type", "command", "image", "gpu_type", "workers", "min_workers",
+    "max_workers", "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "env",
+    "working_dir", "data_path", "output_path", "node_selector", "whole_nodes", "same_switch",
+    "ports", "preemptible", "priority", "max_retries", "retry_on", "max_wall_time", "array",
+    "deadline",
 )  # fmt: skip
 _DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s?)?\s*$")
 

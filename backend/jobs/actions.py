@@ -67,6 +67,8 @@ class JobSpec:
     preemptible: bool = False
     priority: int = 0
     deadline: datetime | None = None
+    min_workers: int | None = None  # None: workers (a job of fixed size)
+    max_workers: int | None = None
 
     def as_request(self) -> Request:
         return Request.of(self)
@@ -123,6 +125,8 @@ def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object)
         working_dir=spec.working_dir,
         env=spec.env,
         workers=spec.workers,
+        min_workers=spec.min_workers or spec.workers,
+        max_workers=spec.max_workers or spec.workers,
         gpus_per_worker=spec.gpus_per_worker,
         cpus_per_worker=spec.cpus_per_worker,
         memory_per_worker=spec.memory_per_worker,

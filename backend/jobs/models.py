@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from backend.clusters.models import GpuType
+from backend.jobs.elastic import resize_warning
 from backend.vcs.models import Membership, Role, VirtualCluster
 from jobmanager.core import WorkerPlacement
 
@@ -179,6 +180,15 @@ class Job(models.Model):
     working_dir = models.CharField(max_length=1000, blank=True)
     env = models.JSONField(default=dict, blank=True)
     workers = models.PositiveIntegerField(default=1)
+    # Elastic jobs (issue 34): the scheduler may run it at any size in [min, max]; both
+    # equal workers for a job of fixed size. The VC's quota counts min_workers as
+    # guaranteed; workers above it are borrowed, preemptible capacity.
+    min_workers = models.PositiveIntegerField(
+        default=1, help_text="The fewest workers it runs with (elastic jobs)."
+    )
+    max_workers = models.PositiveIntegerField(
+        default=1, help_text="The most workers it grows to (elastic jobs)."
+    )
     gpus_per_worker = models.PositiveIntegerField(default=0)
     cpus_per_worker = models.DecimalField(
         max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]
@@ -311,6 +321,16 @@ class Job(models.Model):
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def is_elastic(self) -> bool:
+        return self.min_workers < self.max_workers
+
+    @property
+    def warnings(self) -> list[str]:
+        """What its owner should know before it runs (an elastic job without checkpoints)."""
+        warning = resize_warning(self.command, self.env or {}, self.min_workers, self.max_workers)
+        return [warning] if warning else []
 
     @property
     def total_cpus(self) -> Decimal:

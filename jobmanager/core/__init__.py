@@ -4,12 +4,15 @@ Nothing here imports Django, Celery or Kubernetes; the live job manager and the 
 simulator both call :func:`jobmanager.core.scheduler.schedule`.
 """
 
+from jobmanager.core.elastic import schedule_elastic
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
     Decisions,
+    Elastic,
     NodeState,
     Preemption,
     QueuedJob,
+    Resize,
     Resources,
     RunningJob,
     Snapshot,
@@ -21,9 +24,11 @@ from jobmanager.core.snapshot import (
 
 __all__ = [
     "Decisions",
+    "Elastic",
     "NodeState",
     "Preemption",
     "QueuedJob",
+    "Resize",
     "Resources",
     "RunningJob",
     "Snapshot",
@@ -32,4 +37,5 @@ __all__ = [
     "Wait",
     "WorkerPlacement",
     "schedule",
+    "schedule_elastic",
 ]

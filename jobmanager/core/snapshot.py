@@ -168,6 +168,17 @@ class JobShape:
 
 
 @dataclass(frozen=True, slots=True)
+class Elastic:
+    """An elastic job's range of sizes (jobmanager.core.elastic): it runs with any number of
+    workers in [min_workers, max_workers], resized at most once per ``min_interval``
+    seconds (a resize restarts it from its last checkpoint)."""
+
+    min_workers: int
+    max_workers: int
+    min_interval: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job that holds resources (running, starting, or releasing them)."""
 
@@ -190,6 +201,8 @@ class RunningJob:
     checkpoint_interval: float | None = None  # seconds between its checkpoints
     due: float | None = None  # the deadline its user set (QueuedJob.due)
     expected_wait: float | None = None  # QueuedJob.expected_wait
+    elastic: Elastic | None = None  # its range of sizes; None: fixed at shape.workers
+    resized_at: float | None = None  # its last resize; None: not since it started
 
     def last_checkpoint(self, now: float) -> float:
         """When it last saved its work (its start, if it never checkpoints): what it ran
@@ -220,6 +233,7 @@ class RunningJob:
             checkpoint_interval=self.checkpoint_interval,
             due=self.due,
             expected_wait=self.expected_wait,
+            elastic=self.elastic,
         )
 
     @property
@@ -255,6 +269,8 @@ class QueuedJob:
     # Its submission burst (jobmanager.core.bursts): same VC, user and size, submitted
     # minutes after the one before; "" when bursts are not followed.
     burst: str = ""
+    # Its range of sizes (jobmanager.core.elastic); None: fixed at shape.workers.
+    elastic: Elastic | None = None
 
     @property
     def waiting_from(self) -> float:
@@ -334,6 +350,20 @@ class Wait:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A running elastic job's new size: every worker's place, those it keeps included."""
+
+    job_id: str
+    placement: tuple[WorkerPlacement, ...]
+    workers_from: int
+    reason: str
+
+    @property
+    def workers_to(self) -> int:
+        return len(self.placement)
+
+
 @dataclass
 class Decisions:
     starts: list[Start] = field(default_factory=list)
@@ -344,6 +374,8 @@ class Decisions:
     claims: dict[str, tuple[WorkerPlacement, ...]] = field(default_factory=dict)
     # Backfill reservations: job -> when it is planned to start (its shadow time).
     reservations: dict[str, float] = field(default_factory=dict)
+    # Elastic jobs grown or shrunk (jobmanager.core.elastic; the plain pass decides none).
+    resizes: list[Resize] = field(default_factory=list)
 
     def started_ids(self) -> set[str]:
         return {start.job_id for start in self.starts}

@@ -52,6 +52,15 @@ def test_flags_override_the_manifest_and_a_command_may_be_argv(tmp_path):
     }  # fmt: skip
 
 
+def test_an_elastic_range_comes_from_the_manifest_or_the_flags(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("vc: vision\ncommand: torchrun train.py\nmin_workers: 2\nmax_workers: 4\n")
+
+    assert read_manifest(path)["min_workers"] == 2
+    body = build_submission(path, (), env=(), node_selector=(), max_workers=8, min_workers=None)
+    assert (body["min_workers"], body["max_workers"]) == (2, 8)
+
+
 def test_port_flags_expose_ports_over_the_manifest_s(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("vc: vision\ncommand: jupyter lab\nports: [{name: jupyter, port: 8000}]\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -21,6 +22,7 @@ from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
 from backend.jobs.commands import command_errors, runs_on_host
+from backend.jobs.elastic import worker_range_errors
 from backend.jobs.models import (
     FailureClass,
     Job,
@@ -128,7 +130,26 @@ class JobSubmitSerializer(serializers.Serializer):
     command = serializers.CharField(trim_whitespace=False)
     image = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     gpu_type = serializers.CharField(max_length=40, required=False)
-    workers = serializers.IntegerField(min_value=1, max_value=MAX_WORKERS, default=1)
+    workers = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_WORKERS,
+        required=False,
+        help_text="Workers it asks for: 1 by default, or max_workers when that is given.",
+    )
+    min_workers = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_WORKERS,
+        required=False,
+        help_text="Elastic: the fewest workers it may run with (default: workers). Its VC's "
+        "quota counts these as guaranteed; the workers above run on borrowed, preemptible "
+        "GPUs.",
+    )
+    max_workers = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_WORKERS,
+        required=False,
+        help_text="Elastic: the most workers it may grow to on idle GPUs (default: workers).",
+    )
     gpus_per_worker = serializers.IntegerField(min_value=0, max_value=64, required=False)
     cpus_per_worker = serializers.DecimalField(
         max_digits=8, decimal_places=3, min_value=Decimal("0.001"), required=False
@@ -332,6 +353,8 @@ class JobSubmitSerializer(serializers.Serializer):
         if size_errors := check_launch_size(attrs["command"], attrs["env"]):
             errors["env"] = size_errors
         errors.update(self._owner_and_path_errors(user, attrs))
+        workers, min_workers, max_workers = _worker_range(attrs)
+        errors.update(worker_range_errors(workers, min_workers, max_workers))
         gpu_type_name = self._gpu_type_name(attrs, errors)
         gpus = self._gpus(attrs, gpu_type_name, errors)
         priority = attrs["priority"]
@@ -367,7 +390,9 @@ class JobSubmitSerializer(serializers.Serializer):
             type=attrs["type"],
             command=attrs["command"],
             image=attrs["image"],
-            workers=attrs["workers"],
+            workers=workers,
+            min_workers=min_workers,
+            max_workers=max_workers,
             gpus_per_worker=gpus,
             cpus_per_worker=cpus,
             memory_per_worker=memory,
@@ -386,7 +411,9 @@ class JobSubmitSerializer(serializers.Serializer):
             max_wall_time=attrs.get("max_wall_time", _default_wall_time(vc, attrs["type"])),
             deadline=attrs.get("deadline"),
         )
-        for name, messages in check_request(spec.as_request(), quota).items():
+        # The quota guarantees an elastic job its min_workers; the rest it borrows.
+        guaranteed = replace(spec.as_request(), workers=min_workers)
+        for name, messages in check_request(guaranteed, quota).items():
             errors.setdefault(name, messages)
         task_envs = None
         if "array" in attrs:
@@ -402,6 +429,13 @@ class JobSubmitSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
+
+
+def _worker_range(attrs: dict) -> tuple[int, int, int]:
+    """Workers, min_workers and max_workers with their defaults: the range defaults to
+    workers at both ends, and workers to max_workers (else 1)."""
+    workers = attrs.get("workers") or attrs.get("max_workers") or 1
+    return workers, attrs.get("min_workers", workers), attrs.get("max_workers", workers)
 
 
 def _default_wall_time(vc: VirtualCluster, job_type: str) -> int:
@@ -446,6 +480,12 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only=True,
         help_text='Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}].',
     )
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="What its owner should know: an elastic job whose command shows no "
+        "checkpointing restarts from the beginning at each resize.",
+    )
 
     class Meta:
         model = Job
@@ -459,6 +499,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
             "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
             "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
+            "min_workers", "max_workers", "warnings",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -1572,6 +1572,12 @@ export interface components {
             readonly deadline: string | null;
             /** @description Predicted to finish by its deadline (the start-time forecast); null: no deadline, or no forecast yet. */
             readonly deadline_forecast: boolean | null;
+            /** @description The fewest workers it runs with (elastic jobs). */
+            readonly min_workers: number;
+            /** @description The most workers it grows to (elastic jobs). */
+            readonly max_workers: number;
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
+            readonly warnings: string[];
         };
         JobActionRequest: {
             /** @default  */
@@ -1740,6 +1746,12 @@ export interface components {
             readonly deadline: string | null;
             /** @description Predicted to finish by its deadline (the start-time forecast); null: no deadline, or no forecast yet. */
             readonly deadline_forecast: boolean | null;
+            /** @description The fewest workers it runs with (elastic jobs). */
+            readonly min_workers: number;
+            /** @description The most workers it grows to (elastic jobs). */
+            readonly max_workers: number;
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
+            readonly warnings: string[];
             readonly endpoints: components["schemas"]["JobEndpoints"];
         };
         JobEndpoints: {
@@ -1786,8 +1798,12 @@ export interface components {
             /** @default  */
             image?: string;
             gpu_type?: string;
-            /** @default 1 */
+            /** @description Workers it asks for: 1 by default, or max_workers when that is given. */
             workers?: number;
+            /** @description Elastic: the fewest workers it may run with (default: workers). Its VC's quota counts these as guaranteed; the workers above run on borrowed, preemptible GPUs. */
+            min_workers?: number;
+            /** @description Elastic: the most workers it may grow to on idle GPUs (default: workers). */
+            max_workers?: number;
             gpus_per_worker?: number;
             /** Format: double */
             cpus_per_worker?: number;

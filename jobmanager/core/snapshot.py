@@ -118,10 +118,13 @@ class JobShape:
     pools: tuple[str, ...] = ()
     # Its hash, computed once: a pass looks a shape up in sets and dicts many times a job.
     _hash: int = field(init=False, repr=False, compare=False)
+    # Its total, computed once: ranks and victim searches read it millions of times a replay.
+    _total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fields = (self.gpu_type, self.workers, self.per_worker, self.node_selector, self.pools)
         object.__setattr__(self, "_hash", hash(fields))
+        object.__setattr__(self, "_total", self.per_worker * self.workers)
 
     def __hash__(self) -> int:
         return self._hash
@@ -133,7 +136,7 @@ class JobShape:
 
     @property
     def total(self) -> Resources:
-        return self.per_worker * self.workers
+        return self._total
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,8 @@ class JobShape:
     same_switch: bool = False
     # Its hash, computed once: a pass looks a shape up in sets and dicts many times a job.
     _hash: int = field(init=False, repr=False, compare=False)
+    # Its total, computed once: ranks and victim searches read it millions of times a replay.
+    _total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fields = (
@@ -137,6 +139,7 @@ class JobShape:
             self.same_switch,
         )
         object.__setattr__(self, "_hash", hash(fields))
+        object.__setattr__(self, "_total", self.per_worker * self.workers)
 
     def __hash__(self) -> int:
         return self._hash
@@ -156,7 +159,7 @@ class JobShape:
 
     @property
     def total(self) -> Resources:
-        return self.per_worker * self.workers
+        return self._total
 
     @property
     def takes_whole_nodes(self) -> bool:

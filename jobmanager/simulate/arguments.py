@@ -33,6 +33,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "  python -m jobmanager.simulate itp /work/shared/traces/itp/cluster04.csv "
             "--target-load 0.8\n"
             "  python -m jobmanager.simulate philly cluster_job_log.json --nodes 50\n"
+            "  python -m jobmanager.simulate gpw philly_data_training.csv --target-load 0.8\n"
             "  python -m jobmanager.simulate synthetic --jobs 100000 --vcs 10 --seed 1 "
             "--nodes 250\n"
             "Each subcommand has its own --help."
@@ -54,6 +55,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "duration from its last attempt.",
     )
     philly.add_argument("file", type=Path, metavar="FILE.json")
+    gpw = sources.add_parser(
+        "gpw",
+        help="a Gen-Parallel-Workloads CSV (the public Philly and Helios samples, with users)",
+        description="DIR-LAB's Gen-Parallel-Workloads CSV: u_id,user,gpu_num,cpu_num,node_num,"
+        "interval,run_time,wall_time,new_status. Submission = the sum of the intervals; one VC "
+        "named after the file; jobs with no GPUs are skipped.",
+    )
+    gpw.add_argument("file", type=Path, metavar="FILE.csv")
     synthetic = sources.add_parser(
         "synthetic",
         help="a seeded synthetic trace",
@@ -77,7 +86,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SECONDS",
         help="median job run time (default %(default)s)",
     )
-    for subparser in (itp, philly, synthetic):
+    for subparser in (itp, philly, gpw, synthetic):
         _add_common_options(subparser)
     args = parser.parse_args(argv)
     if args.compare:

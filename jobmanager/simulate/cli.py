@@ -3,6 +3,7 @@ side.
 
     python -m jobmanager.simulate itp /work/shared/traces/itp/cluster04.csv --target-load 0.8
     python -m jobmanager.simulate philly cluster_job_log.json --nodes 50
+    python -m jobmanager.simulate gpw philly_data_training.csv --target-load 0.8
     python -m jobmanager.simulate synthetic --jobs 100000 --vcs 10 --seed 1 --nodes 250
 """
 
@@ -124,6 +125,8 @@ def load_trace(args: argparse.Namespace) -> Trace:
         return loaders.load_itp(args.files, args.limit)
     if args.source == "philly":
         return loaders.load_philly(args.file, args.limit)
+    if args.source == "gpw":
+        return loaders.load_gpw(args.file, args.limit)
     spec = SyntheticSpec(
         jobs=args.jobs,
         vcs=args.vcs,

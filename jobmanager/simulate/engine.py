@@ -86,6 +86,7 @@ class Replay:
     held: list[float] = field(default_factory=list)
     deadlines: list[float | None] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)  # "" where the trace names none
     unplaceable: list[str] = field(default_factory=list)  # larger than the whole cluster
     busy_gpu_seconds: float = 0.0
     preemptions: int = 0
@@ -143,6 +144,7 @@ def replay(
             for job in jobs
         ],
         durations=[job.duration for job in jobs],
+        users=[job.user for job in jobs],
         unplaceable=[job.id for job in trace.jobs if not cluster.fits(job)],
     )
     index_of = {job.id: index for index, job in enumerate(jobs)}

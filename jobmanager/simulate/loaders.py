@@ -1,4 +1,5 @@
-"""Readers for published GPU-cluster traces: Microsoft ITP CSV and Microsoft Philly JSON.
+"""Readers for published GPU-cluster traces: Microsoft ITP CSV, Microsoft Philly JSON, and the
+CSV samples of DIR-LAB's Gen-Parallel-Workloads (Philly and Helios, with users).
 
 Every reader returns a :class:`Trace` in submission order, or raises :class:`TraceError`
 with a one-line message that names the file and the row or job at fault.
@@ -17,6 +18,10 @@ from typing import TextIO
 from jobmanager.simulate.trace import Trace, TraceError, TraceJob
 
 ITP_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
+GPW_COLUMNS = (
+    "u_id", "user", "gpu_num", "cpu_num", "node_num", "interval", "run_time", "wall_time",
+    "new_status",
+)  # fmt: skip
 PHILLY_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
@@ -79,6 +84,59 @@ def _parse_itp_rows(path: Path, reader: Iterator[list[str]]) -> tuple[list[Trace
             continue
         jobs.append(job)
     return jobs, skipped
+
+
+def load_gpw(path: Path | str, limit: int | None = None) -> Trace:
+    """Read a Gen-Parallel-Workloads CSV (``u_id,user,gpu_num,...,interval,run_time,...``).
+
+    ``interval`` is the seconds since the previous job's submission (the first row's is 0),
+    so a job is submitted at the sum of the intervals up to its row; ``run_time`` is its
+    duration and ``user`` its user (named ``u<id>``). The samples name no VC: every job is
+    in one VC named after the file's stem. ``node_num`` is not kept: the simulated cluster
+    decides a job's nodes from its GPUs. Jobs asking for no GPUs (CPU-only jobs, about a
+    quarter of Helios's sample) are skipped and counted, as the ITP reader does.
+    """
+    path = Path(path)
+    with _open(path) as source:
+        try:
+            return _parse_gpw_rows(path, csv.reader(source), limit)
+        except (UnicodeDecodeError, csv.Error) as error:
+            raise TraceError(f"{path}: not a readable CSV file: {error}") from None
+
+
+def _parse_gpw_rows(path: Path, reader: Iterator[list[str]], limit: int | None) -> Trace:
+    vc = path.stem
+    header = next(reader, None)
+    if header is None or tuple(column.strip() for column in header) != GPW_COLUMNS:
+        raise TraceError(f"{path}: expected the header {','.join(GPW_COLUMNS)}, found {header!r}")
+    jobs: list[TraceJob] = []
+    skipped = 0
+    submitted = 0.0
+    for line, row in enumerate(reader, start=2):
+        if not row:
+            continue
+        if len(row) != len(GPW_COLUMNS):
+            raise TraceError(
+                f"{path}:{line}: expected {len(GPW_COLUMNS)} columns, found {len(row)}: {row!r}"
+            )
+        fields = dict(zip(GPW_COLUMNS, (value.strip() for value in row), strict=True))
+        try:
+            submitted += _number(fields["interval"], "interval")
+            job = TraceJob(
+                id=f"{vc}/{fields['u_id']}",
+                vc=vc,
+                submitted=submitted,
+                duration=_number(fields["run_time"], "run_time"),
+                gpus=_count(fields["gpu_num"], "gpu_num"),
+                user=f"u{_count(fields['user'], 'user')}",
+            )
+        except ValueError as error:
+            raise TraceError(f"{path}:{line}: {error}") from None
+        if job.gpus == 0:
+            skipped += 1
+            continue
+        jobs.append(job)
+    return Trace.of(vc, jobs, skipped, limit)
 
 
 def load_philly(path: Path | str, limit: int | None = None) -> Trace:

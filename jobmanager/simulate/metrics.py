@@ -9,6 +9,10 @@ from dataclasses import asdict, dataclass
 from jobmanager.simulate.engine import Replay
 
 LONG_WAIT_SECONDS = 15 * 60
+# Slowdown is JCT over run time, with run times below this counted as this long (the
+# usual "bounded slowdown": a 1 s job that waited a minute is not 60 times worse off
+# than a 10 s one that waited as long, and ten-second jobs make no user's mean).
+SLOWDOWN_FLOOR_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,9 @@ class RunMetrics:
     the cluster's GPU-seconds, over two spans: the submission window (first to last
     submission: what ``--target-load`` sizes the cluster by) and the makespan (first
     submission to last end, which includes the drain of the queue after the last
-    submission)."""
+    submission). Fairness between users, where the trace names them: Jain's index
+    (1 = every user alike, 1/n = one user takes all) of each user's mean slowdown and of
+    each user's mean time queued (every wait); NaN for a trace without users."""
 
     policy: str
     placement: str
@@ -41,6 +47,9 @@ class RunMetrics:
     deadlines: int  # jobs that had one
     deadlines_met: float  # share of those that ended by it (NaN: none had one)
     unplaceable: int
+    users: int  # distinct users among the completed jobs (0: the trace names none)
+    jain_slowdown: float  # Jain's index of per-user mean (bounded) slowdown
+    jain_time_queued: float  # Jain's index of per-user mean time queued
     passes: int
     wall_seconds: float
     gang_starts: int = 0  # starts of gangs on more than one node
@@ -65,6 +74,7 @@ def measure(run: Replay) -> RunMetrics:
     makespan = last_end - first_submit
     capacity = run.cluster.gpus * makespan
     window = run.cluster.gpus * (max(run.submitted, default=0.0) - first_submit)
+    by_user = _per_user_slowdowns_and_waits(run)
     with_deadline = [index for index, due in enumerate(run.deadlines) if due is not None]
     met = [
         index
@@ -92,6 +102,9 @@ def measure(run: Replay) -> RunMetrics:
         deadlines=len(with_deadline),
         deadlines_met=len(met) / len(with_deadline) if with_deadline else math.nan,
         unplaceable=len(run.unplaceable),
+        users=len(by_user),
+        jain_slowdown=jain_index([_mean(values) for values, _ in by_user.values()]),
+        jain_time_queued=jain_index([_mean(values) for _, values in by_user.values()]),
         passes=run.passes,
         wall_seconds=run.wall_seconds,
         gang_starts=run.gang_starts,
@@ -116,6 +129,36 @@ def times_queued(run: Replay) -> list[float]:
         for ended, submitted, held in zip(run.ended, run.submitted, run.held, strict=True)
         if ended is not None
     ]
+
+
+def slowdown(jct: float, duration: float) -> float:
+    """JCT over run time, the run time counted as at least SLOWDOWN_FLOOR_SECONDS; >= 1."""
+    return max(1.0, jct / max(duration, SLOWDOWN_FLOOR_SECONDS))
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when every value is the same, 1/n
+    when one value holds all; 1 for values that are all 0 (all alike), NaN for none."""
+    if not values:
+        return math.nan
+    squares = sum(value * value for value in values)
+    if squares == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def _per_user_slowdowns_and_waits(run: Replay) -> dict[str, tuple[list[float], list[float]]]:
+    """Each named user's completed jobs' slowdowns and times queued."""
+    by_user: dict[str, tuple[list[float], list[float]]] = {}
+    for index, user in enumerate(run.users):
+        ended = run.ended[index]
+        if not user or ended is None:
+            continue
+        jct = ended - run.submitted[index]
+        slowdowns, waits = by_user.setdefault(user, ([], []))
+        slowdowns.append(slowdown(jct, run.durations[index]))
+        waits.append(jct - run.held[index])
+    return by_user
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -26,6 +26,8 @@ COLUMNS: tuple[tuple[str, int, object], ...] = (
     ("max wait h", 10, lambda row: _fixed(row.max_queue_delay / HOUR, 1)),
     ("avg queued m", 12, lambda row: _fixed(row.avg_time_queued / MINUTE, 1)),
     ("max queued h", 12, lambda row: _fixed(row.max_time_queued / HOUR, 1)),
+    ("Jain slowdown", 13, lambda row: _fixed(row.jain_slowdown, 3)),
+    ("Jain queued", 11, lambda row: _fixed(row.jain_time_queued, 3)),
     ("wait>15m", 8, lambda row: f"{row.queued_over_15min}"),
     ("preempt", 7, lambda row: f"{row.preemptions}"),
     # Gangs started under more than one network switch, of those on more than one node.

@@ -220,24 +220,27 @@ def _grow(
         placements[job.id] = list(start.placement)
         order = (job.due if job.due is not None else float("inf"), job.queued_at, job.id)
         growers.append((order, job.id, job.shape, job.elastic.max_workers))
-    for job in running.values():
-        if job.elastic is None or job.id in preempted:
+    for runner in running.values():
+        if runner.elastic is None or runner.id in preempted:
             continue
-        if job.id in shrunk:
+        if runner.id in shrunk:
             # It keeps the workers nobody claimed, and may grow beyond them.
-            keep = job.elastic.min_workers
-            kept = [
+            keep = runner.elastic.min_workers
+            unclaimed = [
                 worker
-                for worker in job.placement[keep:]
+                for worker in runner.placement[keep:]
                 if not any((worker.node, gpu) in claimed for gpu in worker.gpus)
             ]
-            placements[job.id] = [*job.placement[:keep], *kept]
-        elif may_resize(job, now):
-            placements[job.id] = list(job.placement)
+            placements[runner.id] = [*runner.placement[:keep], *unclaimed]
+        elif may_resize(runner, now):
+            placements[runner.id] = list(runner.placement)
         else:
             continue
-        order = (job.due if job.due is not None else float("inf"), job.queue_position, job.id)
-        growers.append((order, job.id, job.shape, job.elastic.max_workers))
+        due = runner.due if runner.due is not None else float("inf")
+        growers.append(
+            ((due, runner.queue_position, runner.id), runner.id, runner.shape,
+             runner.elastic.max_workers)
+        )  # fmt: skip
     if snapshot.borrowing:
         _hand_out(cluster, sorted(growers), placements)
     by_start = {start.job_id: index for index, start in enumerate(decisions.starts)}
@@ -248,14 +251,14 @@ def _grow(
                 job_id, tuple(placement), decisions.starts[index].borrowing
             )
             continue
-        job = running[job_id]
-        if tuple(placement) == job.placement:
+        resized = running[job_id]
+        if tuple(placement) == resized.placement:
             continue
-        if len(placement) < job.shape.workers:
+        if len(placement) < resized.shape.workers:
             reason = "shrunk for guaranteed work"
         else:
             reason = "grown into idle GPUs"
-        decisions.resizes.append(Resize(job_id, tuple(placement), job.shape.workers, reason))
+        decisions.resizes.append(Resize(job_id, tuple(placement), resized.shape.workers, reason))
 
 
 def _hand_out(

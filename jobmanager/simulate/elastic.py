@@ -216,22 +216,22 @@ def _apply(
     delay); True when another pass at this instant may start more."""
     again = False
     for preemption in decisions.preemptions:
-        job = running.pop(preemption.job_id, None)
-        if job is None:
+        stopped = running.pop(preemption.job_id, None)
+        if stopped is None:
             continue
-        queued[job.id] = replace(
-            _queued(by_id[job.id], options, job.shape.gpu_type),
-            queued_at=job.queue_position,
+        queued[stopped.id] = replace(
+            _queued(by_id[stopped.id], options, stopped.shape.gpu_type),
+            queued_at=stopped.queue_position,
             waiting_since=now,
         )
         result.preemptions += 1
         again = True
     for resize in decisions.resizes:
-        job = running[resize.job_id]
-        running[job.id] = resized(job, resize, now)
-        result.resizes[index_of[job.id]] += 1
-        progress[job.id].paused_until = now + options.resize_cost(resize.workers_to)
-        result.sizes.setdefault(job.id, []).append((now, resize.workers_to))
+        runner = running[resize.job_id]
+        running[runner.id] = resized(runner, resize, now)
+        result.resizes[index_of[runner.id]] += 1
+        progress[runner.id].paused_until = now + options.resize_cost(resize.workers_to)
+        result.sizes.setdefault(runner.id, []).append((now, resize.workers_to))
         again = again or resize.workers_to < resize.workers_from
     for start in decisions.starts:
         job = queued.pop(start.job_id)

@@ -113,8 +113,11 @@ def _is_model_field_path(model: type[models.Model], attrs: list[str]) -> bool:
 def compile_plan(serializer: serializers.ModelSerializer) -> Plan:
     """Field by field, how to read and convert; None if any field needs the generic path."""
     model = serializer.Meta.model
+    derived = set(getattr(serializer, "derived_fields", ()))
     plan: list[Step] = []
     for field in serializer._readable_fields:
+        if field.field_name in derived:
+            continue  # answered by the serializer's derive(), from the other fields' answers
         attrs = list(field.source_attrs)
         if field.source == "*" or not attrs or not _is_model_field_path(model, attrs):
             return None
@@ -133,6 +136,9 @@ class CompiledRepresentationMixin:
     which spares a list page the building of model instances.
     """
 
+    # Fields whose answers follow from the other fields' answers: left out of the plan and
+    # set by derive() on the compiled path (the generic path reads them as DRF does).
+    derived_fields: tuple[str, ...] = ()
     _compiled_plans: dict[type, Plan] = {}
     _nullable_paths: dict[type, frozenset[str]] = {}
 
@@ -195,4 +201,8 @@ class CompiledRepresentationMixin:
         except (AttributeError, KeyError, ObjectDoesNotExist):
             # A missing related object: the generic path knows what to answer.
             return super().to_representation(instance)  # type: ignore[misc]
+        self.derive(representation)
         return representation
+
+    def derive(self, representation: dict[str, Any]) -> None:
+        """Set the ``derived_fields`` of a compiled answer (none by default)."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -22,7 +23,7 @@ from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
 from backend.jobs.commands import command_errors, runs_on_host
-from backend.jobs.elastic import worker_range_errors
+from backend.jobs.elastic import resize_warning, worker_range_errors
 from backend.jobs.models import (
     FailureClass,
     Job,
@@ -486,6 +487,15 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         help_text="What its owner should know: an elastic job whose command shows no "
         "checkpointing restarts from the beginning at each resize.",
     )
+
+    derived_fields = ("warnings",)
+
+    def derive(self, representation: dict[str, Any]) -> None:
+        warning = resize_warning(
+            representation["command"], representation["env"] or {},
+            representation["min_workers"], representation["max_workers"],
+        )  # fmt: skip
+        representation["warnings"] = [warning] if warning else []
 
     class Meta:
         model = Job

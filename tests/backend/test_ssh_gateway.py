@@ -145,6 +145,9 @@ def test_an_interactive_shell_on_a_terminal_follows_the_window_size(
         ).stdout
 
     try:
+        # Keys typed before the session's shell runs may be lost on the way (a busy machine
+        # took over 20 s to show the prompt once): type at the prompt, as a person does.
+        wait_for(lambda: "$ " in screen(), "the shell's prompt", deadline=60)
         subprocess.run([*tmux, "send-keys", "echo cols=$COLUMNS who=$(id -un)", "Enter"])
         wait_for(lambda: "cols=100 who=ty-test-mia" in screen(), "the shell to answer")
         subprocess.run([*tmux, "resize-window", "-x", "132", "-y", "30"], check=True)

@@ -72,7 +72,7 @@ from typing import Any, TextIO
 
 import psutil
 
-from jobmanager.backends import process_identity, sandbox_net
+from jobmanager.backends import process_identity, runc, sandbox_net
 from jobmanager.backends.base import (
     BackendNode,
     ClusterBackend,
@@ -292,7 +292,10 @@ class LocalBackend(ClusterBackend):
         state = self._read_state(job_id) or {"workers": []}
         for worker in state["workers"]:
             if worker["rank"] == rank and _init_process(worker) is not None:
-                return Confinement.from_json(worker["confinement"])
+                confinement = Confinement.from_json(worker["confinement"])
+                if confinement.sandbox and not _container_runs(confinement.sandbox):
+                    return None  # its init is still making the container
+                return confinement
         return None
 
     def job_pids(self, job_id: str) -> set[int]:
@@ -848,6 +851,11 @@ def worker_env(
     if declared:
         env["TRAINYARD_GPUS_DECLARED"] = "1"
     return env
+
+
+def _container_runs(sandbox: dict[str, str]) -> bool:
+    """Whether the worker's container was made (runc wrote its pid in the bundle)."""
+    return os.path.exists(os.path.join(sandbox["bundle"], runc.CONTAINER_PID_FILE))
 
 
 def _exec_init(

@@ -301,7 +301,7 @@ class SandboxedInit(Init):
 
     def _start(self) -> tuple[int, str]:
         sandbox = self.sandbox
-        pid_file = os.path.join(sandbox["bundle"], "container.pid")
+        pid_file = os.path.join(sandbox["bundle"], runc.CONTAINER_PID_FILE)
         argv = runc.run_detached_argv(
             sandbox["root"], sandbox["bundle"], sandbox["container"], pid_file
         )
@@ -322,6 +322,9 @@ class SandboxedInit(Init):
             with open(pid_file) as file:
                 pid = int(file.read().strip())
         except (OSError, ValueError):
+            # The host's failure, not the command's: a reason of its own, so that the end is
+            # not read as a shell that could not run the command (127).
+            self.reason = f"SandboxNotStarted: runc exited with {code} before the container ran"
             return runtime, f"the sandbox did not start (runc exited with {code})"
         return pid, ""
 

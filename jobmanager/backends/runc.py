@@ -24,6 +24,8 @@ CGROUPS = "/sys/fs/cgroup"
 MEMORY_CGROUPS = "/sys/fs/cgroup/memory"
 CGROUP_REMOVAL_TRIES = 10
 RUNTIME_TIMEOUT_SECONDS = 30.0
+# In a worker's bundle: the container's pid, which runc writes once the container runs.
+CONTAINER_PID_FILE = "container.pid"
 
 
 def runc_argv(root: str, *arguments: str) -> list[str]:

@@ -325,6 +325,11 @@ CLUSTER_REASON_CASES = [
     (128, "", "ContainerCannotRun: nvidia-container-cli: initialization error: load library "
      "failed: libnvidia-ml.so.1: Driver/library version mismatch", "gpu-driver-unavailable",
      "infrastructure"),
+    # The local backend's runc could not make the container: the node's failure, though the
+    # init ends with the shell's 127 (the command never ran).
+    (127, "trainyard-init: the sandbox did not start (runc exited with 1)\n",
+     "SandboxNotStarted: runc exited with 1 before the container ran", "sandbox-not-started",
+     "infrastructure"),
 ]  # fmt: skip
 
 

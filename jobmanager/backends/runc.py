@@ -14,6 +14,7 @@ path while they run isolated (``python -I -S``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -75,6 +76,24 @@ def remove_cgroups(cgroup_path: str) -> None:
                 time.sleep(0.05)
                 continue
             break
+
+
+def forget_unmade(root: str, container: str) -> None:
+    """Remove the state directory of a container that runc was killed while making (no
+    ``state.json`` in it yet): runc refuses a new container of that id while it is there.
+    ``root`` is the portal's own runtime directory; nothing in it is a tenant's."""
+    directory = os.path.join(root, container)
+    if os.path.exists(os.path.join(directory, "state.json")):
+        return
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:  # runc's own files (exec.fifo), none a directory
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
 
 
 def exists(root: str, container: str) -> bool:

@@ -315,8 +315,11 @@ def reference(sandbox: Sandbox, container: str, bundle: Path) -> dict[str, str]:
 
 
 def remove_containers(references: list[dict[str, str]]) -> None:
-    """Kill and delete the containers (their every process, their cgroups)."""
+    """Kill and delete the containers (their every process, their cgroups), and forget
+    any that runc was killed while making (which would refuse a new one of the same id)."""
     for ref in references:
         if runc.exists(ref["root"], ref["container"]):
             runc.delete(ref["root"], ref["container"])
-            runc.remove_cgroups(ref["cgroup"])
+        else:
+            runc.forget_unmade(ref["root"], ref["container"])
+        runc.remove_cgroups(ref["cgroup"])

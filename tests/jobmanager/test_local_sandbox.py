@@ -24,7 +24,8 @@ import pytest
 
 from jobmanager.backends import WorkerState
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import available, remove_cgroup_parent
+from jobmanager.backends.sandbox import available, container_name, remove_cgroup_parent
+from jobmanager.retries import classify
 from tests.jobmanager.conftest import NODES
 from tests.jobmanager.test_local_backend import ended, launch, log_of, logged, wait_for
 from tests.spawner import running_spawner
@@ -163,6 +164,30 @@ def test_a_memory_hog_is_held_to_the_job_s_limit_and_fails_saying_so(sandboxed):
     assert worker.state is WorkerState.FAILED
     assert worker.reason.startswith("OOMKilled"), (worker, log_of(sandboxed, job.job_id))
     assert "memory limit" in log_of(sandboxed, job.job_id)
+
+
+def test_a_container_runc_left_half_made_is_the_node_s_failure_and_forgotten_on_removal(
+    sandboxed,
+):
+    # What a runc killed while making a container leaves (a deploying worker killed, and
+    # the job removed and deployed again): its directory, with no state in it.
+    job = launch("echo ran")
+    assert sandboxed.sandbox is not None
+    half_made = sandboxed.sandbox.runtime_root / container_name(job.job_id, job.attempt, 0)
+    half_made.mkdir(parents=True)
+    (half_made / "exec.fifo").touch()
+
+    sandboxed.deploy(job)
+    worker = wait_for(ended(sandboxed, job.job_id), "the worker to end").workers[0]
+    assert worker.state is WorkerState.FAILED
+    assert worker.reason.startswith("SandboxNotStarted"), (worker, log_of(sandboxed, job.job_id))
+    assert classify(worker.exit_code, "", reason=worker.reason).failure_class == "infrastructure"
+
+    sandboxed.remove(job.job_id)
+    sandboxed.deploy(job)
+    report = wait_for(ended(sandboxed, job.job_id), "the job deployed again to end")
+    assert report.workers[0].state is WorkerState.SUCCEEDED, log_of(sandboxed, job.job_id)
+    assert "ran\n" in log_of(sandboxed, job.job_id)
 
 
 def test_a_fork_loop_stops_at_the_job_s_pids_limit(sandboxed):

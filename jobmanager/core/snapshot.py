@@ -129,16 +129,7 @@ class JobShape:
     _total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = (
-            self.gpu_type,
-            self.workers,
-            self.per_worker,
-            self.node_selector,
-            self.pools,
-            self.whole_nodes,
-            self.same_switch,
-        )
-        object.__setattr__(self, "_hash", hash(fields))
+        object.__setattr__(self, "_hash", hash(self._fields()))
         object.__setattr__(self, "_total", self.per_worker * self.workers)
 
     def __hash__(self) -> int:
@@ -146,7 +137,11 @@ class JobShape:
 
     def __reduce__(self) -> tuple[type[JobShape], tuple[object, ...]]:
         # Built again where unpickled: a string's hash differs from process to process.
-        fields = (
+        return JobShape, self._fields()
+
+    def _fields(self) -> tuple[object, ...]:
+        """The fields given to the constructor, in its order."""
+        return (
             self.gpu_type,
             self.workers,
             self.per_worker,
@@ -155,7 +150,6 @@ class JobShape:
             self.whole_nodes,
             self.same_switch,
         )
-        return JobShape, fields
 
     @property
     def total(self) -> Resources:

@@ -26,6 +26,7 @@ class LocalSandbox:
     egress_nat: bool
     image_store: str
     image_pull: bool
+    image_cache_keep: int
 
     @classmethod
     def from_settings(cls) -> LocalSandbox:
@@ -39,6 +40,7 @@ class LocalSandbox:
             settings.TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT,
             settings.TRAINYARD_LOCAL_IMAGE_STORE,
             settings.TRAINYARD_LOCAL_IMAGE_PULL,
+            settings.TRAINYARD_LOCAL_IMAGE_CACHE_KEEP,
         )
 
 
@@ -74,6 +76,7 @@ def _local_backend(
             sandbox_egress_nat=sandbox.egress_nat,
             image_store_dir=sandbox.image_store or None,
             image_pull=sandbox.image_pull,
+            image_cache_keep=sandbox.image_cache_keep,
             job_path=job_path,
         )
     except ValueError as error:

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,10 @@ DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 REF_NAME = "org.opencontainers.image.ref.name"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 UMOCI_TIMEOUT_SECONDS = 600.0
+DEFAULT_CACHE_KEEP = 8  # unpacked images kept beyond those in use
+# An unpacked image used this recently is kept whatever the limit: a deployment may be
+# between finding it and mounting it.
+RECENT_USE_SECONDS = 600.0
 PULL_TIMEOUT_SECONDS = 900.0
 # The container's init, put into every image's container (tini-static needs no library).
 HOST_INIT = "/usr/bin/tini-static"
@@ -81,6 +86,7 @@ class ImageStore:
     store_dir: Path
     cache_dir: Path
     pull: bool = False
+    cache_keep: int = DEFAULT_CACHE_KEEP
 
     def missing(self, reference: str) -> str:
         """Why the store cannot give ``reference`` ("" when it can, or may by pulling, or
@@ -146,10 +152,10 @@ class ImageStore:
         unpacked now unless it is there already, complete."""
         hexdigest = digest.removeprefix("sha256:")
         final = self.cache_dir / hexdigest
-        if final.is_dir():  # only ever renamed into place whole
+        if _used(final):  # only ever renamed into place whole
             return final
         with _locked(self.cache_dir, f"unpack-{hexdigest}"):
-            if final.is_dir():
+            if _used(final):
                 return final
             partial = self.cache_dir / f".partial-{hexdigest}"
             if partial.exists():  # a crashed unpack's (rmtree follows no link)
@@ -163,12 +169,41 @@ class ImageStore:
                 shutil.rmtree(partial)
                 raise ImageBroken(f"the tag {tag} changed while it was unpacked; try again")
             partial.rename(final)
+        self.trim()
         return final
 
+    def trim(self, now: float | None = None) -> list[str]:
+        """Remove the least recently used unpacked images beyond ``cache_keep``, never one
+        a container's root is made of nor one used in the last RECENT_USE_SECONDS; returns
+        the digests (hex) removed. Run after each unpack: that is when the cache grows."""
+        now = time.time() if now is None else now
+        mounted = _mounted_lower_dirs()
+        idle: list[tuple[float, Path]] = []
+        for entry in self.cache_dir.iterdir() if self.cache_dir.is_dir() else ():
+            if not re.fullmatch(r"[a-f0-9]{64}", entry.name) or entry.is_symlink():
+                continue
+            used = entry.stat().st_mtime
+            if str(entry / "rootfs") not in mounted and now - used > RECENT_USE_SECONDS:
+                idle.append((used, entry))
+        idle.sort(reverse=True)  # the most recently used first: those are kept
+        removed = []
+        for _, entry in idle[self.cache_keep :]:
+            with _locked(self.cache_dir, f"unpack-{entry.name}"):
+                if str(entry / "rootfs") in _mounted_lower_dirs():
+                    continue  # a deployment mounted it meanwhile
+                trash = self.cache_dir / f".trash-{entry.name}"
+                entry.rename(trash)  # gone for root_of at once; removed below
+            shutil.rmtree(trash, ignore_errors=True)  # rmtree follows no link
+            removed.append(entry.name)
+        return removed
 
-def image_store(store_dir: Path | str | None, cache_dir: Path, pull: bool) -> ImageStore | None:
-    """The image store of a backend unpacking into ``cache_dir`` (None without
-    ``store_dir``). ValueError where this host lacks a tool it needs."""
+
+def image_store(
+    store_dir: Path | str | None, cache_dir: Path, pull: bool, cache_keep: int = DEFAULT_CACHE_KEEP
+) -> ImageStore | None:
+    """The image store of a backend unpacking into ``cache_dir`` and keeping ``cache_keep``
+    unpacked images beyond those in use (None without ``store_dir``). ValueError where
+    this host lacks a tool it needs."""
     if not store_dir:
         return None
     tools = ["umoci", "mount"] + (["skopeo"] if pull else [])
@@ -178,7 +213,31 @@ def image_store(store_dir: Path | str | None, cache_dir: Path, pull: bool) -> Im
         raise ValueError(f"images need {' and '.join(missing)}, not installed here.")
     if not Path(store_dir).is_absolute():
         raise ValueError(f"the image store must be an absolute path, not {store_dir!r}.")
-    return ImageStore(Path(store_dir), cache_dir, pull)
+    if cache_keep < 0:
+        raise ValueError(f"the image cache cannot keep {cache_keep} images.")
+    return ImageStore(Path(store_dir), cache_dir, pull, cache_keep)
+
+
+def _used(unpacked: Path) -> bool:
+    """Whether ``unpacked`` is there, marking it used now (the trim keeps it a while)."""
+    try:
+        os.utime(unpacked, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return unpacked.is_dir()
+
+
+def _mounted_lower_dirs() -> set[str]:
+    """The lower directories of the overlays mounted in this mount namespace."""
+    lower: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            if " - overlay " not in line:
+                continue
+            for option in line.rsplit(" ", 1)[-1].strip().split(","):
+                if option.startswith("lowerdir="):
+                    lower.update(option.removeprefix("lowerdir=").split(":"))
+    return lower
 
 
 def _manifest_digest(layout: Path, tag: str) -> str:

@@ -89,6 +89,7 @@ from jobmanager.backends.base import (
 from jobmanager.backends.confine import Confinement, open_log
 from jobmanager.backends.host_accounts import can_switch_users, own_run_as
 from jobmanager.backends.images import (
+    DEFAULT_CACHE_KEEP,
     ImageMissing,
     ImageRoot,
     environment,
@@ -173,6 +174,7 @@ class LocalBackend(ClusterBackend):
         sandbox_egress_nat: bool = True,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
+        image_cache_keep: int = DEFAULT_CACHE_KEEP,
         job_path: str = JOB_PATH,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
@@ -192,8 +194,9 @@ class LocalBackend(ClusterBackend):
         ``sandbox_bridge`` (``sandbox_net.DEFAULT_SUBNET`` and ``DEFAULT_BRIDGE`` when not
         given), and egress NAT where ``sandbox_egress_nat``.
         Jobs' images come from the OCI layouts in ``image_store_dir`` (None: jobs run on the
-        host's system alone), pulled from their registries where missing if ``image_pull``
-        (``images``). ``job_path``: each worker's PATH unless the job sets its own.
+        host's system alone), pulled from their registries where missing if ``image_pull``,
+        ``image_cache_keep`` of them kept unpacked beyond those in use (``images``).
+        ``job_path``: each worker's PATH unless the job sets its own.
         Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -230,7 +233,9 @@ class LocalBackend(ClusterBackend):
             if self.sandbox is not None
             else None
         )
-        self.images = image_store(image_store_dir, self.state_dir / ".images", image_pull)
+        self.images = image_store(
+            image_store_dir, self.state_dir / ".images", image_pull, image_cache_keep
+        )
         if self.sandbox is not None and self._network is not None:
             logger.info("Local backend: jobs run in runc containers (%s)", self.limits_in_force)
         elif self.sandbox_note:

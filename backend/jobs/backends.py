@@ -27,6 +27,7 @@ class LocalSandbox:
     image_store: str
     image_pull: bool
     image_cache_keep: int
+    gpu_driver: str
 
     @classmethod
     def from_settings(cls) -> LocalSandbox:
@@ -41,6 +42,7 @@ class LocalSandbox:
             settings.TRAINYARD_LOCAL_IMAGE_STORE,
             settings.TRAINYARD_LOCAL_IMAGE_PULL,
             settings.TRAINYARD_LOCAL_IMAGE_CACHE_KEEP,
+            settings.TRAINYARD_LOCAL_GPU_DRIVER,
         )
 
 
@@ -77,6 +79,7 @@ def _local_backend(
             image_store_dir=sandbox.image_store or None,
             image_pull=sandbox.image_pull,
             image_cache_keep=sandbox.image_cache_keep,
+            gpu_driver=sandbox.gpu_driver,
             job_path=job_path,
         )
     except ValueError as error:

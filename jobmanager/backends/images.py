@@ -59,6 +59,18 @@ HOST_INIT = "/usr/bin/tini-static"
 INIT_IN_CONTAINER = "/dev/init"
 
 
+# The NVIDIA driver's user-space files an image's GPU worker gets from the host, as the
+# NVIDIA container toolkit gives them: under /usr/local/nvidia, where CUDA images look
+# (their LD_LIBRARY_PATH and PATH name it).
+DRIVER_DIR = "/usr/local/nvidia"
+DRIVER_LIBRARIES = (
+    "libcuda.so", "libcudadebugger.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so", "libnvidia-gpucomp.so", "libnvidia-allocator.so", "libnvidia-cfg.so",
+    "libnvidia-opencl.so",
+)  # fmt: skip
+DRIVER_PROGRAMS = ("nvidia-smi", "nvidia-debugdump")
+
+
 class ImageMissing(Exception):
     """The site cannot provide the image (not in its store, or not to be pulled): the
     same job would fail again."""
@@ -284,6 +296,62 @@ def environment(
     env = image_env | worker_env
     if "PATH" in image_env and "PATH" not in job_env:
         env["PATH"] = image_env["PATH"]
+    return env
+
+
+def driver_files(source: str) -> tuple[tuple[str, str], ...]:
+    """The host's NVIDIA driver files an image's GPU worker gets, as (host file, path in
+    the container): from the linker's cache and PATH (``source`` "auto"), from one
+    directory (its ``lib*.so*`` and programs), or none ("" or "none"). Read once, when
+    the backend starts: a driver upgraded since needs the backend restarted."""
+    if source in ("", "none"):
+        return ()
+    if source == "auto":
+        libraries = _linker_cache()
+        programs = [shutil.which(name) for name in DRIVER_PROGRAMS]
+    else:
+        directory = Path(source)
+        libraries = {p.name: str(p) for p in sorted(directory.glob("lib*.so*")) if p.is_file()}
+        programs = [str(directory / name) for name in DRIVER_PROGRAMS]
+    files = [
+        (os.path.realpath(path), f"{DRIVER_DIR}/lib64/{name}")
+        for name, path in libraries.items()
+        if name.startswith(DRIVER_LIBRARIES)
+    ]
+    files += [
+        (os.path.realpath(path), f"{DRIVER_DIR}/bin/{os.path.basename(path)}")
+        for path in programs
+        if path and os.path.isfile(path)
+    ]
+    return tuple(files)
+
+
+def _linker_cache() -> dict[str, str]:
+    """The 64-bit libraries the host's linker knows, by name (``ldconfig -p``)."""
+    try:
+        listed = subprocess.run(
+            ["ldconfig", "-p"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, str] = {}
+    for line in listed.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if "64" in name and path:
+            found.setdefault(name.split(" ", 1)[0], path)
+    return found
+
+
+def with_driver_paths(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the driver's directories on LD_LIBRARY_PATH and PATH (once)."""
+    env = dict(env)
+    for name, directory in (
+        ("LD_LIBRARY_PATH", f"{DRIVER_DIR}/lib64"),
+        ("PATH", f"{DRIVER_DIR}/bin"),
+    ):
+        parts = [part for part in env.get(name, "").split(":") if part]
+        if directory not in parts:
+            env[name] = ":".join([*parts, directory])
     return env
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.backends import LaunchRefused, WorkerState, images
+from jobmanager.backends import BackendNode, LaunchRefused, WorkerState, images
 from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore, mount_root
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.test_local_backend import launch, logged, wait_for
@@ -184,6 +185,38 @@ def test_a_half_unpacked_image_is_never_used(image_store, host_tmp):
     with pytest.raises(ImageBroken, match="could not be unpacked"):
         store.root_of(IMAGE)
     assert [path.name for path in (host_tmp / "cache").iterdir() if "lock" not in path.name] == []
+
+
+def test_a_gpu_worker_s_image_gets_the_host_s_driver_files_and_a_cpu_worker_s_none(
+    host_tmp, image_store
+):
+    driver = host_tmp / "driver"  # stands in for the host's NVIDIA user-space driver
+    driver.mkdir()
+    (driver / "libcuda.so.550.54").write_text("the driver\n")
+    (driver / "libcuda.so.1").symlink_to("libcuda.so.550.54")
+    (driver / "libnvidia-ml.so.1").write_text("nvml\n")
+    (driver / "libunrelated.so.1").write_text("not the driver's\n")
+    for path in (driver, *driver.iterdir()):
+        path.chmod(0o755)
+    devices = host_tmp / "dev"  # /dev/null's numbers stand in for a GPU's
+    devices.mkdir(mode=0o755)
+    os.mknod(devices / "nvidia0", 0o666 | stat.S_IFCHR, os.stat("/dev/null").st_rdev)
+    gpu_node = BackendNode("gpu-0", "A100", 1, 8000, 16384)
+    probe = (
+        "cat /usr/local/nvidia/lib64/libcuda.so.1; ls /usr/local/nvidia/lib64;"
+        " echo LD=$LD_LIBRARY_PATH"
+    )
+    with sandboxed_backend(
+        host_tmp, nodes=[gpu_node], image_store_dir=image_store, device_dir=devices,
+        gpu_driver=str(driver),
+    ) as backend:  # fmt: skip
+        gpu_code, _, gpu_log = run_to_end(backend, probe, node="gpu-0", gpus=1, image=IMAGE)
+        _, _, cpu_log = run_to_end(backend, probe, node="gpu-0", gpus=0, image=IMAGE)
+    assert gpu_code == 0, gpu_log
+    gpu_log = [line for line in gpu_log.splitlines() if not line.startswith("=== attempt")]
+    assert gpu_log[:4] == ["the driver", "libcuda.so.1", "libcuda.so.550.54", "libnvidia-ml.so.1"]
+    assert gpu_log[4] == "LD=/usr/local/nvidia/lib64"
+    assert "No such file" in cpu_log and "LD=\n" in cpu_log
 
 
 def test_the_cache_keeps_images_in_use_and_the_latest_used_and_removes_the_rest(

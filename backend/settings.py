@@ -357,6 +357,12 @@ TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT = env_bool("TRAINYARD_LOCAL_SANDBOX_EGRESS_NA
 # skopeo, as /etc/containers says. Images run only in the sandbox.
 TRAINYARD_LOCAL_IMAGE_STORE = env("TRAINYARD_LOCAL_IMAGE_STORE", "")
 TRAINYARD_LOCAL_IMAGE_PULL = env_bool("TRAINYARD_LOCAL_IMAGE_PULL", False)
+# Unpacked images the local backend keeps beyond those its containers use (least recently
+# used removed first).
+TRAINYARD_LOCAL_IMAGE_CACHE_KEEP = env_int("TRAINYARD_LOCAL_IMAGE_CACHE_KEEP", 8)
+# Where an image's GPU worker gets the host's NVIDIA driver files: "auto" (the linker's
+# cache, as the NVIDIA container toolkit finds them), a directory, or "none".
+TRAINYARD_LOCAL_GPU_DRIVER = env("TRAINYARD_LOCAL_GPU_DRIVER", "auto")
 # Tenant isolation (docs/operations.md, "Multi-tenant hosts"): every job runs as its
 # owner's Unix account. "provision" creates <prefix><username> system accounts with useradd,
 # uids from the range; "existing" maps each user to the host's account of the same name

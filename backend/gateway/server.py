@@ -18,7 +18,6 @@ import contextlib
 import logging
 import signal
 from collections.abc import Mapping
-from pathlib import Path
 
 import asyncssh
 from asgiref.sync import sync_to_async
@@ -31,10 +30,20 @@ from backend.gateway.targets import LOOPBACK, JobTarget, SessionProcess, Unavail
 
 logger = logging.getLogger(__name__)
 
-SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
+# A session's shell is chosen where it runs (the job's image may have no bash): this
+# POSIX sh picks /bin/bash when the job's root has it, else itself, as the user's SHELL.
+PICK_SHELL = (
+    "if [ -x /bin/bash ]; then SHELL=/bin/bash; else SHELL=/bin/sh; fi; export SHELL; "
+    'exec "$SHELL" "$@"'
+)
 REFUSED_EXIT = 1
 GONE_EXIT = 255  # what OpenSSH's client reports when the connection goes away
 SIGNALS = {name: getattr(signal, f"SIG{name}") for name in ("INT", "TERM", "HUP", "KILL", "QUIT")}
+
+
+def shell_argv(*arguments: str) -> list[str]:
+    """The argv of a session's shell given ``arguments``: bash where the job has it, else sh."""
+    return ["/bin/sh", "-c", PICK_SHELL, "sh", *arguments]
 
 
 def in_thread(function):
@@ -230,12 +239,12 @@ class JobSession(asyncssh.SSHServerSession):
         return True
 
     def shell_requested(self) -> bool:
-        self.argv = [SHELL, "-i"] if self.terminal else [SHELL]
+        self.argv = shell_argv("-i") if self.terminal else shell_argv()
         return True
 
     def exec_requested(self, command: str) -> bool:
         self.command = command
-        self.argv = [SHELL, "-c", command]
+        self.argv = shell_argv("-c", command)
         return True
 
     def subsystem_requested(self, subsystem: str) -> bool:
@@ -292,7 +301,6 @@ class JobSession(asyncssh.SSHServerSession):
         client = conn.get_extra_info("peername") or ("", 0)
         server = conn.get_extra_info("sockname") or ("", 0)
         env = {
-            "SHELL": SHELL,
             "SSH_CONNECTION": f"{client[0]} {client[1]} {server[0]} {server[1]}",
             "SSH_CLIENT": f"{client[0]} {client[1]} {server[1]}",
         }

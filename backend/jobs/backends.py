@@ -26,6 +26,8 @@ class LocalSandbox:
     egress_nat: bool
     image_store: str
     image_pull: bool
+    image_cache_keep: int
+    gpu_driver: str
 
     @classmethod
     def from_settings(cls) -> LocalSandbox:
@@ -39,6 +41,8 @@ class LocalSandbox:
             settings.TRAINYARD_LOCAL_SANDBOX_EGRESS_NAT,
             settings.TRAINYARD_LOCAL_IMAGE_STORE,
             settings.TRAINYARD_LOCAL_IMAGE_PULL,
+            settings.TRAINYARD_LOCAL_IMAGE_CACHE_KEEP,
+            settings.TRAINYARD_LOCAL_GPU_DRIVER,
         )
 
 
@@ -74,6 +78,8 @@ def _local_backend(
             sandbox_egress_nat=sandbox.egress_nat,
             image_store_dir=sandbox.image_store or None,
             image_pull=sandbox.image_pull,
+            image_cache_keep=sandbox.image_cache_keep,
+            gpu_driver=sandbox.gpu_driver,
             job_path=job_path,
         )
     except ValueError as error:

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +49,26 @@ DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 REF_NAME = "org.opencontainers.image.ref.name"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 UMOCI_TIMEOUT_SECONDS = 600.0
+DEFAULT_CACHE_KEEP = 8  # unpacked images kept beyond those in use
+# An unpacked image used this recently is kept whatever the limit: a deployment may be
+# between finding it and mounting it.
+RECENT_USE_SECONDS = 600.0
 PULL_TIMEOUT_SECONDS = 900.0
 # The container's init, put into every image's container (tini-static needs no library).
 HOST_INIT = "/usr/bin/tini-static"
 INIT_IN_CONTAINER = "/dev/init"
+
+
+# The NVIDIA driver's user-space files an image's GPU worker gets from the host, as the
+# NVIDIA container toolkit gives them: under /usr/local/nvidia, where CUDA images look
+# (their LD_LIBRARY_PATH and PATH name it).
+DRIVER_DIR = "/usr/local/nvidia"
+DRIVER_LIBRARIES = (
+    "libcuda.so", "libcudadebugger.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so", "libnvidia-gpucomp.so", "libnvidia-allocator.so", "libnvidia-cfg.so",
+    "libnvidia-opencl.so",
+)  # fmt: skip
+DRIVER_PROGRAMS = ("nvidia-smi", "nvidia-debugdump")
 
 
 class ImageMissing(Exception):
@@ -81,6 +98,7 @@ class ImageStore:
     store_dir: Path
     cache_dir: Path
     pull: bool = False
+    cache_keep: int = DEFAULT_CACHE_KEEP
 
     def missing(self, reference: str) -> str:
         """Why the store cannot give ``reference`` ("" when it can, or may by pulling, or
@@ -146,10 +164,10 @@ class ImageStore:
         unpacked now unless it is there already, complete."""
         hexdigest = digest.removeprefix("sha256:")
         final = self.cache_dir / hexdigest
-        if final.is_dir():  # only ever renamed into place whole
+        if _used(final):  # only ever renamed into place whole
             return final
         with _locked(self.cache_dir, f"unpack-{hexdigest}"):
-            if final.is_dir():
+            if _used(final):
                 return final
             partial = self.cache_dir / f".partial-{hexdigest}"
             if partial.exists():  # a crashed unpack's (rmtree follows no link)
@@ -163,12 +181,41 @@ class ImageStore:
                 shutil.rmtree(partial)
                 raise ImageBroken(f"the tag {tag} changed while it was unpacked; try again")
             partial.rename(final)
+        self.trim()
         return final
 
+    def trim(self, now: float | None = None) -> list[str]:
+        """Remove the least recently used unpacked images beyond ``cache_keep``, never one
+        a container's root is made of nor one used in the last RECENT_USE_SECONDS; returns
+        the digests (hex) removed. Run after each unpack: that is when the cache grows."""
+        now = time.time() if now is None else now
+        mounted = _mounted_lower_dirs()
+        idle: list[tuple[float, Path]] = []
+        for entry in self.cache_dir.iterdir() if self.cache_dir.is_dir() else ():
+            if not re.fullmatch(r"[a-f0-9]{64}", entry.name) or entry.is_symlink():
+                continue
+            used = entry.stat().st_mtime
+            if str(entry / "rootfs") not in mounted and now - used > RECENT_USE_SECONDS:
+                idle.append((used, entry))
+        idle.sort(reverse=True)  # the most recently used first: those are kept
+        removed = []
+        for _, entry in idle[self.cache_keep :]:
+            with _locked(self.cache_dir, f"unpack-{entry.name}"):
+                if str(entry / "rootfs") in _mounted_lower_dirs():
+                    continue  # a deployment mounted it meanwhile
+                trash = self.cache_dir / f".trash-{entry.name}"
+                entry.rename(trash)  # gone for root_of at once; removed below
+            shutil.rmtree(trash, ignore_errors=True)  # rmtree follows no link
+            removed.append(entry.name)
+        return removed
 
-def image_store(store_dir: Path | str | None, cache_dir: Path, pull: bool) -> ImageStore | None:
-    """The image store of a backend unpacking into ``cache_dir`` (None without
-    ``store_dir``). ValueError where this host lacks a tool it needs."""
+
+def image_store(
+    store_dir: Path | str | None, cache_dir: Path, pull: bool, cache_keep: int = DEFAULT_CACHE_KEEP
+) -> ImageStore | None:
+    """The image store of a backend unpacking into ``cache_dir`` and keeping ``cache_keep``
+    unpacked images beyond those in use (None without ``store_dir``). ValueError where
+    this host lacks a tool it needs."""
     if not store_dir:
         return None
     tools = ["umoci", "mount"] + (["skopeo"] if pull else [])
@@ -178,7 +225,31 @@ def image_store(store_dir: Path | str | None, cache_dir: Path, pull: bool) -> Im
         raise ValueError(f"images need {' and '.join(missing)}, not installed here.")
     if not Path(store_dir).is_absolute():
         raise ValueError(f"the image store must be an absolute path, not {store_dir!r}.")
-    return ImageStore(Path(store_dir), cache_dir, pull)
+    if cache_keep < 0:
+        raise ValueError(f"the image cache cannot keep {cache_keep} images.")
+    return ImageStore(Path(store_dir), cache_dir, pull, cache_keep)
+
+
+def _used(unpacked: Path) -> bool:
+    """Whether ``unpacked`` is there, marking it used now (the trim keeps it a while)."""
+    try:
+        os.utime(unpacked, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return unpacked.is_dir()
+
+
+def _mounted_lower_dirs() -> set[str]:
+    """The lower directories of the overlays mounted in this mount namespace."""
+    lower: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            if " - overlay " not in line:
+                continue
+            for option in line.rsplit(" ", 1)[-1].strip().split(","):
+                if option.startswith("lowerdir="):
+                    lower.update(option.removeprefix("lowerdir=").split(":"))
+    return lower
 
 
 def _manifest_digest(layout: Path, tag: str) -> str:
@@ -225,6 +296,62 @@ def environment(
     env = image_env | worker_env
     if "PATH" in image_env and "PATH" not in job_env:
         env["PATH"] = image_env["PATH"]
+    return env
+
+
+def driver_files(source: str) -> tuple[tuple[str, str], ...]:
+    """The host's NVIDIA driver files an image's GPU worker gets, as (host file, path in
+    the container): from the linker's cache and PATH (``source`` "auto"), from one
+    directory (its ``lib*.so*`` and programs), or none ("" or "none"). Read once, when
+    the backend starts: a driver upgraded since needs the backend restarted."""
+    if source in ("", "none"):
+        return ()
+    if source == "auto":
+        libraries = _linker_cache()
+        programs = [shutil.which(name) for name in DRIVER_PROGRAMS]
+    else:
+        directory = Path(source)
+        libraries = {p.name: str(p) for p in sorted(directory.glob("lib*.so*")) if p.is_file()}
+        programs = [str(directory / name) for name in DRIVER_PROGRAMS]
+    files = [
+        (os.path.realpath(path), f"{DRIVER_DIR}/lib64/{name}")
+        for name, path in libraries.items()
+        if name.startswith(DRIVER_LIBRARIES)
+    ]
+    files += [
+        (os.path.realpath(path), f"{DRIVER_DIR}/bin/{os.path.basename(path)}")
+        for path in programs
+        if path and os.path.isfile(path)
+    ]
+    return tuple(files)
+
+
+def _linker_cache() -> dict[str, str]:
+    """The 64-bit libraries the host's linker knows, by name (``ldconfig -p``)."""
+    try:
+        listed = subprocess.run(
+            ["ldconfig", "-p"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, str] = {}
+    for line in listed.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if "64" in name and path:
+            found.setdefault(name.split(" ", 1)[0], path)
+    return found
+
+
+def with_driver_paths(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the driver's directories on LD_LIBRARY_PATH and PATH (once)."""
+    env = dict(env)
+    for name, directory in (
+        ("LD_LIBRARY_PATH", f"{DRIVER_DIR}/lib64"),
+        ("PATH", f"{DRIVER_DIR}/bin"),
+    ):
+        parts = [part for part in env.get(name, "").split(":") if part]
+        if directory not in parts:
+            env[name] = ":".join([*parts, directory])
     return env
 
 

@@ -89,11 +89,14 @@ from jobmanager.backends.base import (
 from jobmanager.backends.confine import Confinement, open_log
 from jobmanager.backends.host_accounts import can_switch_users, own_run_as
 from jobmanager.backends.images import (
+    DEFAULT_CACHE_KEEP,
     ImageMissing,
     ImageRoot,
+    driver_files,
     environment,
     image_store,
     release_roots,
+    with_driver_paths,
 )
 from jobmanager.backends.local_host import (
     DEFAULT_CGROUP_ROOT,
@@ -173,6 +176,8 @@ class LocalBackend(ClusterBackend):
         sandbox_egress_nat: bool = True,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
+        image_cache_keep: int = DEFAULT_CACHE_KEEP,
+        gpu_driver: str = "auto",
         job_path: str = JOB_PATH,
     ) -> None:
         """``nodes`` declares the inventory (``name:gpu_type:gpus[:cpus:memoryMiB],...``,
@@ -192,8 +197,11 @@ class LocalBackend(ClusterBackend):
         ``sandbox_bridge`` (``sandbox_net.DEFAULT_SUBNET`` and ``DEFAULT_BRIDGE`` when not
         given), and egress NAT where ``sandbox_egress_nat``.
         Jobs' images come from the OCI layouts in ``image_store_dir`` (None: jobs run on the
-        host's system alone), pulled from their registries where missing if ``image_pull``
-        (``images``). ``job_path``: each worker's PATH unless the job sets its own.
+        host's system alone), pulled from their registries where missing if ``image_pull``,
+        ``image_cache_keep`` of them kept unpacked beyond those in use (``images``); a GPU
+        worker's image gets the host's NVIDIA driver files found by ``gpu_driver``
+        ("auto": the linker's cache; a directory; "none": not any).
+        ``job_path``: each worker's PATH unless the job sets its own.
         Raises ValueError for a malformed inventory, or a sandbox this host cannot run."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
@@ -230,7 +238,10 @@ class LocalBackend(ClusterBackend):
             if self.sandbox is not None
             else None
         )
-        self.images = image_store(image_store_dir, self.state_dir / ".images", image_pull)
+        self.images = image_store(
+            image_store_dir, self.state_dir / ".images", image_pull, image_cache_keep
+        )
+        self._driver_files = driver_files(gpu_driver) if self.images else ()
         if self.sandbox is not None and self._network is not None:
             logger.info("Local backend: jobs run in runc containers (%s)", self.limits_in_force)
         elif self.sandbox_note:
@@ -652,10 +663,11 @@ class LocalBackend(ClusterBackend):
         """The bundle of the worker's container: what it runs, as whom, where, with what."""
         assert self.sandbox is not None  # only asked with the sandbox on
         writable = [str(working_dir), str(self._log_dir(launch.job_id)), run_as.home or ""]
+        drivers = self._driver_files if image and devices else ()
         worker = Worker(
             container=container,
             argv=["/bin/sh", "-c", launch.command],
-            env=env,
+            env=with_driver_paths(env) if drivers else env,
             cwd=str(working_dir),
             uid=run_as.uid,
             gid=run_as.gid,
@@ -668,6 +680,7 @@ class LocalBackend(ClusterBackend):
             gpu_devices=gpu_device_paths(self._device_dir, devices),
             netns=JobNetwork(**network).path if (network := state.get("network")) else None,
             image_root=str(image.rootfs) if image else "",
+            driver_files=drivers,
         )
         write_bundle(bundle, self.sandbox, worker)
 

@@ -104,6 +104,8 @@ class Worker:
     netns: str | None = None
     gpu_devices: tuple[str, ...] = field(default=())
     image_root: str = ""  # the job's unpacked image (``images``); "": the host's system
+    # The host's GPU driver files put into an image's container: (host file, its path there).
+    driver_files: tuple[tuple[str, str], ...] = ()
 
 
 def available() -> str:
@@ -192,7 +194,7 @@ def _mounts(sandbox: Sandbox, worker: Worker) -> list[dict[str, Any]]:
     if worker.image_root:  # the image's system, not the host's (nor the portal's Python)
         portal = (*SYSTEM_PATHS, sys.prefix, sys.base_prefix)
         shared = tuple(path for path in shared if path not in portal)
-        kernel += _image_files()
+        kernel += _image_files(worker.driver_files)
     readonly = [p for p in shared if _is_directory(p)]
     writable = [p for p in worker.writable_paths if _is_directory(p)]
     binds = {path: "ro" for path in readonly} | {path: "rw" for path in writable}
@@ -205,10 +207,19 @@ def _mounts(sandbox: Sandbox, worker: Worker) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _image_files() -> list[dict[str, Any]]:
-    """What a container of an image gets of the host's: its init, and how to resolve names."""
-    files = [(HOST_INIT, INIT_IN_CONTAINER), ("/etc/resolv.conf", "/etc/resolv.conf")]
+def _image_files(driver_files: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """What a container of an image gets of the host's: its init, how to resolve names,
+    and the GPU driver's files where it has GPUs (in directories of their own that every
+    account may list, whatever the image holds there)."""
+    files = [
+        (HOST_INIT, INIT_IN_CONTAINER), ("/etc/resolv.conf", "/etc/resolv.conf"), *driver_files
+    ]
+    directories = sorted({os.path.dirname(destination) for _, destination in driver_files})
     return [
+        {"destination": directory, "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "nodev", "mode=755", "size=64k"]}
+        for directory in directories
+    ] + [
         {"destination": destination, "type": "bind", "source": source,
          "options": ["bind", "ro", "nosuid", "nodev"]}
         for source, destination in files

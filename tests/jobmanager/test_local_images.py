@@ -5,17 +5,20 @@ with umoci from Debian's static busybox (no registry, no network), real overlay 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jobmanager.backends import LaunchRefused, WorkerState
-from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore
+from jobmanager.backends import BackendNode, LaunchRefused, WorkerState, images
+from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore, mount_root
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.test_local_backend import launch, logged, wait_for
 from tests.jobmanager.test_local_sandbox import in_session, run_to_end, sandboxed_backend
@@ -37,7 +40,8 @@ def build_image(store: Path, reference: str = IMAGE) -> Path:
     layout.parent.mkdir(parents=True, exist_ok=True)
     bundle = store.parent / f"bundle-{tag}"
     umoci = ["umoci", "--log", "error"]
-    run([*umoci, "init", "--layout", str(layout)])
+    if not (layout / "index.json").exists():  # a layout holds each tag built into it
+        run([*umoci, "init", "--layout", str(layout)])
     run([*umoci, "new", "--image", f"{layout}:{tag}"])
     run([*umoci, "unpack", "--image", f"{layout}:{tag}", str(bundle)])
     rootfs = bundle / "rootfs"
@@ -47,9 +51,11 @@ def build_image(store: Path, reference: str = IMAGE) -> Path:
     for applet in APPLETS:
         (rootfs / "bin" / applet).symlink_to("busybox")
     (rootfs / "etc" / "os-release").write_text(f"{MARKER}\n")
+    (rootfs / "etc" / "tag").write_text(f"{tag}\n")  # each tag an image of its own
     for path in (rootfs / "bin", rootfs / "etc", rootfs / "bin" / "busybox"):
         path.chmod(0o755)  # whatever the test's umask
-    (rootfs / "etc" / "os-release").chmod(0o644)
+    for path in (rootfs / "etc" / "os-release", rootfs / "etc" / "tag"):
+        path.chmod(0o644)
     run([*umoci, "repack", "--image", f"{layout}:{tag}", str(bundle)])
     run([*umoci, "config", "--image", f"{layout}:{tag}", "--config.env", "PATH=/bin"])
     shutil.rmtree(bundle)
@@ -179,6 +185,66 @@ def test_a_half_unpacked_image_is_never_used(image_store, host_tmp):
     with pytest.raises(ImageBroken, match="could not be unpacked"):
         store.root_of(IMAGE)
     assert [path.name for path in (host_tmp / "cache").iterdir() if "lock" not in path.name] == []
+
+
+def test_a_gpu_worker_s_image_gets_the_host_s_driver_files_and_a_cpu_worker_s_none(
+    host_tmp, image_store
+):
+    driver = host_tmp / "driver"  # stands in for the host's NVIDIA user-space driver
+    driver.mkdir()
+    (driver / "libcuda.so.550.54").write_text("the driver\n")
+    (driver / "libcuda.so.1").symlink_to("libcuda.so.550.54")
+    (driver / "libnvidia-ml.so.1").write_text("nvml\n")
+    (driver / "libunrelated.so.1").write_text("not the driver's\n")
+    for path in (driver, *driver.iterdir()):
+        path.chmod(0o755)
+    devices = host_tmp / "dev"  # /dev/null's numbers stand in for a GPU's
+    devices.mkdir(mode=0o755)
+    os.mknod(devices / "nvidia0", 0o666 | stat.S_IFCHR, os.stat("/dev/null").st_rdev)
+    gpu_node = BackendNode("gpu-0", "A100", 1, 8000, 16384)
+    probe = (
+        "cat /usr/local/nvidia/lib64/libcuda.so.1; ls /usr/local/nvidia/lib64;"
+        " echo LD=$LD_LIBRARY_PATH"
+    )
+    with sandboxed_backend(
+        host_tmp, nodes=[gpu_node], image_store_dir=image_store, device_dir=devices,
+        gpu_driver=str(driver),
+    ) as backend:  # fmt: skip
+        gpu_code, _, gpu_log = run_to_end(backend, probe, node="gpu-0", gpus=1, image=IMAGE)
+        _, _, cpu_log = run_to_end(backend, probe, node="gpu-0", gpus=0, image=IMAGE)
+    assert gpu_code == 0, gpu_log
+    gpu_log = [line for line in gpu_log.splitlines() if not line.startswith("=== attempt")]
+    assert gpu_log[:4] == ["the driver", "libcuda.so.1", "libcuda.so.550.54", "libnvidia-ml.so.1"]
+    assert gpu_log[4] == "LD=/usr/local/nvidia/lib64"
+    assert "No such file" in cpu_log and "LD=\n" in cpu_log
+
+
+def test_the_cache_keeps_images_in_use_and_the_latest_used_and_removes_the_rest(
+    image_store, host_tmp
+):
+    for tag in ("2", "3"):
+        build_image(image_store, f"{IMAGE.rsplit(':', 1)[0]}:{tag}")
+    references = [IMAGE.replace(":1", f":{tag}") for tag in ("1", "2", "3")]
+    store = ImageStore(image_store, host_tmp / "cache", cache_keep=1)
+    in_use, older, latest = (store.root_of(reference) for reference in references)
+    assert len({in_use.digest, older.digest, latest.digest}) == 3
+    bundle = host_tmp / "a-container.bundle"
+    bundle.mkdir()
+    mount_root(in_use.rootfs, bundle)  # as a running container's root
+    try:
+        os.utime(in_use.rootfs.parent, (1, 1))  # used long ago, but mounted
+        os.utime(older.rootfs.parent, (2, 2))
+        assert store.trim() == []  # each used in the last minutes: all kept
+
+        removed = store.trim(now=time.time() + images.RECENT_USE_SECONDS + 60)
+
+        assert removed == [older.digest.removeprefix("sha256:")]
+        assert (bundle / "rootfs" / "etc" / "os-release").read_text() == f"{MARKER}\n"
+        assert in_use.rootfs.is_dir() and latest.rootfs.is_dir()
+        assert not older.rootfs.parent.exists()
+        assert store.root_of(references[1]).rootfs.is_dir()  # unpacked again when asked
+    finally:
+        images.release_roots(host_tmp)
 
 
 def test_a_reference_never_leads_out_of_the_store(host_tmp):

@@ -30,8 +30,10 @@ SANDBOX_SUPERNET = ipaddress.ip_network("10.88.0.0/16")
 def unused_subnet() -> str:
     """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges)."""
     shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    # The /24 of each address (a bridge on all of 10.88.0.0/16, as the default trainyard0
+    # is, takes its own /24: a /24 route beside it is the more specific one).
     used = {
-        ipaddress.ip_interface(word).network.supernet(new_prefix=24)
+        ipaddress.ip_network(f"{ipaddress.ip_interface(word).ip}/24", strict=False)
         for word in shown.split()
         if word.startswith("10.88.") and "/" in word
     }

@@ -221,9 +221,11 @@ class PodConnection(asyncssh.SSHTCPSession):
             self.socket.sendall(data)
 
     def eof_received(self) -> bool:
-        with contextlib.suppress(OSError):
-            self.socket.shutdown(socket.SHUT_WR)
-        return False
+        # The port-forward protocol cannot half-close (the client's forwarder ends the
+        # whole stream when its socket ends, the pod's answer with it), and asyncssh would
+        # answer with an EOF of ours before the pod's answer: the channel stays open until
+        # the pod's side ends (``ssh -W`` with its request on stdin, as kubectl does).
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         with contextlib.suppress(OSError):

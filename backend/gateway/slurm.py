@@ -27,12 +27,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from asyncssh.forward import SSHForwarder
-
 from backend.gateway.access import Admission
 from backend.gateway.ports import CONNECT_TIMEOUT_SECONDS, Listener, NotTheJobs
 from backend.gateway.processes import JobProcess
-from backend.gateway.targets import LOOPBACK, Unavailable, refused
+from backend.gateway.targets import LOOPBACK, Unavailable, forwarded, refused
 from jobmanager.backends.slurm import SlurmBackend
 from jobmanager.backends.slurm_commands import SlurmError, SlurmJob
 from jobmanager.backends.slurm_steps import SYSTEM_PATH, WorkerStep
@@ -114,8 +112,7 @@ class SlurmTarget:
             _, sock = await asyncio.to_thread(route.run, host, port)
         except NotTheJobs as refusal:
             raise refused(str(refusal)) from refusal
-        _, peer = await asyncio.get_running_loop().create_connection(SSHForwarder, sock=sock)
-        return SSHForwarder(peer)
+        return await forwarded(sock=sock)
 
 
 @dataclass(frozen=True)

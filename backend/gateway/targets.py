@@ -10,6 +10,7 @@ port-forward APIs (``backend.gateway.kubernetes``).
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Protocol
 
 import asyncssh
@@ -69,6 +70,39 @@ def refused(message: str) -> asyncssh.ChannelOpenError:
     return asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, message)
 
 
+class Forwarder(SSHForwarder):
+    """asyncssh's forwarder (one on the channel, its peer on the TCP connection), closed
+    as soon as both directions have ended, whichever ends last.
+
+    asyncssh's own closes only when the TCP side ends last (asyncio closes a transport
+    whose protocol's ``eof_received`` answers False). When the client's EOF comes last (a
+    server that answers and closes before the client's EOF reaches the gateway: ``ssh -W``
+    under load), the channel's False only sends an EOF already sent, the half-closed TCP
+    transport stays open, and so did the forward, until the client gave up."""
+
+    def eof_received(self) -> bool:
+        keep_open = super().eof_received()
+        if not keep_open:  # the peer had ended too
+            self.close()
+        return keep_open
+
+
+async def forwarded(
+    host: str = "", port: int = 0, sock: socket.socket | None = None
+) -> asyncssh.SSHTCPSession:
+    """The channel's end of a forward to ``host``:``port`` (or over the connected
+    ``sock``); raises ChannelOpenError when the connection cannot be made."""
+    loop = asyncio.get_running_loop()
+    try:
+        if sock is None:
+            _, peer = await loop.create_connection(Forwarder, host, port)
+        else:
+            _, peer = await loop.create_connection(Forwarder, sock=sock)
+    except OSError as error:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from error
+    return Forwarder(peer)
+
+
 class LocalTarget:
     """Workers of the local backend, on this host."""
 
@@ -105,13 +139,12 @@ class LocalTarget:
         except NotTheJobs as refusal:
             raise refused(str(refusal)) from refusal
         if not listener.netns:
-            return await conn.forward_connection(listener.address, listener.port)
+            return await forwarded(listener.address, listener.port)
         try:  # in the job's network namespace: its loopback is the job's own
             sock = await asyncio.to_thread(connect, listener)
         except OSError as error:
             raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from error
-        _, peer = await asyncio.get_running_loop().create_connection(SSHForwarder, sock=sock)
-        return SSHForwarder(peer)
+        return await forwarded(sock=sock)
 
 
 class NoTarget:

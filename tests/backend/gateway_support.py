@@ -4,9 +4,11 @@ the local backend's state, driven by Debian's OpenSSH client with keys made here
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -133,6 +135,47 @@ def ssh(gateway: Gateway, key: Path, login: str, *arguments: str, **kwargs):
     return subprocess.run(
         ssh_argv(gateway, key, login, *arguments), capture_output=True, text=True, **kwargs
     )
+
+
+def on_terminal(argv: list[str], timeout: float = 60) -> tuple[int, str]:
+    """``argv`` (``ssh -tt ...``) run on a terminal of its own, a pty of 0x0 as
+    ``script``'s is, with nothing typed on it; its exit status and what the terminal showed
+    (``\r`` dropped).
+
+    Not ``script``: at the end of its own input (``/dev/null`` under xdist) it types ^D,
+    which the still-cooked terminal keeps as a NUL (the end-of-file mark) that ssh reads
+    once it has made the terminal raw and sends to the session as typed input, where the
+    remote terminal echoes it as ``^@``. The terminal's input here stays open and empty
+    until the program ends."""
+    master, slave = os.openpty()
+    try:
+        process = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+        )
+    finally:
+        os.close(slave)
+    shown = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([master], [], [], left)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every process on the terminal has closed it
+                break
+            if not chunk:
+                break
+            shown += chunk
+        else:
+            raise subprocess.TimeoutExpired(argv, timeout, bytes(shown))
+        code = process.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    return code, shown.decode(errors="replace").replace("\r", "")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,13 @@ from backend.gateway.tokens import endpoint_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import test_ssh_gateway
-from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
+from tests.backend.gateway_support import (
+    registered_key,
+    running_gateway,
+    ssh,
+    ssh_argv,
+    tunnel_to,
+)
 from tests.backend.test_local_backend_e2e import (
     NODES,
     JobManager,
@@ -85,6 +92,10 @@ while True:
             raise
         time.sleep(0.05)
 print("listening", flush=True)
+while mode == "greet":  # says its name and hangs up before the client has said anything
+    connection, client = server.get_request()
+    connection.sendall(name.encode() + b"\n")
+    connection.close()
 if mode == "once":
     connection, client = server.get_request()
     server.socket.close()
@@ -306,3 +317,25 @@ def test_ssh_forwards_reach_the_job_s_own_port_never_the_portal_s(
 
     with tunnel_to(gateway, key, login, f"localhost:{portal_port}") as local_port:
         assert wait_for(through_tunnel, "the job's server through ssh -L") == "mia"
+
+
+def test_ssh_w_ends_when_the_client_ends_after_the_job_s_server_did(
+    world, tenants, jobs, gateway, scripts, host_tmp
+):
+    # The order that hung under load: the server answers and hangs up before the client's
+    # EOF reaches the gateway. Here the client ends its side only once it has the answer.
+    mia, _ = tenants
+    key = registered_key(host_tmp, mia)
+    port = free_port()
+    job = running(world, jobs, mia, named_server(scripts, "mia", "127.0.0.1", port, "greet"))
+    wait_for(lambda: "listening" in log_of(job), "the job's server")
+    argv = ssh_argv(gateway, key, f"{mia.username}+{job.job_id}", "-W", f"127.0.0.1:{port}")
+    client = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert client.stdout.read() == b"mia\n"  # up to the server's EOF
+        client.stdin.close()  # the client's EOF, last
+        assert client.wait(timeout=15) == 0, client.stderr.read()
+    finally:
+        client.kill()

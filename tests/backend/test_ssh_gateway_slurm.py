@@ -27,7 +27,14 @@ from backend.gateway.tokens import endpoint_env
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
 from jobmanager.backends.slurm import SlurmBackend
-from tests.backend.gateway_support import Gateway, registered_key, ssh, ssh_argv, tunnel_to
+from tests.backend.gateway_support import (
+    Gateway,
+    on_terminal,
+    registered_key,
+    ssh,
+    ssh_argv,
+    tunnel_to,
+)
 from tests.backend.jobs_support import make_job
 from tests.servers import free_port, wait_until
 from tests.unix_accounts import JOB_PYTHON, job_account, require_root
@@ -141,17 +148,14 @@ def test_a_terminal_session_on_the_worker_s_node_gets_a_tty_of_the_client_s_size
     job = slurm_job(world, backend, owner, "exec sleep 600")
     argv = ssh_argv(gateway, key, login(job, 1), "-tt")
 
-    result = subprocess.run(
-        ["script", "-qec", " ".join([*argv, "'stty size; tty; hostname'"]), "/dev/null"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    code, shown = on_terminal([*argv, "stty size; tty; hostname"])
 
-    # srun --pty itself writes a NUL into the terminal as it starts (seen with srun alone),
-    # which the terminal echoes as ^@: dropped here.
-    lines = result.stdout.replace("\r", "").replace("^@", "").split("\n")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "24 80" in lines and "node2" in lines, lines  # script's terminal: 0x0, so 80x24
-    assert any(line.startswith("/dev/pts/") for line in lines), lines
+    # Only what the command printed (the NUL echoed as ^@ seen here came from the terminal
+    # `script` gave ssh, not from srun).
+    lines = shown.split("\n")
+    assert code == 0, shown
+    assert lines[:1] == ["24 80"] and lines[2:3] == ["node2"], lines  # a 0x0 client: 80x24
+    assert lines[1].startswith("/dev/pts/"), lines
 
 
 @pytest.mark.parametrize("protocol", ["sftp", "legacy scp"])

@@ -171,6 +171,7 @@ class LocalBackend(ClusterBackend):
         sandbox_bridge: str | None = None,
         sandbox_subnet: str | None = None,
         sandbox_egress_nat: bool = True,
+        sandbox_spare_namespaces: int = sandbox_net.DEFAULT_SPARES,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
         job_path: str = JOB_PATH,
@@ -190,7 +191,8 @@ class LocalBackend(ClusterBackend):
         beside the system, and ``sandbox_pids_limit`` caps each container's processes;
         each job's network namespace has an address of ``sandbox_subnet`` on
         ``sandbox_bridge`` (``sandbox_net.DEFAULT_SUBNET`` and ``DEFAULT_BRIDGE`` when not
-        given), and egress NAT where ``sandbox_egress_nat``.
+        given), and egress NAT where ``sandbox_egress_nat``; ``sandbox_spare_namespaces``
+        are kept made ahead, off the deployments' path (``BridgeNetwork.keep_spares``).
         Jobs' images come from the OCI layouts in ``image_store_dir`` (None: jobs run on the
         host's system alone), pulled from their registries where missing if ``image_pull``
         (``images``). ``job_path``: each worker's PATH unless the job sets its own.
@@ -230,6 +232,7 @@ class LocalBackend(ClusterBackend):
             if self.sandbox is not None
             else None
         )
+        self.spare_namespaces = sandbox_spare_namespaces
         self.images = image_store(image_store_dir, self.state_dir / ".images", image_pull)
         if self.sandbox is not None and self._network is not None:
             logger.info("Local backend: jobs run in runc containers (%s)", self.limits_in_force)
@@ -617,6 +620,7 @@ class LocalBackend(ClusterBackend):
         state["network"] = {"netns": network.netns, "address": network.address}
         self._write_state(state)
         self._network.create(network)
+        self._network.keep_spares(self.spare_namespaces)
         return network
 
     def job_address(self, job_id: str) -> str | None:

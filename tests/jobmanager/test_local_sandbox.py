@@ -372,6 +372,41 @@ def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandb
     assert not any(line.split()[1] == "00000000" for line in routes if line.strip()), routes
 
 
+def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(sandboxed):
+    network = sandboxed._network
+    assert network is not None and sandboxed.spare_namespaces > 0
+    first = launch("true")
+    sandboxed.deploy(first)  # its namespace made on its path, the spares behind it
+    spares = wait_for(lambda: _spares(network, at_least=sandboxed.spare_namespaces), "spares")
+    wait_for(ended(sandboxed, first.job_id), "the first job to end")
+    first_netns = sandboxed.job_namespace(first.job_id)
+    sandboxed.remove(first.job_id)
+    assert first_netns not in spares and not os.path.exists(first_netns)
+
+    server = launch(python_job(LISTEN), env={"LISTEN_PORT": "7713"})
+    sandboxed.deploy(server)
+    netns, address = sandboxed.job_namespace(server.job_id), sandboxed.job_address(server.job_id)
+    assert netns in spares and netns not in _spares(network)  # taken: no other job gets it
+    wait_for(logged(sandboxed, server.job_id, "LISTENING"), "the job's server")
+    with socket.create_connection((address, 7713), timeout=10) as connection:
+        connection.sendall(b"hello from the host")
+    wait_for(logged(sandboxed, server.job_id, "GOT hello from the host"), "the host's hello")
+    sandboxed.remove(server.job_id)
+    assert not os.path.exists(netns)
+
+    left = _spares(network)
+    network.remove_spares()  # as the backend's process does at its end
+    assert left and not any(os.path.exists(path) for path in left) and not _spares(network)
+
+
+def _spares(network, at_least: int = 0) -> set[str]:
+    """The paths of the network's spare namespaces, made and not taken (none until there
+    are ``at_least``)."""
+    listed = network.spares.iterdir() if network.spares.is_dir() else []
+    paths = {f"/run/netns/{path.name}" for path in listed if not path.name.startswith(".")}
+    return paths if len(paths) >= at_least else set()
+
+
 SESSION_ENTER = REPOSITORY / "jobmanager/backends/session_enter.py"
 
 

@@ -413,8 +413,9 @@ SESSION_ENTER = REPOSITORY / "jobmanager/backends/session_enter.py"
 def in_session(backend: LocalBackend, job_id: str, command: str) -> subprocess.CompletedProcess:
     """``command`` run in the job's worker 0 as the SSH gateway runs a session's process:
     through session_enter, the worker's confinement passed on a pipe."""
-    confinement = backend.session_confinement(job_id)
-    assert confinement is not None
+    # None until runc has written the container's pid, which may come after the job's
+    # first output on a loaded host.
+    confinement = wait_for(lambda: backend.session_confinement(job_id), "the container")
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())
     os.close(writer)
@@ -452,8 +453,7 @@ def test_a_terminal_session_gets_a_terminal_inside_the_container(sandboxed):
     job = launch("echo STARTED; sleep 300")
     sandboxed.deploy(job)
     wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
-    confinement = sandboxed.session_confinement(job.job_id)
-    assert confinement is not None
+    confinement = wait_for(lambda: sandboxed.session_confinement(job.job_id), "the container")
     master, slave = os.openpty()
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())

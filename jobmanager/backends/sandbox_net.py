@@ -41,7 +41,7 @@ DEFAULT_SUBNET = "10.88.0.0/16"
 NETNS_DIR = Path("/run/netns")
 CLAIMS_DIR = Path("/run/trainyard/addresses")
 SPARES_DIR = Path("/run/trainyard/spares")
-DEFAULT_SPARES = 4  # enough for a few deployments at once; a burst makes its own
+DEFAULT_SPARES = 8  # one for each deployment thread of a pass; a burst makes its own
 COMMAND_TIMEOUT_SECONDS = 30.0
 
 
@@ -86,18 +86,15 @@ class BridgeNetwork:
         egress = "egress NAT" if self.egress_nat else "no egress"
         return f"job netns on bridge {self.bridge} ({self.subnet}), {egress}"
 
-    def plan(self, job_id: str) -> JobNetwork:
+    def plan(self) -> JobNetwork:
         """The job's namespace and address: a spare's, taken for good, or a name and an
         address claimed for it (nothing made yet: the backend records them first, so that
         an undo finds what ``create`` makes)."""
         spare = self._take_spare()
         if spare is not None:
             return spare
-        netns = self._netns(job_id)
+        netns = _new_netns_name()
         return JobNetwork(netns, str(self._claim(netns)))
-
-    def _netns(self, job_id: str) -> str:
-        return f"ty-{_digest(self.bridge, job_id)}"
 
     def create(self, network: JobNetwork) -> None:
         """The job's namespace, up, with its address on the bridge (a spare is already);
@@ -139,7 +136,7 @@ class BridgeNetwork:
             return 0
         self._set_up_bridge()
         self.spares.mkdir(mode=0o700, parents=True, exist_ok=True)
-        netnses = [f"ty-{secrets.token_hex(5)}" for _ in range(count)]
+        netnses = [_new_netns_name() for _ in range(count)]
         networks = [JobNetwork(netns, str(self._claim(netns))) for netns in netnses]
         try:
             _run(["ip", "-batch", "-"], "".join(map(self._host_side, networks)))
@@ -214,11 +211,17 @@ class BridgeNetwork:
     def remove(self, network: JobNetwork) -> None:
         """The namespace (its veth pair with it) and the address's claim; gone already is
         fine."""
-        if (NETNS_DIR / network.netns).exists():
-            with contextlib.suppress(NetworkError):
-                _ip("netns", "delete", network.netns)
-        with contextlib.suppress(FileNotFoundError):
-            (self.claims / network.address).unlink()
+        self.remove_all([network])
+
+    def remove_all(self, networks: list[JobNetwork]) -> None:
+        """The namespaces and their addresses' claims, with one ``ip`` for all."""
+        there = [n.netns for n in networks if (NETNS_DIR / n.netns).exists()]
+        if there:
+            with contextlib.suppress(NetworkError):  # -force: on past one gone meanwhile
+                _run(["ip", "-force", "-batch", "-"], "".join(f"netns delete {n}\n" for n in there))
+        for network in networks:
+            with contextlib.suppress(FileNotFoundError):
+                (self.claims / network.address).unlink()
 
     def tear_down(self) -> None:
         """The bridge, its firewall and every job's namespace still claimed on it, by any
@@ -307,6 +310,12 @@ table ip {table}_nat {{
                 claim.write(netns)
             return address
         raise NetworkError(f"no address of {self.subnet} is free")
+
+
+def _new_netns_name() -> str:
+    """A name no namespace has had (not the job's: an attempt's namespace may still be
+    being removed as the next attempt's is made)."""
+    return f"ty-{secrets.token_hex(5)}"
 
 
 def _digest(*parts: str) -> str:

@@ -55,6 +55,7 @@ def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
     finally:
         for job_id in backend.reports():
             backend.remove(job_id)
+        backend.finish_removals()
         assert backend.sandbox is not None and backend._network is not None
         backend._network.tear_down()
         remove_cgroup_parent(backend.state_dir)
@@ -372,6 +373,28 @@ def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandb
     assert not any(line.split()[1] == "00000000" for line in routes if line.strip()), routes
 
 
+def test_an_ended_job_is_removed_at_once_and_its_namespace_and_bundle_soon_after(sandboxed):
+    job = launch("echo ran")
+    sandboxed.deploy(job)
+    wait_for(ended(sandboxed, job.job_id), "the job to end")
+    assert sandboxed.sandbox is not None
+    root = str(sandboxed.sandbox.runtime_root)
+    netns = sandboxed.job_namespace(job.job_id)
+    assert netns and os.path.exists(netns) and job.job_id in runc_list(root)  # stopped
+
+    sandboxed.remove(job.job_id)
+
+    assert job.job_id not in sandboxed.reports() and job.job_id not in runc_list(root)
+    assert "ran\n" in log_of(sandboxed, job.job_id)  # the log stays
+    trash = sandboxed.state_dir / ".removing"
+    wait_for(
+        lambda: not os.path.exists(netns) and not any(trash.iterdir()),
+        "the namespace and the bundle to go",
+    )
+    parent = sandboxed.sandbox.cgroup_parent
+    assert [path for path in Path("/sys/fs/cgroup").glob(f"*/{parent}/*") if path.is_dir()] == []
+
+
 def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(sandboxed):
     network = sandboxed._network
     assert network is not None and sandboxed.spare_namespaces > 0
@@ -381,7 +404,8 @@ def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(san
     wait_for(ended(sandboxed, first.job_id), "the first job to end")
     first_netns = sandboxed.job_namespace(first.job_id)
     sandboxed.remove(first.job_id)
-    assert first_netns not in spares and not os.path.exists(first_netns)
+    assert first_netns not in spares
+    wait_for(lambda: not os.path.exists(first_netns), "the first job's namespace to go")
 
     server = launch(python_job(LISTEN), env={"LISTEN_PORT": "7713"})
     sandboxed.deploy(server)
@@ -392,7 +416,7 @@ def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(san
         connection.sendall(b"hello from the host")
     wait_for(logged(sandboxed, server.job_id, "GOT hello from the host"), "the host's hello")
     sandboxed.remove(server.job_id)
-    assert not os.path.exists(netns)
+    wait_for(lambda: not os.path.exists(netns), "the server's namespace to go")
 
     left = _spares(network)
     network.remove_spares()  # as the backend's process does at its end

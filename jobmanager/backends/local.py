@@ -109,6 +109,7 @@ from jobmanager.backends.local_host import (
     host_resources,
     parse_declared_nodes,
 )
+from jobmanager.backends.local_removal import Reaper
 from jobmanager.backends.local_spawner import SpawnError, spawn
 from jobmanager.backends.sandbox import (
     DEFAULT_PIDS_LIMIT,
@@ -174,6 +175,7 @@ class LocalBackend(ClusterBackend):
         sandbox_bridge: str | None = None,
         sandbox_subnet: str | None = None,
         sandbox_egress_nat: bool = True,
+        sandbox_spare_namespaces: int = sandbox_net.DEFAULT_SPARES,
         image_store_dir: Path | str | None = None,
         image_pull: bool = False,
         image_cache_keep: int = DEFAULT_CACHE_KEEP,
@@ -195,7 +197,8 @@ class LocalBackend(ClusterBackend):
         beside the system, and ``sandbox_pids_limit`` caps each container's processes;
         each job's network namespace has an address of ``sandbox_subnet`` on
         ``sandbox_bridge`` (``sandbox_net.DEFAULT_SUBNET`` and ``DEFAULT_BRIDGE`` when not
-        given), and egress NAT where ``sandbox_egress_nat``.
+        given), and egress NAT where ``sandbox_egress_nat``; ``sandbox_spare_namespaces``
+        are kept made ahead, off the deployments' path (``BridgeNetwork.keep_spares``).
         Jobs' images come from the OCI layouts in ``image_store_dir`` (None: jobs run on the
         host's system alone), pulled from their registries where missing if ``image_pull``,
         ``image_cache_keep`` of them kept unpacked beyond those in use (``images``); a GPU
@@ -238,6 +241,8 @@ class LocalBackend(ClusterBackend):
             if self.sandbox is not None
             else None
         )
+        self.spare_namespaces = sandbox_spare_namespaces
+        self._reaper = Reaper(self.state_dir / ".removing", self._finish_removals)
         self.images = image_store(
             image_store_dir, self.state_dir / ".images", image_pull, image_cache_keep
         )
@@ -561,10 +566,10 @@ class LocalBackend(ClusterBackend):
         sandboxed = None
         if self.sandbox is not None:
             bundle = job_dir / f"{prefix}.bundle"
+            sandboxed = reference(self.sandbox, container, bundle)
             self._write_bundle(
                 bundle, launch, spec, container, env, working_dir, run_as, devices, state, image
             )
-            sandboxed = reference(self.sandbox, container, bundle)
         confinement = Confinement(
             uid=run_as.uid,
             gid=run_as.gid,
@@ -624,10 +629,11 @@ class LocalBackend(ClusterBackend):
         sandbox on."""
         if self._network is None:
             return None
-        network = self._network.plan(state["job_id"])
+        network = self._network.plan()
         state["network"] = {"netns": network.netns, "address": network.address}
         self._write_state(state)
         self._network.create(network)
+        self._network.keep_spares(self.spare_namespaces)
         return network
 
     def job_address(self, job_id: str) -> str | None:
@@ -725,6 +731,8 @@ class LocalBackend(ClusterBackend):
     def _remove_locked(self, job_id: str) -> None:
         state = self._read_state(job_id)
         job_dir = self._job_dir(job_id)
+        # Containers all stopped: the namespace and bundles go off the caller's path.
+        later = self.sandbox is not None and state is not None and _ended_cleanly(state)
         if state is not None:
             if not _ended_cleanly(state):
                 _wait_dead(_kill_job(state, state["workers"], kill_inits=True))
@@ -735,19 +743,42 @@ class LocalBackend(ClusterBackend):
                     for stray in strays:
                         _signal(stray, signal.SIGKILL)
                     _wait_dead(strays)
+            # Now, under the job's lock: a deployment of the same attempt reuses their names.
             remove_containers(_containers(state["workers"]))
-            if state.get("network") and self._network is not None:
+            if state.get("network") and self._network is not None and not later:
                 self._network.remove(JobNetwork(**state["network"]))
             for worker in state["workers"]:
                 Cgroups.delete(worker["cgroup"])
                 self._devices.release(worker.get("devices", []))
         if job_dir.is_dir():
             release_roots(job_dir)
+            entry = self._reaper.entry(job_id) if later else None
             for path in job_dir.iterdir():
-                if path.name != "work":  # the job's files stay, as its logs do
+                if path.name == "work":  # the job's files stay, as its logs do
+                    continue
+                if entry is not None:  # state.json among them: the job is gone from here
+                    path.rename(entry / path.name)
+                else:
                     shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 job_dir.rmdir()
+            if entry is not None:
+                self._reaper.soon()
+
+    def _finish_removals(self, entries: list[Path]) -> None:
+        """What removals left to the reaper (``local_removal``) in ``entries``: the network
+        namespaces their states name (never another job's: each has a name of its own), in
+        one ``ip``; the bundles go with the entries."""
+        states = [state for entry in entries if (state := _read_json(entry / "state.json"))]
+        if self._network is not None:
+            networks = [JobNetwork(**state["network"]) for state in states if state.get("network")]
+            self._network.remove_all(networks)
+
+    def finish_removals(self) -> None:
+        """Until what removals left to this process's reaper is done, and every entry
+        any process left unfinished too (for tests, and hosts that stop)."""
+        self._reaper.wait()
+        self._reaper.finish_all()
 
     # --- state on disk ---------------------------------------------------------------------
 

@@ -287,9 +287,10 @@ class Init:
 class SandboxedInit(Init):
     """The init of a worker that runs in a runc container (``confinement.sandbox``): it
     starts the container detached, so that the container's first process (``tini``, which
-    forwards signals to the command's group) becomes its child; once that ends, it notes a
-    kill for memory in the container's cgroup and deletes the container, whatever is left
-    of it SIGKILLed with its pid namespace and cgroups."""
+    forwards signals to the command's group) becomes its child; once that ends (and every
+    other process of its pid namespace with it), it notes a kill for memory in the
+    container's cgroup and removes its cgroups; the backend's removal deletes the stopped
+    container."""
 
     def __init__(
         self, argv: list[str], kill_after: float, confinement: confine.Confinement
@@ -348,7 +349,10 @@ class SandboxedInit(Init):
                 os.kill(self.group, signum)  # tini, which forwards it to the command's group
 
     def _clean_up(self) -> None:
-        runc.delete(self.sandbox["root"], self.sandbox["container"])
+        # The container stopped with its first process: the kernel killed every other
+        # process of its pid namespace then, so its cgroups are empty and go now. runc's
+        # record of it (``runc delete``, a process of tens of ms) is left to the backend's
+        # removal, once the end is recorded: the end is not held up by it.
         runc.remove_cgroups(self.sandbox["cgroup"])
         super()._clean_up()
 

@@ -3,10 +3,12 @@
 A job's worker is one runc container, made from a bundle ``sandbox.py`` writes: the init
 starts it detached (``runc run --detach``), so that its first process, whose parent runc
 was, is reparented to the init (a child subreaper) and waited for as any child; forwards
-stops to it; and once it has ended, reads from its memory cgroup whether the kernel killed
-a process for memory, then deletes the container (``runc delete --force``: whatever is
-left of it is SIGKILLed with its cgroup). A session into the worker is ``runc exec``
-into the same container: its namespaces and cgroups.
+stops to it; and once it has ended (the kernel kills every other process of its pid
+namespace then), reads from its memory cgroup whether the kernel killed a process for
+memory and removes its cgroups. The backend's removal deletes the container
+(``runc delete --force``: whatever is left of one not stopped is SIGKILLed with its
+cgroup). A session into the worker is ``runc exec`` into the same container: its
+namespaces and cgroups.
 
 Only the standard library is imported: the init and ``session_enter`` load this file by
 path while they run isolated (``python -I -S``).

@@ -11,18 +11,28 @@ default) masquerades what jobs send elsewhere, for ``pip install`` and data; off
 has no default route and reaches nothing beyond the host's bridge.
 
 Addresses are claimed one file each (``O_EXCL``) in ``/run/trainyard/addresses/<bridge>``,
-so that two deployments at once never take the same one, even of two backends (two state
-directories) on one bridge; the host holds the subnet's first address. The claims live in
-``/run`` as the namespaces do: a reboot clears both.
+holding the namespace's name, so that two deployments at once never take the same one, even
+of two backends (two state directories) on one bridge; the host holds the subnet's first
+address. The claims live in ``/run`` as the namespaces do: a reboot clears both.
+
+Making a namespace takes two runs of ``ip`` (tens of ms on a loaded host), so a few are
+made ahead, off the deployments' path (``make_spares``: one ``ip`` for the host's side of
+all of them), each recorded by a file in ``/run/trainyard/spares/<bridge>`` once it is
+complete. A deployment takes one by removing its file (two never take the same one) and
+makes one itself when none is left. A spare was never used: a job's namespace is never
+handed to another job, it is removed with the job.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import ipaddress
 import os
+import secrets
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +40,8 @@ DEFAULT_BRIDGE = "trainyard0"
 DEFAULT_SUBNET = "10.88.0.0/16"
 NETNS_DIR = Path("/run/netns")
 CLAIMS_DIR = Path("/run/trainyard/addresses")
+SPARES_DIR = Path("/run/trainyard/spares")
+DEFAULT_SPARES = 8  # one for each deployment thread of a pass; a burst makes its own
 COMMAND_TIMEOUT_SECONDS = 30.0
 
 
@@ -43,6 +55,7 @@ class JobNetwork:
 
     netns: str
     address: str
+    made: bool = False  # a spare: made, up and on the bridge already (not recorded)
 
     @property
     def path(self) -> str:
@@ -63,59 +76,162 @@ class BridgeNetwork:
         self.gateway = next(self.subnet.hosts())
         self.egress_nat = egress_nat
         self.claims = CLAIMS_DIR / bridge
+        self.spares = SPARES_DIR / bridge
         self.table = f"trainyard_{bridge.replace('-', '_')}"
         self._ready = False
+        self._topping_up = threading.Lock()
+        self._made_spares = False
 
     def describe(self) -> str:
         egress = "egress NAT" if self.egress_nat else "no egress"
         return f"job netns on bridge {self.bridge} ({self.subnet}), {egress}"
 
-    def plan(self, job_id: str) -> JobNetwork:
-        """The job's namespace name and an address claimed for it (nothing made yet: the
-        backend records them first, so that an undo finds what ``create`` makes)."""
-        return JobNetwork(self._netns(job_id), str(self._claim(job_id)))
-
-    def _netns(self, job_id: str) -> str:
-        return f"ty-{_digest(self.bridge, job_id)}"
+    def plan(self) -> JobNetwork:
+        """The job's namespace and address: a spare's, taken for good, or a name and an
+        address claimed for it (nothing made yet: the backend records them first, so that
+        an undo finds what ``create`` makes)."""
+        spare = self._take_spare()
+        if spare is not None:
+            return spare
+        netns = _new_netns_name()
+        return JobNetwork(netns, str(self._claim(netns)))
 
     def create(self, network: JobNetwork) -> None:
-        """The job's namespace, up, with its address on the bridge; raises NetworkError
-        (having removed what it made) where the host refuses a step."""
+        """The job's namespace, up, with its address on the bridge (a spare is already);
+        raises NetworkError (having removed what it made) where the host refuses a step."""
+        if network.made:
+            return
         self._set_up_bridge()
-        netns, address = network.netns, network.address
-        outside = f"tyv{_digest(netns)[:12]}"
-        prefix = self.subnet.prefixlen
-        host_side = [
-            f"netns add {netns}",
-            f"link add {outside} type veth peer name eth0 netns {netns}",
-            f"link set {outside} master {self.bridge} up",
-            f"link set {outside} type bridge_slave isolated on",  # no job to job on the bridge
-        ]
-        job_side = [f"addr add {address}/{prefix} dev eth0", "link set eth0 up", "link set lo up"]
-        if self.egress_nat:
-            job_side.append(f"route add default via {self.gateway}")
         try:  # two commands, not eight: each start of ip is paid by every job's start
-            _run(["ip", "-batch", "-"], "\n".join(host_side) + "\n")
-            _run(["ip", "-n", netns, "-batch", "-"], "\n".join(job_side) + "\n")
+            _run(["ip", "-batch", "-"], self._host_side(network))
+            self._make_job_side(network)
         except NetworkError:
             self.remove(network)
             raise
 
+    def _host_side(self, network: JobNetwork) -> str:
+        """``ip -batch`` lines: the namespace and its veth pair, the host's end on the
+        bridge, isolated from the other ports (no job to job on the bridge)."""
+        netns, outside = network.netns, f"tyv{_digest(network.netns)[:12]}"
+        return (
+            f"netns add {netns}\n"
+            f"link add {outside} type veth peer name eth0 netns {netns}\n"
+            f"link set {outside} master {self.bridge} up\n"
+            f"link set {outside} type bridge_slave isolated on\n"
+        )
+
+    def _make_job_side(self, network: JobNetwork) -> None:
+        """In the namespace: the address, the interfaces up, the route out (egress on)."""
+        lines = [f"addr add {network.address}/{self.subnet.prefixlen} dev eth0"]
+        lines += ["link set eth0 up", "link set lo up"]
+        if self.egress_nat:
+            lines.append(f"route add default via {self.gateway}")
+        _run(["ip", "-n", network.netns, "-batch", "-"], "\n".join(lines) + "\n")
+
+    def make_spares(self, count: int) -> int:
+        """``count`` spare namespaces, complete, for deployments to take (the host's side of
+        all of them in one ``ip``); how many were made. Raises NetworkError (having removed
+        what it made) where the host refuses the host's side."""
+        if count <= 0:
+            return 0
+        self._set_up_bridge()
+        self.spares.mkdir(mode=0o700, parents=True, exist_ok=True)
+        netnses = [_new_netns_name() for _ in range(count)]
+        networks = [JobNetwork(netns, str(self._claim(netns))) for netns in netnses]
+        try:
+            _run(["ip", "-batch", "-"], "".join(map(self._host_side, networks)))
+        except NetworkError:
+            for network in networks:
+                self.remove(network)
+            raise
+        made = 0
+        for network in networks:
+            try:
+                self._make_job_side(network)
+            except NetworkError:
+                self.remove(network)
+                continue
+            # Listed once complete (a name starting with "." is not listed yet).
+            partial = self.spares / f".{network.netns}"
+            partial.write_text(network.address)
+            partial.rename(self.spares / network.netns)
+            made += 1
+        return made
+
+    def keep_spares(self, size: int) -> None:
+        """Top the spares up to ``size`` in a thread of this process's (one at a time; none
+        when one is at it), off the caller's path. Those left when the process ends are
+        removed then."""
+        if size <= 0 or not self._topping_up.acquire(blocking=False):
+            return
+        if not self._made_spares:
+            self._made_spares = True
+            atexit.register(self.remove_spares)
+        threading.Thread(target=self._top_up, args=(size,), daemon=True).start()
+
+    def _top_up(self, size: int) -> None:
+        try:
+            self.make_spares(size - self.spare_count())
+        except NetworkError:
+            pass  # deployments make their own meanwhile, and say why if they cannot
+        finally:
+            self._topping_up.release()
+
+    def spare_count(self) -> int:
+        """How many spare namespaces are there to take."""
+        try:
+            return sum(not entry.name.startswith(".") for entry in os.scandir(self.spares))
+        except FileNotFoundError:
+            return 0
+
+    def _take_spare(self) -> JobNetwork | None:
+        """A spare namespace, taken for good (its file removed: whoever removes it has it);
+        None when none is left."""
+        try:
+            entries = [entry for entry in os.scandir(self.spares) if entry.name[0] != "."]
+        except FileNotFoundError:
+            return None
+        for entry in entries:
+            try:
+                address = Path(entry.path).read_text()
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue  # taken by another deployment meanwhile
+            network = JobNetwork(entry.name, address, made=True)
+            if (NETNS_DIR / entry.name).exists():
+                return network
+            self.remove(network)  # gone with a cleared /run: forget its claim
+        return None
+
+    def remove_spares(self) -> None:
+        """Every spare namespace not taken (at a backend's end; nothing ran in them)."""
+        while (spare := self._take_spare()) is not None:
+            self.remove(spare)
+
     def remove(self, network: JobNetwork) -> None:
         """The namespace (its veth pair with it) and the address's claim; gone already is
         fine."""
-        if (NETNS_DIR / network.netns).exists():
-            with contextlib.suppress(NetworkError):
-                _ip("netns", "delete", network.netns)
-        with contextlib.suppress(FileNotFoundError):
-            (self.claims / network.address).unlink()
+        self.remove_all([network])
+
+    def remove_all(self, networks: list[JobNetwork]) -> None:
+        """The namespaces and their addresses' claims, with one ``ip`` for all."""
+        there = [n.netns for n in networks if (NETNS_DIR / n.netns).exists()]
+        if there:
+            with contextlib.suppress(NetworkError):  # -force: on past one gone meanwhile
+                _run(["ip", "-force", "-batch", "-"], "".join(f"netns delete {n}\n" for n in there))
+        for network in networks:
+            with contextlib.suppress(FileNotFoundError):
+                (self.claims / network.address).unlink()
 
     def tear_down(self) -> None:
         """The bridge, its firewall and every job's namespace still claimed on it, by any
         backend (for tests and hosts that stop using them)."""
-        for claim in self.claims.glob("*") if self.claims.is_dir() else []:
-            job_id = claim.read_text()
-            self.remove(JobNetwork(self._netns(job_id), claim.name))
+        with self._topping_up:  # this process's top-up, if one is under way, done first
+            self.remove_spares()
+            for claim in self.claims.glob("*") if self.claims.is_dir() else []:
+                self.remove(JobNetwork(claim.read_text(), claim.name))
+        with contextlib.suppress(OSError):
+            self.spares.rmdir()
         with contextlib.suppress(NetworkError):
             _run(["nft", "delete", "table", "inet", self.table])
         with contextlib.suppress(NetworkError):
@@ -176,12 +292,12 @@ table ip {table}_nat {{
 """
         return rules
 
-    def _claim(self, job_id: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        """A free address of the subnet, claimed for ``job_id``; tried from one the job's
-        id picks, so that concurrent deployments rarely contend."""
+    def _claim(self, netns: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        """A free address of the subnet, claimed for the namespace ``netns``; tried from one
+        its name picks, so that concurrent deployments rarely contend."""
         self.claims.mkdir(mode=0o700, parents=True, exist_ok=True)
         hosts = self.subnet.num_addresses - 3  # the network, the gateway, the broadcast
-        start = int(_digest(job_id), 16) % hosts
+        start = int(_digest(netns), 16) % hosts
         first = int(self.subnet.network_address) + 2
         for step in range(hosts):
             address = ipaddress.ip_address(first + (start + step) % hosts)
@@ -191,9 +307,15 @@ table ip {table}_nat {{
             except FileExistsError:
                 continue
             with os.fdopen(descriptor, "w") as claim:
-                claim.write(job_id)
+                claim.write(netns)
             return address
         raise NetworkError(f"no address of {self.subnet} is free")
+
+
+def _new_netns_name() -> str:
+    """A name no namespace has had (not the job's: an attempt's namespace may still be
+    being removed as the next attempt's is made)."""
+    return f"ty-{secrets.token_hex(5)}"
 
 
 def _digest(*parts: str) -> str:

@@ -47,3 +47,4 @@ def _local_backend(host_tmp: Path, inits: str, sandbox: str) -> Iterator[LocalBa
         finally:
             for job_id in backend.reports():
                 backend.remove(job_id)
+            backend.finish_removals()

@@ -55,6 +55,7 @@ def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
     finally:
         for job_id in backend.reports():
             backend.remove(job_id)
+        backend.finish_removals()
         assert backend.sandbox is not None and backend._network is not None
         backend._network.tear_down()
         remove_cgroup_parent(backend.state_dir)
@@ -372,14 +373,73 @@ def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandb
     assert not any(line.split()[1] == "00000000" for line in routes if line.strip()), routes
 
 
+def test_an_ended_job_is_removed_at_once_and_its_namespace_and_bundle_soon_after(sandboxed):
+    job = launch("echo ran")
+    sandboxed.deploy(job)
+    wait_for(ended(sandboxed, job.job_id), "the job to end")
+    assert sandboxed.sandbox is not None
+    root = str(sandboxed.sandbox.runtime_root)
+    netns = sandboxed.job_namespace(job.job_id)
+    assert netns and os.path.exists(netns) and job.job_id in runc_list(root)  # stopped
+
+    sandboxed.remove(job.job_id)
+
+    assert job.job_id not in sandboxed.reports() and job.job_id not in runc_list(root)
+    assert "ran\n" in log_of(sandboxed, job.job_id)  # the log stays
+    trash = sandboxed.state_dir / ".removing"
+    wait_for(
+        lambda: not os.path.exists(netns) and not any(trash.iterdir()),
+        "the namespace and the bundle to go",
+    )
+    parent = sandboxed.sandbox.cgroup_parent
+    assert [path for path in Path("/sys/fs/cgroup").glob(f"*/{parent}/*") if path.is_dir()] == []
+
+
+def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(sandboxed):
+    network = sandboxed._network
+    assert network is not None and sandboxed.spare_namespaces > 0
+    first = launch("true")
+    sandboxed.deploy(first)  # its namespace made on its path, the spares behind it
+    spares = wait_for(lambda: _spares(network, at_least=sandboxed.spare_namespaces), "spares")
+    wait_for(ended(sandboxed, first.job_id), "the first job to end")
+    first_netns = sandboxed.job_namespace(first.job_id)
+    sandboxed.remove(first.job_id)
+    assert first_netns not in spares
+    wait_for(lambda: not os.path.exists(first_netns), "the first job's namespace to go")
+
+    server = launch(python_job(LISTEN), env={"LISTEN_PORT": "7713"})
+    sandboxed.deploy(server)
+    netns, address = sandboxed.job_namespace(server.job_id), sandboxed.job_address(server.job_id)
+    assert netns in spares and netns not in _spares(network)  # taken: no other job gets it
+    wait_for(logged(sandboxed, server.job_id, "LISTENING"), "the job's server")
+    with socket.create_connection((address, 7713), timeout=10) as connection:
+        connection.sendall(b"hello from the host")
+    wait_for(logged(sandboxed, server.job_id, "GOT hello from the host"), "the host's hello")
+    sandboxed.remove(server.job_id)
+    wait_for(lambda: not os.path.exists(netns), "the server's namespace to go")
+
+    left = _spares(network)
+    network.remove_spares()  # as the backend's process does at its end
+    assert left and not any(os.path.exists(path) for path in left) and not _spares(network)
+
+
+def _spares(network, at_least: int = 0) -> set[str]:
+    """The paths of the network's spare namespaces, made and not taken (none until there
+    are ``at_least``)."""
+    listed = network.spares.iterdir() if network.spares.is_dir() else []
+    paths = {f"/run/netns/{path.name}" for path in listed if not path.name.startswith(".")}
+    return paths if len(paths) >= at_least else set()
+
+
 SESSION_ENTER = REPOSITORY / "jobmanager/backends/session_enter.py"
 
 
 def in_session(backend: LocalBackend, job_id: str, command: str) -> subprocess.CompletedProcess:
     """``command`` run in the job's worker 0 as the SSH gateway runs a session's process:
     through session_enter, the worker's confinement passed on a pipe."""
-    confinement = backend.session_confinement(job_id)
-    assert confinement is not None
+    # None until runc has written the container's pid, which may come after the job's
+    # first output on a loaded host.
+    confinement = wait_for(lambda: backend.session_confinement(job_id), "the container")
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())
     os.close(writer)
@@ -417,8 +477,7 @@ def test_a_terminal_session_gets_a_terminal_inside_the_container(sandboxed):
     job = launch("echo STARTED; sleep 300")
     sandboxed.deploy(job)
     wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
-    confinement = sandboxed.session_confinement(job.job_id)
-    assert confinement is not None
+    confinement = wait_for(lambda: sandboxed.session_confinement(job.job_id), "the container")
     master, slave = os.openpty()
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())

@@ -28,10 +28,11 @@ SANDBOX_SUPERNET = ipaddress.ip_network("10.88.0.0/16")
 
 
 def unused_subnet() -> str:
-    """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges)."""
+    """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges;
+    a wider one, as the default bridge's 10.88.0.1/16, counts as its address's /24)."""
     shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     used = {
-        ipaddress.ip_interface(word).network.supernet(new_prefix=24)
+        ipaddress.ip_network(f"{word.split('/')[0]}/24", strict=False)
         for word in shown.split()
         if word.startswith("10.88.") and "/" in word
     }

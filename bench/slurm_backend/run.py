@@ -23,16 +23,22 @@ sides: ``SlurmBackend.deploy`` of each inside one ``nodes_pinned()`` (one ``sinf
 the batch, as the job manager's deploy round does) in 8 threads (``TRAINYARD_DEPLOY_THREADS``,
 as the job manager deploys a round), against a loop of plain ``sbatch``
 of the same script. Measured: jobs accepted by the controller per second, until the last
-job id is back. Every job is cancelled (``scancel --user``) before the other side runs.
-Goal (issue 30): at least Slurm's own rate.
+job id is back. Every job is cancelled (``scancel --user``) before the other side runs,
+and the side that goes first alternates from round to round (the controller still holds
+the cancelled jobs of the side before). Where Trainyard's time goes is printed beside
+the rates: per job, the thread time spent waiting for ``sbatch`` and on its own work
+(directories, state, script), and each side's CPU time (this process, and its ``sbatch``
+children). Goal (issue 30): at least Slurm's own rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,9 +98,34 @@ def sbatch_once(slurm: SlurmCommands, account: RunAs, plain: Path, index: int) -
     return seconds
 
 
-def burst_trainyard(backend: SlurmBackend, account: RunAs, jobs: int, round_: int) -> float:
-    """Seconds to deploy ``jobs`` one-worker jobs in one round (one sinfo), in the job
-    manager's deploy threads."""
+class TimedCommands(SlurmCommands):
+    """Slurm's commands, counting the thread time spent in ``sbatch`` (any thread)."""
+
+    def __init__(self, conf: str) -> None:
+        super().__init__(conf)
+        self.submit_seconds = 0.0
+        self._lock = threading.Lock()
+
+    def submit(self, script: str, uid: int, gid: int, options: list[str]) -> int:
+        begin = time.perf_counter()
+        try:
+            return super().submit(script, uid, gid, options)
+        finally:
+            with self._lock:
+                self.submit_seconds += time.perf_counter() - begin
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of this process and of its ended children (the ``sbatch`` runs)."""
+    times = os.times()
+    return times.user + times.system, times.children_user + times.children_system
+
+
+def burst_trainyard(
+    backend: SlurmBackend, account: RunAs, jobs: int, round_: int
+) -> dict[str, float]:
+    """Deploy ``jobs`` one-worker jobs in one round (one sinfo), in the job manager's
+    deploy threads: the rate, and where each job's time went."""
     launches = [
         JobLaunch(
             job_id=f"burst{round_}x{index:05d}", attempt=1, name="burst", owner=account.name,
@@ -103,38 +134,82 @@ def burst_trainyard(backend: SlurmBackend, account: RunAs, jobs: int, round_: in
         )
         for index in range(jobs)
     ]  # fmt: skip
+    commands = backend.slurm
+    assert isinstance(commands, TimedCommands)
+    commands.submit_seconds = 0.0
+    thread_seconds = [0.0] * jobs
+
+    def deploy(index: int) -> None:
+        begin = time.perf_counter()
+        backend.deploy(launches[index])
+        thread_seconds[index] = time.perf_counter() - begin
+
+    own_before, children_before = cpu_seconds()
     begin = time.perf_counter()
     with backend.nodes_pinned(), ThreadPoolExecutor(DEPLOY_THREADS) as pool:
-        list(pool.map(backend.deploy, launches))
-    return time.perf_counter() - begin
+        list(pool.map(deploy, range(jobs)))
+    seconds = time.perf_counter() - begin
+    own_after, children_after = cpu_seconds()
+    return {
+        "jobs_per_s": round(jobs / seconds, 1),
+        "sbatch_ms_per_job": round(commands.submit_seconds / jobs * 1000, 1),
+        "own_ms_per_job": round((sum(thread_seconds) - commands.submit_seconds) / jobs * 1000, 1),
+        "cpu_ms_per_job": round((own_after - own_before) / jobs * 1000, 2),
+        "sbatch_cpu_ms_per_job": round((children_after - children_before) / jobs * 1000, 2),
+    }
 
 
-def burst_sbatch(slurm: SlurmCommands, account: RunAs, jobs: int) -> float:
-    """Seconds to sbatch ``jobs`` one-task jobs of the same shape."""
+def burst_sbatch(slurm: SlurmCommands, account: RunAs, jobs: int) -> dict[str, float]:
+    """A loop of ``sbatch`` of ``jobs`` one-task jobs of the same shape: its rate."""
     script = "#!/bin/sh\nsrun -N1 -n1 sleep 600\n"
+    own_before, children_before = cpu_seconds()
     begin = time.perf_counter()
     for index in range(jobs):
         options = [f"--nodelist=node{index % 3 + 1}", "-N1", "-n1", "--mem=16",
                    "--no-requeue", "--output=/dev/null"]  # fmt: skip
         slurm.submit(script, account.uid, account.gid, options)
-    return time.perf_counter() - begin
+    seconds = time.perf_counter() - begin
+    own_after, children_after = cpu_seconds()
+    return {
+        "jobs_per_s": round(jobs / seconds, 1),
+        "sbatch_ms_per_job": round(seconds / jobs * 1000, 1),
+        "cpu_ms_per_job": round((own_after - own_before) / jobs * 1000, 2),
+        "sbatch_cpu_ms_per_job": round((children_after - children_before) / jobs * 1000, 2),
+    }
 
 
 def burst(cluster, backend: SlurmBackend, account: RunAs, jobs: int, rounds: int) -> None:
-    """Print each side's rate per round, and Trainyard's over Slurm's."""
+    """Print each round's rates side by side (with the load average and which side went
+    first), and Trainyard's rate over Slurm's."""
     slurm = SlurmCommands(str(cluster.conf))
-    rates: dict[str, list[float]] = {"trainyard": [], "sbatch": []}
+
+    def clear() -> None:
+        slurm.run("scancel", f"--user={account.name}")
+        wait_until_idle(cluster, cluster.nodes)
+
+    results = []
     for round_ in range(rounds):
-        seconds = burst_trainyard(backend, account, jobs, round_)
-        rates["trainyard"].append(round(jobs / seconds, 1))
-        slurm.run("scancel", f"--user={account.name}")
-        wait_until_idle(cluster, cluster.nodes)
-        seconds = burst_sbatch(slurm, account, jobs)
-        rates["sbatch"].append(round(jobs / seconds, 1))
-        slurm.run("scancel", f"--user={account.name}")
-        wait_until_idle(cluster, cluster.nodes)
-    ratios = [round(t / s, 2) for t, s in zip(rates["trainyard"], rates["sbatch"], strict=True)]
-    print(json.dumps({"burst": jobs, "jobs_per_s": rates, "ratio": ratios}, indent=2))
+        started = time.strftime("%H:%M:%S", time.gmtime())
+        load = os.getloadavg()[0]
+        if round_ % 2 == 0:
+            trainyard = burst_trainyard(backend, account, jobs, round_)
+            clear()
+            plain = burst_sbatch(slurm, account, jobs)
+            clear()
+        else:
+            plain = burst_sbatch(slurm, account, jobs)
+            clear()
+            trainyard = burst_trainyard(backend, account, jobs, round_)
+            clear()
+        ratio = round(trainyard["jobs_per_s"] / plain["jobs_per_s"], 2)
+        results.append({
+            "round": round_ + 1, "started_utc": started, "load_1min": round(load, 2),
+            "first": "trainyard" if round_ % 2 == 0 else "sbatch",
+            "trainyard": trainyard, "sbatch": plain, "ratio": ratio,
+        })  # fmt: skip
+        print(json.dumps(results[-1]), flush=True)
+    ratios = [result["ratio"] for result in results]
+    print(json.dumps({"burst": jobs, "ratios": ratios, "every_round_at_least_1": min(ratios) >= 1}))
 
 
 def summary(seconds: list[float]) -> dict[str, float]:
@@ -150,14 +225,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--burst", type=int, default=0, help="jobs per burst (0: none)")
-    parser.add_argument("--rounds", type=int, default=2, help="bursts per side")
+    parser.add_argument("--rounds", type=int, default=3, help="bursts per side")
     args = parser.parse_args()
     jobs = args.jobs
     account = job_account("bench")
     with running_cluster() as cluster, tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         root.chmod(0o711)
-        backend = SlurmBackend(root / "state", root / "logs", str(cluster.conf))
+        commands = TimedCommands(str(cluster.conf))
+        backend = SlurmBackend(root / "state", root / "logs", commands=commands)
         if args.burst:
             burst(cluster, backend, account, args.burst, args.rounds)
             return

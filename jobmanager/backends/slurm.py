@@ -144,24 +144,26 @@ class SlurmBackend(ClusterBackend):
         # (Without a state, nothing was submitted: it is written before sbatch runs.)
         cut_short = previous is not None and previous["attempt"] == launch.attempt
         self._make_job_dirs(launch, run_as)
-        self._write_state(state)
+        script, options = self._batch_job(launch, run_as, nodes, state)
+        self._write_state(state)  # once before sbatch, once after: two writes a deployment
         adopted = (
             self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt)) if cut_short else None
         )
         state["slurm_id"] = (
-            adopted.job_id if adopted else self._submit(launch, run_as, nodes, state)
+            adopted.job_id if adopted else self._submit(launch, run_as, script, options)
         )
         self._write_state(state)
 
-    def _submit(
+    def _batch_job(
         self,
         launch: JobLaunch,
         run_as: RunAs,
         nodes: dict[str, SlurmNode],
         state: dict[str, Any],
-    ) -> int:
-        """Submit the attempt; each worker's environment and the working directory are
-        kept in ``state`` (root's alone: they hold the job's secrets) for its sessions."""
+    ) -> tuple[str, list[str]]:
+        """The attempt's batch script and sbatch options; each worker's environment and
+        the working directory go into ``state`` (root's alone: they hold the job's
+        secrets) for its sessions."""
         shares = node_shares(launch)
         master = nodes[min(launch.workers, key=lambda w: w.rank).node].address
         port = (
@@ -176,7 +178,6 @@ class SlurmBackend(ClusterBackend):
         job_dir = self._job_dir(launch.job_id)
         state["envs"] = {str(rank): env for rank, env in envs.items()}
         state["working_dir"] = launch.working_dir or str(job_dir / "work")
-        self._write_state(state)
         script = batch_script(
             launch, shares, envs,
             working_dir=state["working_dir"],
@@ -190,6 +191,10 @@ class SlurmBackend(ClusterBackend):
             *time_limit(launch.wall_time, self.stop_grace),
             *allocation_options(shares),
         ]  # fmt: skip
+        return script, options
+
+    def _submit(self, launch: JobLaunch, run_as: RunAs, script: str, options: list[str]) -> int:
+        """Hand the batch job to Slurm as the owner; its Slurm job id."""
         try:
             return self.slurm.submit(script, run_as.uid, run_as.gid, options)
         except SlurmError as error:

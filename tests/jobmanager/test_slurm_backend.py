@@ -138,6 +138,30 @@ def test_a_deploy_cut_short_after_sbatch_adopts_the_job_slurm_has_rather_than_su
     assert [job.job_id for job in named] == [submitted]
 
 
+def test_a_deploy_cut_short_before_sbatch_leaves_the_workers_environment_for_sessions(
+    backend, monkeypatch
+):
+    launch = a_launch("cutshort01", (WorkerSpec(0, "node2", (0,), 1000, 64),), "sleep 600")
+
+    def crash(*args: object) -> int:
+        raise KeyboardInterrupt  # the portal dies as sbatch would run
+
+    with monkeypatch.context() as patch:
+        patch.setattr(backend.slurm, "submit", crash)
+        with pytest.raises(KeyboardInterrupt):
+            backend.deploy(launch)
+    state = json.loads((backend.state_dir / "cutshort01" / "state.json").read_text())
+    assert state["slurm_id"] is None  # nothing reached Slurm
+
+    backend.deploy(launch)  # the job manager's next round
+
+    wait_for(lambda: backend.reports()["cutshort01"].started, SECONDS, "the worker starts")
+    step = backend.worker_step("cutshort01", 0)
+    assert step is not None and step.node == "node2"
+    assert step.env["MASTER_ADDR"] == {n.name: n for n in backend.slurm.nodes()}["node2"].address
+    assert [job.name for job in backend.slurm.jobs()].count("ty-cutshort01-a1") == 1
+
+
 def test_a_new_attempt_replaces_an_ended_one_not_yet_removed(backend):
     first = a_launch("again00001", (WorkerSpec(0, "node1", (0,), 1000, 64),), "exit 3")
     backend.deploy(first)

@@ -130,7 +130,8 @@ def _schedule(
     snapshot: Snapshot, cluster: ClusterState, book: QueueBook, summary: RunningSummary
 ) -> Decisions:
     used, covered, claimants = _guaranteed_use(snapshot, book, summary)
-    victims = [job for job in summary.preemptible.values() if job.id not in covered]
+    preemptible = summary.preemptible.values()
+    victims = [job for job in preemptible if job.id not in covered] if covered else preemptible
     state = PassState(
         snapshot, cluster, Borrowers(victims, snapshot.now), book, guaranteed_use=used
     )

@@ -39,6 +39,7 @@ from jobmanager.simulate.engine import ReplayOptions
 
 TARGET_LOAD = 0.8
 SYNTHETIC_NODES = 40
+UNDECIDED = {"wall_seconds"}  # metrics that time the run rather than tell what it decided
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -118,9 +119,12 @@ def differences(before: dict, after: dict) -> list[str]:
             break
     if len(before["jobs"]) != len(after["jobs"]):
         found.append(f"{len(before['jobs'])} jobs before, {len(after['jobs'])} now")
-    for key in ("preemptions", "lost_gpu_seconds", "metrics"):
+    for key in ("preemptions", "lost_gpu_seconds"):
         if before[key] != after[key]:
             found.append(f"{key}: {before[key]} before, {after[key]} now")
+    for key, value in before["metrics"].items():
+        if key not in UNDECIDED and after["metrics"].get(key) != value:
+            found.append(f"{key}: {value} before, {after['metrics'].get(key)} now")
     return found
 
 

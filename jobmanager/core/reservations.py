@@ -182,7 +182,8 @@ def _reserve(
             amounts[name] = here
             fitting[name] = _workers_in(shape, node.state.capacity, *here)
             total += fitting[name]
-    if not fits_when_empty(cluster, shape, within):
+    # (What fits in free and pending resources fits an empty cluster: no need to ask.)
+    if total < shape.workers and not fits_when_empty(cluster, shape, within):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
     shadow = None
     if total >= shape.workers:

@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpw", nargs="*", default=[], help="Gen-Parallel-Workloads CSVs")
     parser.add_argument("--synthetic", type=int, default=3000, help="synthetic jobs (0: none)")
     parser.add_argument("--policies", default="FIFO,RF,BF,LAS,FS")
+    parser.add_argument("--only", default="", help="with --check: runs whose name has this")
     return parser.parse_args(argv)
 
 
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy in spec["policies"]:
             for preemptible in (False, True):
                 key = f"{name} {policy}{' preemptible' if preemptible else ''}"
+                if args.check and args.only not in key:
+                    continue
                 now = json.loads(json.dumps(outcome(trace, cluster, Policy(policy), preemptible)))
                 runs[key] = now
                 line = f"{key}: {now['passes']} passes, {now['cpu_seconds']} s CPU"

@@ -98,9 +98,10 @@ def running_ends(state: PassState) -> list[tuple[float, int, tuple[WorkerPlaceme
     """What holds resources, in order of expected end (built once a pass)."""
     if state.ends is None:
         now = state.snapshot.now
+        preempted = state.preempted
         ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] = []
         for job in state.snapshot.running:
-            if job.releasing or job.id in state.preempted:
+            if job.releasing or job.id in preempted:
                 continue  # pending already: free for reservations
             ends.append((effective_end(job, now), len(ends), job.placement))
         for index, (end, placement) in enumerate(state.started_ends, 1):

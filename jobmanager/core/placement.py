@@ -53,6 +53,8 @@ class FreeNode:
         return self.state.name
 
     def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        if not selector:  # most jobs name no labels: no generator to start
+            return True
         return all(self.labels.get(key) == value for key, value in selector)
 
     def admits(self, shape: JobShape) -> bool:

@@ -51,6 +51,9 @@ class QueueBook:
         )
         self.jobs: dict[str, tuple[str, StreamKey, tuple[Any, ...]]] = {}  # id -> VC, stream, order
         self.reserved: dict[str, QueuedJob] = {}  # jobs with a place kept for them
+        # Queued jobs not preemptible, by VC: phase one, which starts only those, stops
+        # once it has read them all instead of reading on through preemptible ones.
+        self.unpreemptible: dict[str, int] = defaultdict(int)
 
     @classmethod
     def of(
@@ -69,6 +72,7 @@ class QueueBook:
             order = book.order(job)
             book.streams[job.vc].setdefault(key, []).append((order, job))
             book.jobs[job.id] = (job.vc, key, order)
+            book.unpreemptible[job.vc] += not job.preemptible
             if job.reserved:
                 book.reserved[job.id] = job
         for streams in book.streams.values():
@@ -102,6 +106,7 @@ class QueueBook:
         order = self.order(job)
         insort(self.streams[job.vc].setdefault(key, []), (order, job))
         self.jobs[job.id] = (job.vc, key, order)
+        self.unpreemptible[job.vc] += not job.preemptible
         if job.reserved:
             self.reserved[job.id] = job
 
@@ -111,6 +116,7 @@ class QueueBook:
         index = bisect_left(stream, (order,))
         while stream[index][1].id != job_id:
             index += 1
+        self.unpreemptible[vc] -= not stream[index][1].preemptible
         del stream[index]
         if not stream:
             del self.streams[vc][key]

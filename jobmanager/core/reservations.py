@@ -32,12 +32,15 @@ def effective_end(job: RunningJob, now: float) -> float:
     """When a running job is taken to end, for reservations."""
     if job.releasing:
         return now
-    ends = [end for end in (job.expected_end, job.deadline) if end is not None]
-    if not ends:
+    # The earlier of its expected end and its deadline (read once a running job a pass).
+    end, deadline = job.expected_end, job.deadline
+    if end is None or (deadline is not None and deadline < end):
+        end = deadline
+    if end is None:
         # None known: it is taken to run as long again as it has so far.
         return now + max(60.0, now - job.started_at)
-    if min(ends) > now:
-        return min(ends)
+    if end > now:
+        return end
     # Past its expected end (its wall time not enforced yet): soon, rather than late, so
     # that few jobs count as short enough to backfill onto the reserved nodes meanwhile
     # (a reservation planned too early costs some backfill; one planned too late lets
@@ -179,7 +182,8 @@ def _reserve(
             amounts[name] = here
             fitting[name] = _workers_in(shape, node.state.capacity, *here)
             total += fitting[name]
-    if not fits_when_empty(cluster, shape, within):
+    # (What fits in free and pending resources fits an empty cluster: no need to ask.)
+    if total < shape.workers and not fits_when_empty(cluster, shape, within):
         return NEVER  # it cannot run here even on an empty cluster: nothing to keep
     shadow = None
     if total >= shape.workers:

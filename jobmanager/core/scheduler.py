@@ -130,7 +130,8 @@ def _schedule(
     snapshot: Snapshot, cluster: ClusterState, book: QueueBook, summary: RunningSummary
 ) -> Decisions:
     used, covered, claimants = _guaranteed_use(snapshot, book, summary)
-    victims = [job for job in summary.preemptible.values() if job.id not in covered]
+    preemptible = summary.preemptible.values()
+    victims = [job for job in preemptible if job.id not in covered] if covered else preemptible
     state = PassState(
         snapshot, cluster, Borrowers(victims, snapshot.now), book, guaranteed_use=used
     )
@@ -161,12 +162,15 @@ def _schedule(
     # Places kept by the pass before go first to the jobs they were kept for: nothing
     # judged earlier in this pass may take them, so no further victims are needed.
     kept = sorted((job for job in book.reserved.values() if job.id in claimants), key=queue_order)
+    started_kept: dict[str, int] = dict.fromkeys(queues, 0)
     for job in kept:
         if _take_kept_place(state, queues[job.vc], job):
             state.judged.add(job.id)
+            started_kept[job.vc] += 1
 
     for queue in ordered:
-        _phase_one(state, queue)
+        name = queue.vc.name
+        _phase_one(state, queue, book.unpreemptible[name] - started_kept[name])
     _phase_two(state, ordered)
     for reservation in state.reservations:
         state.decisions.reservations[reservation.job.id] = reservation.shadow
@@ -186,17 +190,27 @@ def _walk(
     )
 
 
-def _phase_one(state: PassState, queue: VcQueue) -> None:
-    """Start the VC's guaranteed work in order; leave the rest to the second phase."""
+def _phase_one(state: PassState, queue: VcQueue, unpreemptible: int) -> None:
+    """Start the VC's guaranteed work in order; leave the rest to the second phase.
+    ``unpreemptible``: how many of the jobs the walk gives are not preemptible."""
     explain = state.snapshot.explain
     # A shape given up on is dropped whole, with or without reasons: its jobs are judged,
     # and explained, in phase two (so ten thousand waiting jobs are not read twice).
-    walk = _walk(state, queue, state.judged, lambda shape: shape in queue.dead)
+    # With every job preemptible there is nothing to read (and no blocker yet).
+    walk = None
+    if unpreemptible > 0:
+        walk = _walk(state, queue, state.judged, lambda shape: shape in queue.dead)
     others_holds(state, queue, lift=True)
     state.lifted = queue
     state.unplaceable.clear()
     try:
-        for job in walk:
+        # Preemptible jobs are left to phase two: once the walk has given the last job
+        # that is not, the rest is read only to give reasons behind a blocker.
+        while walk is not None and (unpreemptible > 0 or (explain and queue.blocker)):
+            job = walk.next()
+            if job is None:
+                break
+            unpreemptible -= not job.preemptible
             if queue.blocker is not None:
                 if not explain:
                     break

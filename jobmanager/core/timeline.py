@@ -129,13 +129,19 @@ class SimulatedCluster:
                 for job in self.queued.values()
             )
             if queued
-            else tuple(job for job in self.queued.values() if job.vc not in self.book.policies),
+            else self._unbooked(),
             placement=self.placement,
             starvation_seconds=self.starvation_seconds,
             explain=self.explain,
             usage=self.usage_at(now) if self._fair else {},
             **self.options,  # type: ignore[arg-type]
         )
+
+    def _unbooked(self) -> tuple[QueuedJob, ...]:
+        """The queued jobs of no VC the book knows (the book holds all the others)."""
+        if len(self.queued) == len(self.book):
+            return ()
+        return tuple(job for job in self.queued.values() if job.vc not in self.book.policies)
 
     def usage_at(self, now: float) -> dict[tuple[str, str], float]:
         scale = 2.0 ** (-now / self.usage_half_life)

@@ -3,12 +3,18 @@
 Past usage comes with the snapshot (decayed by the caller); what running jobs ran since
 they started is added, and a job started in the pass counts as FAIR_SHARE_START_SECONDS
 of its GPUs, so that one user's sweep does not take every start of a pass.
+
+A job that has spent the wait limit queued in all (Snapshot.las_wait_limit, all its waits
+after preemptions included) is *overdue*, as under least attained service: it goes before
+every job that is not, whatever its user used, so that a heavy user's job waits about the
+limit at most before it heads the queue (and gets backfill's reservation).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from jobmanager.core.overdue import OVERDUE, is_overdue
 from jobmanager.core.pass_state import PassState
 from jobmanager.core.snapshot import Policy, QueuedJob, VcState
 
@@ -27,6 +33,10 @@ def load_usage(state: PassState) -> None:
 
 
 def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
+    """A job's place in a fair-share VC's queue: first if overdue, else by its user's
+    usage (least first)."""
+    if is_overdue(state.snapshot, job):
+        return (OVERDUE,)
     return (state.usage[(vc.name, job.user)],)
 
 

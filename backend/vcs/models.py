@@ -113,8 +113,8 @@ class VirtualCluster(models.Model):
         default=240,
         help_text="Alert (deploy/prometheus) when a queued job waited longer. Empty: never.",
     )
-    # Fair share (policy FS): each member's past GPU-time counts half as much this many
-    # hours later (backend/jobs/history.py).
+    # Fair share (policy FS, and LAS within its queues): each member's past GPU-time
+    # counts half as much this many hours later (backend/jobs/history.py).
     usage_half_life_hours = models.PositiveIntegerField(
         default=DEFAULT_USAGE_HALF_LIFE_HOURS,
         validators=[MinValueValidator(1)],

@@ -18,7 +18,8 @@ class Policy(StrEnum):
     # they leave that place free in time.
     BACKFILL = "BF"
     # Least attained service (Tiresias): discrete queues by attained GPU-time, preempting
-    # preemptible work of a higher queue; reservations as under BACKFILL bound the wait.
+    # preemptible work of a higher queue; within a queue, fair share between users;
+    # reservations as under BACKFILL bound the wait.
     LAS = "LAS"
     # Fair share between a VC's users by decayed usage, with reservations as BACKFILL.
     FAIR_SHARE = "FS"
@@ -27,6 +28,11 @@ class Policy(StrEnum):
     def reserves(self) -> bool:
         """Whether the first job that cannot start gets a reservation."""
         return self in (Policy.BACKFILL, Policy.LAS, Policy.FAIR_SHARE)
+
+    @property
+    def shares_fairly(self) -> bool:
+        """Whether users' decayed usage orders the queue (within LAS's queues)."""
+        return self in (Policy.LAS, Policy.FAIR_SHARE)
 
 
 # Least attained service: GPU-seconds at which a job moves to the next queue.

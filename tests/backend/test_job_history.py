@@ -56,8 +56,10 @@ def test_a_requeued_job_carries_every_ended_attempt_and_waits_since_the_last(wor
     assert (queued[fresh.job_id].attained, queued[fresh.job_id].waiting_since) == (0.0, None)
 
 
-def test_fair_share_usage_fades_with_the_vcs_half_life(world):
-    world.vision.policy = "FS"
+@pytest.mark.parametrize("policy", ["FS", "LAS"])
+def test_fair_share_usage_fades_with_the_vcs_half_life(world, policy):
+    """Under fair share, and under LAS (which shares fairly within its queues)."""
+    world.vision.policy = policy
     world.vision.save()
     job = JobFactory(
         owner=world.member, vc=world.vision, gpu_type=world.a100, gpus_per_worker=8,

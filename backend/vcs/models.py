@@ -120,6 +120,15 @@ class VirtualCluster(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Fair share: a member's past GPU-time counts half after this many hours.",
     )
+    # LAS and fair share: a job queued this long in all goes first (jobmanager.core.overdue).
+    wait_limit_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="LAS and fair share: a job queued this many hours in all, its waits after "
+        "preemptions included, goes before every other. Empty: the cluster's default "
+        "(TRAINYARD_LAS_WAIT_LIMIT_SECONDS).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = VirtualClusterQuerySet.as_manager()

@@ -36,7 +36,7 @@ def load_usage(state: PassState) -> None:
 def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
     """A job's place in a fair-share VC's queue: first if overdue, else by its user's
     usage (least first)."""
-    if is_overdue(state.snapshot, job):
+    if is_overdue(state.snapshot, job, vc):
         return (OVERDUE,)
     return (state.usage[(vc.name, job.user)],)
 

@@ -28,7 +28,7 @@ from jobmanager.core.overdue import OVERDUE, is_overdue, time_queued, was_overdu
 from jobmanager.core.pass_state import PassState, VcQueue
 from jobmanager.core.preemption import Borrowers, fewest_victims
 from jobmanager.core.queues import las_level
-from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot
+from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
 
 __all__ = ["OVERDUE", "is_overdue", "las_rank", "preempt_for_less_attained", "time_queued"]
 
@@ -36,10 +36,10 @@ __all__ = ["OVERDUE", "is_overdue", "las_rank", "preempt_for_less_attained", "ti
 LAS_PREEMPTION_TRIES = 64
 
 
-def las_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
+def las_rank(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) -> tuple[Any, ...]:
     """A job's place in a LAS VC's queue: its queue by attained service, or first if it
     has waited too long."""
-    if is_overdue(snapshot, job):
+    if is_overdue(snapshot, job, vc):
         return (OVERDUE,)
     # Waited too long (past the guard, and some times what it ran: Tiresias's
     # STARVE_LIMIT): first again, whatever it ran.
@@ -63,7 +63,7 @@ def _victims(
             running.vc != queue.vc.name
             or running.id in state.preempted
             or now - running.started_at < snapshot.las_quantum
-            or was_overdue(snapshot, running)
+            or was_overdue(snapshot, running, queue.vc)
         ):
             continue
         running_level = las_level(running.attained_at(now), snapshot.las_thresholds)
@@ -86,9 +86,8 @@ def preempt_for_less_attained(state: PassState, queue: VcQueue, job: QueuedJob) 
     # By what it ran, not where waiting moved it: a job let ahead for having waited
     # long takes what is free first, but preempts only as its queue would.
     snapshot = state.snapshot
-    level = (
-        OVERDUE if is_overdue(snapshot, job) else las_level(job.attained, snapshot.las_thresholds)
-    )
+    overdue = is_overdue(snapshot, job, queue.vc)
+    level = OVERDUE if overdue else las_level(job.attained, snapshot.las_thresholds)
     pool = state.las_victims.get((queue.vc.name, level))
     if pool is None:
         pool = Borrowers(_victims(state, queue, level, job=None), snapshot.now)

@@ -24,7 +24,7 @@ from jobmanager.core.snapshot import Policy, QueuedJob, VcState
 def rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
     """A job's place in its VC's queue before its queue order, by the VC's policy."""
     if vc.policy == Policy.LAS:
-        level = las_rank(state.snapshot, job)
+        level = las_rank(state.snapshot, job, vc)
         if level == (OVERDUE,):
             return level
         return (*level, state.usage[(vc.name, job.user)])

@@ -9,7 +9,7 @@ started (jobmanager.core.las).
 
 from __future__ import annotations
 
-from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot
+from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
 
 # The rank of an overdue job: before the first LAS queue and before any user's usage; under
 # least attained service a preemptor of every level.
@@ -22,10 +22,13 @@ def time_queued(job: QueuedJob, now: float) -> float:
     return now - job.queued_at - job.attained / max(job.shape.total.gpus, 1)
 
 
-def wait_limit(snapshot: Snapshot, expected_wait: float | None) -> float | None:
-    """How long a job may wait in all before it is overdue: the wait limit, or the wait
-    factor times its expected wait if that is longer; None: no bound."""
-    limit = snapshot.las_wait_limit
+def wait_limit(
+    snapshot: Snapshot, expected_wait: float | None, vc: VcState | None = None
+) -> float | None:
+    """How long a job may wait in all before it is overdue: its VC's wait limit (else the
+    snapshot's), or the wait factor times its expected wait if that is longer; None: no
+    bound."""
+    limit = snapshot.las_wait_limit if vc is None or vc.wait_limit is None else vc.wait_limit
     factor = snapshot.las_wait_factor
     if factor is not None and expected_wait is not None:
         scaled = factor * expected_wait
@@ -33,18 +36,18 @@ def wait_limit(snapshot: Snapshot, expected_wait: float | None) -> float | None:
     return limit
 
 
-def is_overdue(snapshot: Snapshot, job: QueuedJob) -> bool:
-    """Whether the job has waited past its wait limit, all its waits together."""
+def is_overdue(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) -> bool:
+    """Whether the job (of ``vc``) has waited past its wait limit, all its waits together."""
     if snapshot.las_limit_preempted_only and job.attained <= 0:
         return False
-    limit = wait_limit(snapshot, job.expected_wait)
+    limit = wait_limit(snapshot, job.expected_wait, vc)
     return limit is not None and time_queued(job, snapshot.now) >= limit
 
 
-def was_overdue(snapshot: Snapshot, running: RunningJob) -> bool:
-    """Whether the running job was overdue when it (last) started: then least attained
-    service does not preempt it."""
-    limit = wait_limit(snapshot, running.expected_wait)
+def was_overdue(snapshot: Snapshot, running: RunningJob, vc: VcState | None = None) -> bool:
+    """Whether the running job (of ``vc``) was overdue when it (last) started: then least
+    attained service does not preempt it."""
+    limit = wait_limit(snapshot, running.expected_wait, vc)
     if limit is None or (snapshot.las_limit_preempted_only and running.attained <= 0):
         return False
     held = running.attained / max(running.shape.total.gpus, 1)

@@ -104,6 +104,9 @@ class VcState:
     max_interactive_gpus: int | None = None
     # Its dedicated nodes take other VCs' preemptible jobs while it leaves them idle.
     lends_dedicated: bool = False
+    # Seconds queued in all before its jobs are overdue (jobmanager.core.overdue); None:
+    # the snapshot's las_wait_limit.
+    wait_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

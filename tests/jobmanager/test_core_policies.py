@@ -179,6 +179,31 @@ def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep(policy):
     assert "light" not in started(schedule(fifo))
 
 
+@pytest.mark.parametrize("policy", [Policy.FAIR_SHARE, Policy.LAS])
+@pytest.mark.parametrize(
+    ("vc_limit", "snapshot_limit"), [(80.0, None), (80.0, 10**6), (None, 80.0)]
+)
+def test_a_job_past_its_vcs_wait_limit_goes_before_a_lighter_users(
+    policy, vc_limit, snapshot_limit
+):
+    """The VC's wait limit, else the snapshot's: the heavy user's job, queued 200 s, goes
+    before the light user's, queued 50 s; with no limit that binds, the light one first."""
+    heavy = queued("heavy", gpus=4, at=0.0, user="heavy")
+    light = queued("light", gpus=4, at=150.0, user="light")
+    snapshot = Snapshot(
+        now=200.0,
+        nodes=nodes(1),
+        vcs=(replace(vc("a", 4, policy), wait_limit=vc_limit),),
+        queued=(heavy, light),
+        usage={("a", "heavy"): 50_000.0},
+        las_wait_limit=snapshot_limit,
+    )
+    unbound = replace(snapshot, vcs=(vc("a", 4, policy),), las_wait_limit=10**6)
+
+    assert started(schedule(snapshot)) == ["heavy"]
+    assert started(schedule(unbound)) == ["light"]
+
+
 def test_las_serves_its_queues_before_users_shares():
     """A light user's job that has run past the first LAS queue waits behind a heavy
     user's job of the first queue."""

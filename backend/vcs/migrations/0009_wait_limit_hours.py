@@ -5,15 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('vcs', '0008_virtualcluster_whole_nodes_for_distributed'),
+        ("vcs", "0008_virtualcluster_whole_nodes_for_distributed"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='virtualcluster',
-            name='wait_limit_hours',
-            field=models.PositiveIntegerField(blank=True, help_text="LAS and fair share: a job queued this many hours in all, its waits after preemptions included, goes before every other. Empty: the cluster's default (TRAINYARD_LAS_WAIT_LIMIT_SECONDS).", null=True, validators=[django.core.validators.MinValueValidator(1)]),
+            model_name="virtualcluster",
+            name="wait_limit_hours",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="LAS and fair share: a job queued this many hours in all, its waits after preemptions included, goes before every other. Empty: the cluster's default (TRAINYARD_LAS_WAIT_LIMIT_SECONDS).",
+                null=True,
+                validators=[django.core.validators.MinValueValidator(1)],
+            ),
         ),
     ]

@@ -645,6 +645,7 @@ def _overdue_examples() -> tuple[Snapshot, Snapshot]:
     )
 
 
+@EXAMPLES
 @example(_overdue_examples()[0])
 @example(_overdue_examples()[1])
 @given(las_snapshots())

@@ -59,10 +59,11 @@ class VirtualCluster(models.Model):
     description = models.TextField(blank=True)
     notification = models.TextField(blank=True, help_text="Shown as a banner to members.")
     policy = models.CharField(
-        # Backfill: the best measured on the ITP traces (docs/benchmarks.md).
+        # Least attained service, fair share within its queues (jobmanager.core.snapshot's
+        # DEFAULT_POLICY; docs/benchmarks.md).
         max_length=4,
         choices=SchedulingPolicy.choices,
-        default=SchedulingPolicy.BACKFILL,
+        default=SchedulingPolicy.LEAST_ATTAINED_SERVICE,
     )
     max_wall_time = models.PositiveIntegerField(
         default=7 * 24 * 3600, help_text="Longest a job may run, in seconds."

@@ -60,6 +60,8 @@ class VirtualClusterFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"vc{n}")
     description = "A test VC"
+    # The tests were written for backfill's order; the default (LAS) is tested by name.
+    policy = "BF"
 
 
 class QuotaFactory(factory.django.DjangoModelFactory):

@@ -57,11 +57,12 @@ def decayed_gpu_seconds(
 
 def decayed_usage(now: datetime) -> dict[tuple[str, str], float]:
     """Each (VC, member)'s decayed GPU-seconds over the ended attempts of the jobs of the
-    fair-share VCs, each VC with its own half-life (its usage_half_life_hours)."""
+    VCs that share fairly (fair share, and LAS within its queues), each VC with its own
+    half-life (its usage_half_life_hours)."""
     half_lives = {
         name: hours * 3600.0
         for name, hours in VirtualCluster.objects.filter(
-            policy=SchedulingPolicy.FAIR_SHARE
+            policy__in=(SchedulingPolicy.FAIR_SHARE, SchedulingPolicy.LEAST_ATTAINED_SERVICE)
         ).values_list("name", "usage_half_life_hours")
     }
     if not half_lives:

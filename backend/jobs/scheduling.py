@@ -117,6 +117,10 @@ def load_cluster_state() -> ClusterState:
     return ClusterState.of(load_nodes(), load_running())
 
 
+def _hours(hours: int | None) -> float | None:
+    return None if hours is None else hours * 3600.0
+
+
 def load_snapshot(
     now: datetime | None = None, insights: dict[str, tuple[int, str]] | None = None
 ) -> Snapshot:
@@ -137,9 +141,15 @@ def load_snapshot(
             policy=Policy(row["policy"]),
             max_interactive_gpus=row["max_interactive_gpus"],
             lends_dedicated=row["lends_dedicated_nodes"],
+            wait_limit=_hours(row["wait_limit_hours"]),
         )
         for row in VirtualCluster.objects.order_by().values(
-            "id", "name", "policy", "max_interactive_gpus", "lends_dedicated_nodes"
+            "id",
+            "name",
+            "policy",
+            "max_interactive_gpus",
+            "lends_dedicated_nodes",
+            "wait_limit_hours",
         )
     )
     estimates = learned_run_times()

@@ -29,6 +29,7 @@ VC_SETTINGS = (
     "interactive_idle_kill_minutes",
     "queue_wait_alert_minutes",
     "usage_half_life_hours",
+    "wait_limit_hours",
 )
 
 

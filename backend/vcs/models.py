@@ -59,10 +59,11 @@ class VirtualCluster(models.Model):
     description = models.TextField(blank=True)
     notification = models.TextField(blank=True, help_text="Shown as a banner to members.")
     policy = models.CharField(
-        # Backfill: the best measured on the ITP traces (docs/benchmarks.md).
+        # Least attained service, fair share within its queues (jobmanager.core.snapshot's
+        # DEFAULT_POLICY; docs/benchmarks.md).
         max_length=4,
         choices=SchedulingPolicy.choices,
-        default=SchedulingPolicy.BACKFILL,
+        default=SchedulingPolicy.LEAST_ATTAINED_SERVICE,
     )
     max_wall_time = models.PositiveIntegerField(
         default=7 * 24 * 3600, help_text="Longest a job may run, in seconds."
@@ -113,12 +114,21 @@ class VirtualCluster(models.Model):
         default=240,
         help_text="Alert (deploy/prometheus) when a queued job waited longer. Empty: never.",
     )
-    # Fair share (policy FS): each member's past GPU-time counts half as much this many
-    # hours later (backend/jobs/history.py).
+    # Fair share (policy FS, and LAS within its queues): each member's past GPU-time
+    # counts half as much this many hours later (backend/jobs/history.py).
     usage_half_life_hours = models.PositiveIntegerField(
         default=DEFAULT_USAGE_HALF_LIFE_HOURS,
         validators=[MinValueValidator(1)],
         help_text="Fair share: a member's past GPU-time counts half after this many hours.",
+    )
+    # LAS and fair share: a job queued this long in all goes first (jobmanager.core.overdue).
+    wait_limit_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="LAS and fair share: a job queued this many hours in all, its waits after "
+        "preemptions included, goes before every other. Empty: the cluster's default "
+        "(TRAINYARD_LAS_WAIT_LIMIT_SECONDS).",
     )
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -9,9 +9,10 @@ users; not kept in this repository): read from CSV files given by ``--philly`` /
 environment's ``TRAINYARD_GPW_MIRROR``). Each sample is one VC on a cluster of 8-GPU nodes
 sized for an offered load of 0.8 (``--target-load``), as the ITP tables are; every policy
 replays it without preemption and with every job preemptible (checkpoints every 600 s, a
-restart costs 120 s), LAS with the live 24 h wait limit. Waits are counted in all: time
-queued = JCT minus the time the job ran; first-start waits are shown beside it. Prints one
-table per sample, ratios to FIFO without preemption, and the issue's three goals.
+restart costs 120 s), with the live 24 h wait limit (LAS and fair share promote a job
+queued that long). Waits are counted in all: time queued = JCT minus the time the job ran;
+first-start waits are shown beside it. Prints one table per sample, ratios to FIFO without
+preemption, and the issue's three goals.
 """
 
 from __future__ import annotations
@@ -152,29 +153,42 @@ def _without_preemption(runs: list[Run], policy: Policy) -> RunMetrics:
 
 
 def goals(runs: list[Run]) -> list[str]:
-    """The issue's three goals, each with the figures that decide it."""
+    """The issue's three goals, each with the figures that decide it: the default's mean
+    time queued against the best run of the same preemption setting (and of all runs),
+    the longest time queued of any run, the worst p95 JCT of any run and the default's."""
     fifo = _without_preemption(runs, Policy.FIFO)
-    default = _without_preemption(runs, DEFAULT_POLICY)
-    best = min(runs, key=lambda run: run.metrics.avg_time_queued)
-    ratio = default.avg_time_queued / best.metrics.avg_time_queued
+    lines = []
+    for preemptible in sorted({run.preemptible for run in runs}):
+        same = [run for run in runs if run.preemptible == preemptible]
+        default = next((run for run in same if run.policy == DEFAULT_POLICY), None)
+        if default is None:
+            continue
+        best = min(same, key=lambda run: run.metrics.avg_time_queued)
+        ratio = default.metrics.avg_time_queued / best.metrics.avg_time_queued
+        lines.append(
+            f"default ({DEFAULT_POLICY.value}, preemption {_yes(preemptible)}) mean time "
+            f"queued {default.metrics.avg_time_queued / MINUTE:,.2f} min = {ratio:.2f}x the "
+            f"best of its setting ({best.policy.value}, "
+            f"{best.metrics.avg_time_queued / MINUTE:,.2f} min): "
+            f"{'met' if ratio <= 1.05 else 'NOT met'} (goal <= 1.05x); its p95 JCT "
+            f"{default.metrics.p95_jct / fifo.p95_jct:.3f}x FIFO's"
+        )
     worst_longest = max(runs, key=lambda run: run.metrics.max_time_queued)
     longest = worst_longest.metrics.max_time_queued / fifo.max_queue_delay
     worst_p95 = max(runs, key=lambda run: run.metrics.p95_jct)
     p95 = worst_p95.metrics.p95_jct / fifo.p95_jct
     return [
-        f"default ({DEFAULT_POLICY.value}, no preemption) mean time queued "
-        f"{default.avg_time_queued / MINUTE:,.2f} min = {ratio:.2f}x the best "
-        f"({best.policy.value}, preemption {'yes' if best.preemptible else 'no'}, "
-        f"{best.metrics.avg_time_queued / MINUTE:,.2f} min): "
-        f"{'met' if ratio <= 1.05 else 'NOT met'} (goal <= 1.05x)",
+        *lines,
         f"longest time queued of any run {longest:.2f}x FIFO's longest wait "
-        f"({worst_longest.policy.value}, preemption "
-        f"{'yes' if worst_longest.preemptible else 'no'}): "
+        f"({worst_longest.policy.value}, preemption {_yes(worst_longest.preemptible)}): "
         f"{'met' if longest <= 1.5 else 'NOT met'} (goal <= 1.5x)",
         f"worst p95 JCT {p95:.3f}x FIFO's ({worst_p95.policy.value}, preemption "
-        f"{'yes' if worst_p95.preemptible else 'no'}): "
-        f"{'met' if p95 <= 1.0 else 'NOT met'} (goal <= 1x)",
+        f"{_yes(worst_p95.preemptible)}): {'met' if p95 <= 1.0 else 'NOT met'} (goal <= 1x)",
     ]
+
+
+def _yes(preemptible: bool) -> str:
+    return "yes" if preemptible else "no"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 runs = [future.result() for future in futures]
             print(table(runs))
-            if DEFAULT_POLICY in args.policies and False in preemption:
+            if DEFAULT_POLICY in args.policies:
                 for line in goals(runs):
                     print(f"- {line}")
     return 0

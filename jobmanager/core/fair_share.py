@@ -1,16 +1,23 @@
-"""Fair share between a VC's users: the user with the least decayed usage goes first.
+"""Fair share between a VC's users: the user with the least decayed usage goes first
+(under policy FS across the VC's queue; under LAS within each of its queues).
 
 Past usage comes with the snapshot (decayed by the caller); what running jobs ran since
 they started is added, and a job started in the pass counts as FAIR_SHARE_START_SECONDS
 of its GPUs, so that one user's sweep does not take every start of a pass.
+
+A job that has spent the wait limit queued in all (Snapshot.las_wait_limit, all its waits
+after preemptions included) is *overdue*, as under least attained service: it goes before
+every job that is not, whatever its user used, so that a heavy user's job waits about the
+limit at most before it heads the queue (and gets backfill's reservation).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from jobmanager.core.overdue import OVERDUE, is_overdue
 from jobmanager.core.pass_state import PassState
-from jobmanager.core.snapshot import Policy, QueuedJob, VcState
+from jobmanager.core.snapshot import QueuedJob, VcState
 
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
 FAIR_SHARE_START_SECONDS = 3600.0
@@ -19,7 +26,7 @@ FAIR_SHARE_START_SECONDS = 3600.0
 def load_usage(state: PassState) -> None:
     """Each (VC, user)'s usage at the start of the pass, if any VC shares fairly."""
     snapshot = state.snapshot
-    if any(vc.policy == Policy.FAIR_SHARE for vc in snapshot.vcs):
+    if any(vc.policy.shares_fairly for vc in snapshot.vcs):
         for key, amount in snapshot.usage.items():
             state.usage[key] += amount
         for key in state.summary.gpus:
@@ -27,10 +34,14 @@ def load_usage(state: PassState) -> None:
 
 
 def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
+    """A job's place in a fair-share VC's queue: first if overdue, else by its user's
+    usage (least first)."""
+    if is_overdue(state.snapshot, job, vc):
+        return (OVERDUE,)
     return (state.usage[(vc.name, job.user)],)
 
 
 def charge_start(state: PassState, vc: VcState, job: QueuedJob) -> None:
     """A job started in this pass counts against its user's share from now on."""
-    if vc.policy == Policy.FAIR_SHARE:
+    if vc.policy.shares_fairly:
         state.usage[(vc.name, job.user)] += job.shape.total.gpus * FAIR_SHARE_START_SECONDS

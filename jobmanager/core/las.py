@@ -24,58 +24,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from jobmanager.core.outcomes import preempt, wait
+from jobmanager.core.overdue import OVERDUE, is_overdue, time_queued, was_overdue
 from jobmanager.core.pass_state import PassState, VcQueue
 from jobmanager.core.preemption import Borrowers, fewest_victims
 from jobmanager.core.queues import las_level
-from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot
+from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
+
+__all__ = ["OVERDUE", "is_overdue", "las_rank", "preempt_for_less_attained", "time_queued"]
 
 # Jobs per VC and pass that look for LAS victims.
 LAS_PREEMPTION_TRIES = 64
 
 
-# The LAS level of an overdue job: before the first queue, and a preemptor of every level.
-OVERDUE = -1
-
-
-def time_queued(job: QueuedJob, now: float) -> float:
-    """Seconds the job has waited since its submission, over all its waits: what it did
-    not spend holding its GPUs (its attained GPU-seconds over its GPUs)."""
-    return now - job.queued_at - job.attained / max(job.shape.total.gpus, 1)
-
-
-def wait_limit(snapshot: Snapshot, expected_wait: float | None) -> float | None:
-    """How long a job may wait in all before it is overdue: the wait limit, or the wait
-    factor times its expected wait if that is longer; None: no bound."""
-    limit = snapshot.las_wait_limit
-    factor = snapshot.las_wait_factor
-    if factor is not None and expected_wait is not None:
-        scaled = factor * expected_wait
-        limit = scaled if limit is None else max(limit, scaled)
-    return limit
-
-
-def is_overdue(snapshot: Snapshot, job: QueuedJob) -> bool:
-    """Whether the job has waited past its wait limit, all its waits together."""
-    if snapshot.las_limit_preempted_only and job.attained <= 0:
-        return False
-    limit = wait_limit(snapshot, job.expected_wait)
-    return limit is not None and time_queued(job, snapshot.now) >= limit
-
-
-def was_overdue(snapshot: Snapshot, running: RunningJob) -> bool:
-    """Whether the running job was overdue when it (last) started: then least attained
-    service does not preempt it."""
-    limit = wait_limit(snapshot, running.expected_wait)
-    if limit is None or (snapshot.las_limit_preempted_only and running.attained <= 0):
-        return False
-    held = running.attained / max(running.shape.total.gpus, 1)
-    return running.started_at - running.queue_position - held >= limit
-
-
-def las_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
+def las_rank(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) -> tuple[Any, ...]:
     """A job's place in a LAS VC's queue: its queue by attained service, or first if it
     has waited too long."""
-    if is_overdue(snapshot, job):
+    if is_overdue(snapshot, job, vc):
         return (OVERDUE,)
     # Waited too long (past the guard, and some times what it ran: Tiresias's
     # STARVE_LIMIT): first again, whatever it ran.
@@ -99,7 +63,7 @@ def _victims(
             running.vc != queue.vc.name
             or running.id in state.preempted
             or now - running.started_at < snapshot.las_quantum
-            or was_overdue(snapshot, running)
+            or was_overdue(snapshot, running, queue.vc)
         ):
             continue
         running_level = las_level(running.attained_at(now), snapshot.las_thresholds)
@@ -122,9 +86,8 @@ def preempt_for_less_attained(state: PassState, queue: VcQueue, job: QueuedJob) 
     # By what it ran, not where waiting moved it: a job let ahead for having waited
     # long takes what is free first, but preempts only as its queue would.
     snapshot = state.snapshot
-    level = (
-        OVERDUE if is_overdue(snapshot, job) else las_level(job.attained, snapshot.las_thresholds)
-    )
+    overdue = is_overdue(snapshot, job, queue.vc)
+    level = OVERDUE if overdue else las_level(job.attained, snapshot.las_thresholds)
     pool = state.las_victims.get((queue.vc.name, level))
     if pool is None:
         pool = Borrowers(_victims(state, queue, level, job=None), snapshot.now)

@@ -3,7 +3,8 @@
 
 FIFO and runnable first rank nothing; backfill runs first the jobs with a deadline they
 can still make (jobmanager.core.edf); least attained service ranks by LAS queue
-(jobmanager.core.las); fair share by the user's usage (jobmanager.core.fair_share).
+(jobmanager.core.las) and within a queue by the user's usage; fair share by the user's usage
+(jobmanager.core.fair_share). An overdue job (jobmanager.core.overdue) goes first under both.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from jobmanager.core.bursts import burst_rank
 from jobmanager.core.edf import deadline_rank
 from jobmanager.core.fair_share import fair_share_rank
 from jobmanager.core.las import las_rank
+from jobmanager.core.overdue import OVERDUE
 from jobmanager.core.pass_state import PassState
 from jobmanager.core.queues import queue_order
 from jobmanager.core.snapshot import Policy, QueuedJob, VcState
@@ -22,7 +24,10 @@ from jobmanager.core.snapshot import Policy, QueuedJob, VcState
 def rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
     """A job's place in its VC's queue before its queue order, by the VC's policy."""
     if vc.policy == Policy.LAS:
-        return las_rank(state.snapshot, job)
+        level = las_rank(state.snapshot, job, vc)
+        if level == (OVERDUE,):
+            return level
+        return (*level, state.usage[(vc.name, job.user)])
     if vc.policy == Policy.FAIR_SHARE:
         return fair_share_rank(state, vc, job)
     if vc.policy == Policy.BACKFILL:
@@ -40,8 +45,8 @@ def rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
 
 def rank_is_static(state: PassState, vc: VcState) -> bool:
     """Whether ``rank`` gives each job of the VC the same place for a whole pass: it
-    depends only on the job and the snapshot, except under fair share (a user's usage
-    grows with each start) and backfill's largest fit first (what fits now)."""
-    if vc.policy == Policy.FAIR_SHARE:
+    depends only on the job and the snapshot, except under fair share and LAS (a user's
+    usage grows with each start) and backfill's largest fit first (what fits now)."""
+    if vc.policy.shares_fairly:
         return False
     return not (vc.policy == Policy.BACKFILL and state.snapshot.largest_fit_first)

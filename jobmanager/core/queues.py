@@ -1,8 +1,8 @@
 """Queued jobs as a pass reads them: by VC, in streams of one shape and one group.
 
-A stream holds the jobs of one VC with one shape and one group (their LAS queue under
-least attained service, their user under fair share, none otherwise), in queue order. A
-pass merges a VC's streams by each head's place under the VC's policy, and drops a whole
+A stream holds the jobs of one VC with one shape and one group (their LAS queue and user
+under least attained service, their user under fair share, none otherwise), in queue
+order. A pass merges a VC's streams by each head's place under the VC's policy, and drops a whole
 stream once its shape cannot start any more in the pass (free capacity only shrinks), so
 that a pass reads the jobs it decides on, not the whole queue. The simulator keeps one
 book up to date between passes; the live system builds one per pass.
@@ -83,7 +83,7 @@ class QueueBook:
     def group(self, job: QueuedJob) -> object:
         policy = self.policies[job.vc]
         if policy == Policy.LAS:
-            return las_level(job.attained, self.las_thresholds)
+            return (las_level(job.attained, self.las_thresholds), job.user)
         if policy == Policy.FAIR_SHARE:
             return job.user
         if policy == Policy.BACKFILL and job.due is not None:

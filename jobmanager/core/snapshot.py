@@ -18,7 +18,8 @@ class Policy(StrEnum):
     # they leave that place free in time.
     BACKFILL = "BF"
     # Least attained service (Tiresias): discrete queues by attained GPU-time, preempting
-    # preemptible work of a higher queue; reservations as under BACKFILL bound the wait.
+    # preemptible work of a higher queue; within a queue, fair share between users;
+    # reservations as under BACKFILL bound the wait.
     LAS = "LAS"
     # Fair share between a VC's users by decayed usage, with reservations as BACKFILL.
     FAIR_SHARE = "FS"
@@ -28,10 +29,18 @@ class Policy(StrEnum):
         """Whether the first job that cannot start gets a reservation."""
         return self in (Policy.BACKFILL, Policy.LAS, Policy.FAIR_SHARE)
 
+    @property
+    def shares_fairly(self) -> bool:
+        """Whether users' decayed usage orders the queue (within LAS's queues)."""
+        return self in (Policy.LAS, Policy.FAIR_SHARE)
+
 
 # Least attained service: GPU-seconds at which a job moves to the next queue.
 LAS_THRESHOLDS = (16 * 3600.0,)  # one queue boundary, at 16 GPU-hours: the best measured
-DEFAULT_POLICY = Policy.BACKFILL  # the best measured on the ITP traces (docs/benchmarks.md)
+# The default (docs/benchmarks.md, 2026-12-03 evening): without preemption it orders as fair
+# share on traces with users and as backfill on the ITP traces, the best mean wait or within
+# 5 % of it on each; with preemptible jobs it also preempts by attained service.
+DEFAULT_POLICY = Policy.LAS
 
 
 class Placement(StrEnum):
@@ -98,6 +107,9 @@ class VcState:
     max_interactive_gpus: int | None = None
     # Its dedicated nodes take other VCs' preemptible jobs while it leaves them idle.
     lends_dedicated: bool = False
+    # Seconds queued in all before its jobs are overdue (jobmanager.core.overdue); None:
+    # the snapshot's las_wait_limit.
+    wait_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

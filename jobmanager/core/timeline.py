@@ -21,7 +21,6 @@ from jobmanager.core.snapshot import (
     Decisions,
     NodeState,
     Placement,
-    Policy,
     QueuedJob,
     RunningJob,
     Snapshot,
@@ -92,7 +91,7 @@ class SimulatedCluster:
         thresholds = self.options.get("las_thresholds", LAS_THRESHOLDS)
         self.book = QueueBook(self.vcs, thresholds)  # type: ignore[arg-type]
         self._usage = defaultdict(float)
-        self._fair = any(vc.policy == Policy.FAIR_SHARE for vc in self.vcs)
+        self._fair = any(vc.policy.shares_fairly for vc in self.vcs)
         self._dedicated = dedicated_vcs(self.nodes)
         self._lending = lenders(self.vcs)
         switches = self.switches

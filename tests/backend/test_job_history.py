@@ -56,8 +56,10 @@ def test_a_requeued_job_carries_every_ended_attempt_and_waits_since_the_last(wor
     assert (queued[fresh.job_id].attained, queued[fresh.job_id].waiting_since) == (0.0, None)
 
 
-def test_fair_share_usage_fades_with_the_vcs_half_life(world):
-    world.vision.policy = "FS"
+@pytest.mark.parametrize("policy", ["FS", "LAS"])
+def test_fair_share_usage_fades_with_the_vcs_half_life(world, policy):
+    """Under fair share, and under LAS (which shares fairly within its queues)."""
+    world.vision.policy = policy
     world.vision.save()
     job = JobFactory(
         owner=world.member, vc=world.vision, gpu_type=world.a100, gpus_per_worker=8,
@@ -83,3 +85,22 @@ def test_a_vc_admin_sets_the_half_life_and_a_bad_one_is_refused_by_name(world):
     answer = client.patch("/api/v1/vcs/vision/", {"usage_half_life_hours": 0}, format="json")
     assert answer.status_code == 400
     assert "usage_half_life_hours" in answer.json()
+
+
+def test_a_vc_admin_sets_the_wait_limit_the_scheduler_reads_and_a_bad_one_is_refused(world):
+    client = world.client(world.vc_admin)
+    assert client.get("/api/v1/vcs/vision/").json()["wait_limit_hours"] is None
+
+    answer = client.patch("/api/v1/vcs/vision/", {"wait_limit_hours": 12}, format="json")
+
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["wait_limit_hours"] == 12
+    vcs = {vc.name: vc for vc in load_snapshot().vcs}
+    assert vcs["vision"].wait_limit == 12 * HOUR
+    for bad in (0, -1, "a day"):
+        answer = client.patch("/api/v1/vcs/vision/", {"wait_limit_hours": bad}, format="json")
+        assert answer.status_code == 400
+        assert "wait_limit_hours" in answer.json()
+    answer = client.patch("/api/v1/vcs/vision/", {"wait_limit_hours": None}, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert {vc.name: vc for vc in load_snapshot().vcs}["vision"].wait_limit is None

@@ -133,6 +133,13 @@ def test_cluster_admins_create_vcs(world):
     assert VirtualCluster.objects.filter(name="speech", max_wall_time=3600).exists()
 
 
+def test_a_new_vc_schedules_by_least_attained_service_unless_told_otherwise(world):
+    response = world.client(world.staff).post(VCS, {"name": "speech"}, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["policy"] == "LAS"
+
+
 @pytest.mark.parametrize(
     ("who", "body", "status", "field"),
     [

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobmanager.core.las import time_queued
+from jobmanager.core.overdue import time_queued
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.queues import las_level
 from jobmanager.core.scheduler import schedule
@@ -159,14 +159,16 @@ def test_las_within_queue_gives_a_job_moved_down_back_its_gpus_from_later_jobs()
     assert schedule(replace(base, now=6000.0)).preemptions == []
 
 
-def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep():
+@pytest.mark.parametrize("policy", [Policy.FAIR_SHARE, Policy.LAS])
+def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep(policy):
+    """Under fair share, and under LAS within a queue (none of these jobs has run)."""
     cluster = nodes(1)
     sweep = [queued(f"sweep{index}", gpus=1, at=float(index), user="heavy") for index in range(8)]
     light = queued("light", gpus=1, at=100.0, user="light")
     snapshot = Snapshot(
         now=200.0,
         nodes=cluster,
-        vcs=(vc("a", 4, Policy.FAIR_SHARE),),
+        vcs=(vc("a", 4, policy),),
         queued=(*sweep, light),
         usage={("a", "heavy"): 50_000.0},
     )
@@ -175,6 +177,48 @@ def test_fair_share_lets_the_light_user_by_the_heavy_users_sweep():
     assert len(started(schedule(snapshot))) == 4
     fifo = replace(snapshot, vcs=(vc("a", 4, Policy.FIFO),))
     assert "light" not in started(schedule(fifo))
+
+
+@pytest.mark.parametrize("policy", [Policy.FAIR_SHARE, Policy.LAS])
+@pytest.mark.parametrize(
+    ("vc_limit", "snapshot_limit"), [(80.0, None), (80.0, 10**6), (None, 80.0)]
+)
+def test_a_job_past_its_vcs_wait_limit_goes_before_a_lighter_users(
+    policy, vc_limit, snapshot_limit
+):
+    """The VC's wait limit, else the snapshot's: the heavy user's job, queued 200 s, goes
+    before the light user's, queued 50 s; with no limit that binds, the light one first."""
+    heavy = queued("heavy", gpus=4, at=0.0, user="heavy")
+    light = queued("light", gpus=4, at=150.0, user="light")
+    snapshot = Snapshot(
+        now=200.0,
+        nodes=nodes(1),
+        vcs=(replace(vc("a", 4, policy), wait_limit=vc_limit),),
+        queued=(heavy, light),
+        usage={("a", "heavy"): 50_000.0},
+        las_wait_limit=snapshot_limit,
+    )
+    unbound = replace(snapshot, vcs=(vc("a", 4, policy),), las_wait_limit=10**6)
+
+    assert started(schedule(snapshot)) == ["heavy"]
+    assert started(schedule(unbound)) == ["light"]
+
+
+def test_las_serves_its_queues_before_users_shares():
+    """A light user's job that has run past the first LAS queue waits behind a heavy
+    user's job of the first queue."""
+    cluster = nodes(1)
+    heavy = [queued(f"heavy{index}", gpus=2, at=float(index), user="heavy") for index in range(2)]
+    moved_down = replace(queued("light", gpus=2, at=0.0, user="light"), attained=10**6)
+    snapshot = Snapshot(
+        now=200.0,
+        nodes=cluster,
+        vcs=(vc("a", 4, Policy.LAS),),
+        queued=(*heavy, moved_down),
+        usage={("a", "heavy"): 50_000.0},
+    )
+
+    assert set(started(schedule(snapshot))) == {"heavy0", "heavy1"}
 
 
 def test_backfill_runs_a_job_that_can_still_make_its_deadline_first():

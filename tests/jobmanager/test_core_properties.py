@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jobmanager.core.las import is_overdue, was_overdue
+from jobmanager.core.overdue import is_overdue, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import ahead_in_its_queue
 from jobmanager.core.scheduler import covered_borrowers, queue_order, schedule
@@ -645,6 +645,7 @@ def _overdue_examples() -> tuple[Snapshot, Snapshot]:
     )
 
 
+@EXAMPLES
 @example(_overdue_examples()[0])
 @example(_overdue_examples()[1])
 @given(las_snapshots())
@@ -655,6 +656,75 @@ def test_a_job_past_the_las_wait_limit_is_never_preempted_by_las_and_goes_first(
     for preemption in decisions.preemptions:
         if preemption.reason.startswith("preempted by least attained service"):
             assert not was_overdue(snapshot, running[preemption.job_id]), preemption
+    started = decisions.started_ids()
+    waiting = [
+        job
+        for job in snapshot.queued
+        if is_overdue(snapshot, job)
+        and not job.interactive
+        and job.id not in started
+        and job.id not in decisions.claims
+    ]
+    for job in waiting:
+        overtaken = [
+            later.id
+            for later in snapshot.queued
+            if later.vc == job.vc
+            and later.shape == job.shape
+            and later.queued_at > job.queued_at
+            and not is_overdue(snapshot, later)
+            and later.id in started
+        ]
+        assert not overtaken, f"{overtaken} started before overdue job {job.id}"
+
+
+@st.composite
+def fair_share_snapshots(draw) -> Snapshot:
+    """Random snapshots with every VC sharing fairly between users of unequal past usage,
+    under a wait limit that some queued jobs are past."""
+    snapshot = draw(snapshots())
+    users = ("heavy", "light", "new")
+    queued = tuple(
+        replace(job, user=draw(_choice(*users)), attained=float(draw(_choice(0, 0, 20))))
+        for job in snapshot.queued
+        if job.vc != "ghost"
+    )
+    usage = {
+        (vc.name, user): float(draw(_choice(0, 10, 10**6))) for vc in snapshot.vcs for user in users
+    }
+    return replace(
+        snapshot,
+        vcs=tuple(replace(vc, policy=Policy.FAIR_SHARE) for vc in snapshot.vcs),
+        queued=queued,
+        usage=usage,
+        las_wait_limit=draw(_choice(30.0, 80.0)),
+    )
+
+
+def _heavy_user_overdue_example() -> Snapshot:
+    """One free 8-GPU node, a 80 s limit: the heavy user's job has waited 200 s, the light
+    user's 50 s; only one fits."""
+    node = NodeState("n0", "A100", Resources(8, 32000, 128 * GIB))
+    shape = JobShape("A100", 1, Resources(8, 1000, GIB))
+    vc = VcState("vc0", {"A100": Resources(8, PLENTY, PLENTY)}, Policy.FAIR_SHARE)
+    return Snapshot(
+        now=NOW, nodes=(node,), vcs=(vc,), las_wait_limit=80.0,
+        queued=(
+            QueuedJob("q0", "vc0", shape, queued_at=0.0, user="heavy"),
+            QueuedJob("q1", "vc0", shape, queued_at=150.0, user="light"),
+        ),
+        usage={("vc0", "heavy"): 10.0**6, ("vc0", "light"): 0.0},
+    )  # fmt: skip
+
+
+@EXAMPLES
+@example(_heavy_user_overdue_example())
+@given(fair_share_snapshots())
+def test_under_fair_share_a_job_past_the_wait_limit_goes_before_lighter_users_jobs(snapshot):
+    """No job that is not overdue starts before an overdue job of its VC and shape
+    submitted earlier waits on, however little the later job's user used."""
+    decisions = schedule(snapshot)
+
     started = decisions.started_ids()
     waiting = [
         job

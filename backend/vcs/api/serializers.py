@@ -34,7 +34,8 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
             "name", "description", "notification", "policy", "max_wall_time",
             "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
             "user_gpu_limit", *IDLE_SETTINGS,
-            "usage_half_life_hours", "created_at", "my_role", "lends_dedicated_nodes",
+            "usage_half_life_hours", "wait_limit_hours", "created_at", "my_role",
+            "lends_dedicated_nodes",
             "whole_nodes_for_distributed",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
@@ -143,6 +144,9 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     )
     usage_half_life_hours = serializers.IntegerField(
         min_value=1, max_value=MAX_HALF_LIFE_HOURS, required=False
+    )
+    wait_limit_hours = serializers.IntegerField(
+        min_value=1, max_value=MAX_HALF_LIFE_HOURS, required=False, allow_null=True
     )
 
     def validate(self, attrs: dict) -> dict:

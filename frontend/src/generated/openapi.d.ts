@@ -2450,6 +2450,7 @@ export interface components {
             interactive_idle_kill_minutes?: number;
             queue_wait_alert_minutes?: number | null;
             usage_half_life_hours?: number;
+            wait_limit_hours?: number | null;
         };
         /**
          * @description * `FIFO` - First in, first out
@@ -2878,6 +2879,11 @@ export interface components {
              * @description Fair share: a member's past GPU-time counts half after this many hours.
              */
             usage_half_life_hours?: number;
+            /**
+             * Format: int64
+             * @description LAS and fair share: a job queued this many hours in all, its waits after preemptions included, goes before every other. Empty: the cluster's default (TRAINYARD_LAS_WAIT_LIMIT_SECONDS).
+             */
+            wait_limit_hours?: number | null;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;
@@ -2966,6 +2972,11 @@ export interface components {
              * @description Fair share: a member's past GPU-time counts half after this many hours.
              */
             usage_half_life_hours?: number;
+            /**
+             * Format: int64
+             * @description LAS and fair share: a job queued this many hours in all, its waits after preemptions included, goes before every other. Empty: the cluster's default (TRAINYARD_LAS_WAIT_LIMIT_SECONDS).
+             */
+            wait_limit_hours?: number | null;
             /** Format: date-time */
             readonly created_at: string;
             readonly my_role: (components["schemas"]["RoleEnum"] | components["schemas"]["NullEnum"]) | null;

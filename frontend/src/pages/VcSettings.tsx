@@ -72,7 +72,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     <div className="settings">
       <form onSubmit={save} aria-label="VC settings" noValidate>
         <h2>Scheduling</h2>
-        <Field label="Scheduling policy" name="policy" errors={errors} hint="BF: in order, smaller jobs run ahead when they do not delay the first waiting one; FIFO: strictly in order; RF: the jobs that fit first; LAS: the jobs that have run least first (preempts preemptible jobs); FS: the members who used least first">
+        <Field label="Scheduling policy" name="policy" errors={errors} hint="BF: in order, smaller jobs run ahead when they do not delay the first waiting one; FIFO: strictly in order; RF: the jobs that fit first; LAS (the default): the jobs that have run least first, then the members who used least (preempts preemptible jobs); FS: the members who used least first">
           <select id="f-policy" value={values.policy} onChange={set("policy")}>
             <option value="BF">BF (backfill)</option>
             <option value="FIFO">FIFO</option>

@@ -30,11 +30,14 @@ SANDBOX_SUPERNET = ipaddress.ip_network("10.88.0.0/16")
 def unused_subnet() -> str:
     """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges)."""
     shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    used = {
-        ipaddress.ip_interface(word).network.supernet(new_prefix=24)
+    networks = [
+        ipaddress.ip_interface(word).network
         for word in shown.split()
         if word.startswith("10.88.") and "/" in word
-    }
+    ]
+    # A wider network (a default bridge 10.88.0.0/16 a `make run` left) loses to a /24's
+    # more specific route: only the /24s in use are taken.
+    used = {net.supernet(new_prefix=24) for net in networks if net.prefixlen >= 24}
     free = [net for net in SANDBOX_SUPERNET.subnets(new_prefix=24) if net not in used][1:]
     return str(secrets.choice(free))
 

@@ -431,6 +431,16 @@ def test_every_shell_example_is_run_or_marked_not_to_be_with_a_reason():
         assert sorted(named) == sorted(CHECKS.get(document, {})), document
 
 
+def test_a_fence_says_how_its_block_is_run():
+    bare = Example("x.md", 1, "sh no-test", "make run\n")
+    given = Example("x.md", 1, "sh no-test=starts-the-system", "make run\n")
+    admin = Example("x.md", 1, "sh test=cluster-setup as=admin", "a \\\n  b\n# c\nd  # e\n")
+    assert (bare.not_run, bare.reason, bare.check) == (True, "", None)  # refused above
+    assert (given.not_run, given.reason) == (True, "starts-the-system")
+    assert (admin.check, admin.admin_only, admin.not_run) == ("cluster-setup", True, False)
+    assert admin.commands() == ["a    b", "d  # e"]
+
+
 def run_document(demo: Demo, terminal: Terminal, document: str) -> None:
     """The document's blocks in order; a normal user's terminal skips the admins'."""
     for example in shell_examples(document):

@@ -90,7 +90,7 @@ def main() -> int:
         print(f"rank {rank}: resumed from {checkpoint.name} at step {start}", flush=True)
 
     loss_fn = nn.CrossEntropyLoss()
-    step = start
+    step, loss = start, None  # a run restarted after its last step has none left to do
     for step in range(start + 1, args.steps + 1):
         inputs, labels = synthetic_batch(step, rank, args.batch_size)
         optimizer.zero_grad()
@@ -112,7 +112,8 @@ def main() -> int:
             return 143
     if rank == 0:
         save_checkpoint(output, step, model, optimizer)
-        print(f"rank 0: done, final loss {loss.item():.4f}", flush=True)
+        final = "no step left" if loss is None else f"final loss {loss.item():.4f}"
+        print(f"rank 0: done, {final}", flush=True)
     if world_size > 1:
         dist.destroy_process_group()
     return 0

@@ -1,12 +1,13 @@
-"""The shell examples of the README and the user guide, read from the Markdown.
+"""The shell examples of the README and the other documents, read from the Markdown.
 
 A fenced block whose info string starts with ``sh`` is an example of a shell session. Its
 info string says what becomes of it (docs/user-guide.md, "Examples in these documents"):
 
 - ``sh test=NAME``: tests/test_docs_examples.py runs it against a live system and checks
-  what the text says it does with the check called NAME;
-- ``sh no-test``: it is not run (starting the system, a cluster the tests have not), the
-  text says why where it is not plain.
+  what the text says it does with the check called NAME, as root and again as a normal
+  user; ``sh test=NAME as=admin``: as root only (an operator's or cluster admin's block);
+- ``sh no-test=REASON``: it is not run, for the reason given (``starts-the-system``,
+  ``needs-kubernetes``, ...); a bare ``no-test`` is refused.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "docs/user-guide.md")
-FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
+DOCUMENTS = (
+    "README.md",
+    "docs/user-guide.md",
+    "docs/operations.md",
+    "docs/api.md",
+    "docs/kubernetes-backend.md",
+)
+FENCE = re.compile(r"^[ \t]*```(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 SHELLS = ("sh", "bash", "shell", "console")
 NOT_RUN = "no-test"
+ADMIN_ONLY = "as=admin"
 
 
 @dataclass(frozen=True)
@@ -29,27 +37,52 @@ class Example:
     info: str
     body: str
 
+    def _option(self, name: str) -> str | None:
+        found = re.search(rf"(?:^|\s){name}(?:=(\S*))?(?=\s|$)", self.info)
+        return None if found is None else found.group(1) or ""
+
     @property
     def check(self) -> str | None:
         """The check's name (``test=NAME``), None for a block not to be run."""
-        found = re.search(r"(?:^|\s)test=(\S+)", self.info)
-        return found.group(1) if found else None
+        return self._option("test") or None
 
     @property
     def not_run(self) -> bool:
-        return NOT_RUN in self.info.split()
+        return self._option(NOT_RUN) is not None
+
+    @property
+    def reason(self) -> str:
+        """Why a ``no-test`` block is not run; empty where the fence gives no reason."""
+        return self._option(NOT_RUN) or ""
+
+    @property
+    def admin_only(self) -> bool:
+        """Run as root only: an operator's or a cluster admin's block."""
+        return ADMIN_ONLY in self.info.split()
+
+    def commands(self) -> list[str]:
+        """The block's commands, one per logical line (continuations joined, comments and
+        blank lines left out)."""
+        joined = re.sub(r"\\\n", " ", self.body)
+        return [line.strip() for line in joined.splitlines() if line.strip()[:1] not in ("", "#")]
 
     def __str__(self) -> str:
         return f"{self.document}:{self.line} ({self.info})"
 
 
 def shell_examples(document: str) -> list[Example]:
-    """Every shell block of ``document`` (a path under the repository), in order."""
+    """Every shell block of ``document`` (a path under the repository), in order; a block
+    indented under a list item is read without its indent."""
     text = (ROOT / document).read_text()
     found = []
     for fence in FENCE.finditer(text):
         info = fence.group("info").strip()
         if info.split()[:1] and info.split()[0] in SHELLS:
             line = text.count("\n", 0, fence.start()) + 1
-            found.append(Example(document, line, info, fence.group("body")))
+            indent = len(fence.group(0)) - len(fence.group(0).lstrip(" \t"))
+            body = "".join(
+                row[indent:] if row[:indent].isspace() else row
+                for row in fence.group("body").splitlines(keepends=True)
+            )
+            found.append(Example(document, line, info, body))
     return found

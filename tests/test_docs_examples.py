@@ -1,23 +1,31 @@
-"""Every shell example of README.md and docs/user-guide.md runs as written against a live
-system and does what its text says.
+"""Every shell example of the README, the user guide and the operations guide runs as
+written against a live system and does what its text says, as root and again as a normal
+user.
 
 The examples are read from the Markdown at test time (tests/docs_examples.py; the
 convention is in docs/user-guide.md, "Examples in these documents"). The live system is
-``make run``'s: the demo cluster and users (seed_demo), gunicorn, a Celery worker and beat
-on the local backend over the registered nodes, jobs as their owners' accounts in the
-training environment. The examples run as root, in bash, one document's blocks in order
-as in one terminal (what a block sets, the next one sees), each with ``set -e`` and a
-``curl`` that fails on a refused request; the address the documents give for the portal
-is the live one's, and the user guide's placeholders (a token, job ids) are real ones.
+``make run``'s, started by root (multi-tenant): the demo cluster and users (seed_demo),
+gunicorn, a Celery worker and beat on the local backend over the registered nodes, jobs as
+their owners' accounts in the training environment. One live system serves every block.
+Each document's blocks run in bash, in order as in one terminal (what a block sets, the
+next one sees), each with ``set -e`` and a ``curl`` that fails on a refused request; the
+address the documents give for the portal is the live one's, and the placeholders (a
+token, job ids) are real ones. Then a normal Unix account, made for the test and removed
+after it, runs the README's and the user guide's blocks again (all but ``as=admin``) as
+its own Trainyard user, with the command-line client on its PATH and signed in with
+``trainyard login``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import secrets
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,48 +36,47 @@ from django.core.management import call_command
 
 from backend.accounts.actions import create_api_token
 from backend.core.management.commands.seed_demo import DEMO_USERS
+from backend.vcs.actions import set_membership
+from backend.vcs.models import VirtualCluster
 from tests.docs_examples import DOCUMENTS, ROOT, Example, shell_examples
 from tests.e2e.dashboard import LiveServers, live_servers, set_password
 from tests.jobmanager.test_local_backend import wait_for
-from tests.unix_accounts import TEST_ACCOUNT_ENV, reachable_directory
+from tests.unix_accounts import (
+    JOB_PYTHON,
+    JOB_PYTHONPATH,
+    TEST_ACCOUNT_ENV,
+    TEST_NAME_PREFIX,
+    require_root,
+)
 
 JOB_SECONDS = 300  # a training job's start, 300 steps and end, on loaded cores
 # Each block: errors stop it, a refused request is an error, what it sets is kept.
 PRELUDE = """set -euo pipefail
 curl() { command curl --fail-with-body "$@"; }
 """
-ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", re.M)
+ASSIGNMENT = re.compile(r"(?:^|;)\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", re.M)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENDED = ("finished", "failed", "killed", "timeout")
+PORTAL = ("http://localhost:8000", "https://trainyard.example.com")
 
 
 @dataclass
-class Demo:
-    """The live demo system and the terminal the examples run in."""
+class Terminal:
+    """A shell of one user's (root, or a normal account), in which blocks run in order."""
 
-    servers: LiveServers
+    user: str  # the Trainyard user it acts as
+    password: str
     env: dict[str, str]
-    state: Path
+    state: Path  # what the blocks set, sourced by the next
     cwd: Path
+    account: pwd.struct_passwd | None = None  # None: root
     substitutions: dict[str, str] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-
-    def token(self, username: str) -> str:
-        if username not in self.tokens:
-            user = get_user_model().objects.get(username=username)
-            self.tokens[username] = create_api_token(user, "docs examples")[1]
-        return self.tokens[username]
-
-    def api(self, username: str, path: str) -> requests.Response:
-        return requests.get(
-            f"{self.servers.base_url}/api/v1/{path}",
-            headers={"Authorization": f"Token {self.token(username)}"},
-            timeout=30,
-        )
 
     def run(
-        self, example: Example, stdin: str = "", also: dict[str, str] | None = None
+        self, example: Example | str, stdin: str = "", also: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess:
-        """Run the block in the terminal, its placeholders (and ``also``'s) replaced."""
-        body = example.body
+        """Run the block (or one command of it), its placeholders (and ``also``'s) replaced."""
+        body = example.body if isinstance(example, Example) else example
         for placeholder, value in (self.substitutions | (also or {})).items():
             body = body.replace(placeholder, value)
         names = sorted(set(ASSIGNMENT.findall(body)))
@@ -78,7 +85,13 @@ class Demo:
         return subprocess.run(
             ["bash", "-c", script], cwd=self.cwd, env=self.env, input=stdin,
             capture_output=True, text=True, timeout=JOB_SECONDS, start_new_session=True,
+            **self._identity(),
         )  # fmt: skip
+
+    def _identity(self) -> dict:
+        if self.account is None:
+            return {}
+        return {"user": self.account.pw_uid, "group": self.account.pw_gid, "extra_groups": []}
 
     def variable(self, name: str) -> str:
         done = subprocess.run(
@@ -86,15 +99,108 @@ class Demo:
         )
         return done.stdout
 
-    def job_ends(self, username: str, job_id: str) -> dict:
-        def ended() -> dict | None:
+    def command(self, argv: list[str]) -> subprocess.CompletedProcess:
+        """A program run as this terminal's user, outside the blocks."""
+        return subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, check=True, **self._identity()
+        )
+
+
+@dataclass
+class Demo:
+    """The live demo system, its users' tokens, and the API as they see it."""
+
+    servers: LiveServers
+    directory: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def token(self, username: str) -> str:
+        if username not in self.tokens:
+            user = get_user_model().objects.get(username=username)
+            self.tokens[username] = create_api_token(user, "docs examples")[1]
+        return self.tokens[username]
+
+    def call(self, method: str, username: str, path: str, body: object = None) -> requests.Response:
+        return requests.request(
+            method, f"{self.servers.base_url}/api/v1/{path}", json=body, timeout=30,
+            headers={"Authorization": f"Token {self.token(username)}"},
+        )  # fmt: skip
+
+    def api(self, username: str, path: str) -> requests.Response:
+        return self.call("GET", username, path)
+
+    def submit(self, username: str, spec: dict) -> str:
+        submitted = self.call("POST", username, "jobs/", spec)
+        assert submitted.status_code == 201, submitted.text
+        return submitted.json()["id"]
+
+    def job_reaches(self, username: str, job_id: str, statuses: tuple[str, ...]) -> dict:
+        def reached() -> dict | None:
             job = self.api(username, f"jobs/{job_id}/").json()
-            return job if job["status"] in ("finished", "failed", "killed") else None
+            return job if job["status"] in statuses else None
 
-        return wait_for(ended, f"job {job_id} to end", JOB_SECONDS)
+        return wait_for(reached, f"job {job_id} to be {'/'.join(statuses)}", JOB_SECONDS)
 
-    def log(self, username: str, job_id: str) -> str:
-        return self.api(username, f"jobs/{job_id}/log/tail/?worker=0").json()["text"]
+    def job_ends(self, username: str, job_id: str) -> dict:
+        return self.job_reaches(username, job_id, ENDED)
+
+    def finishes(self, username: str, job_id: str) -> dict:
+        """The job, once ended; it must have finished (else its message and log say why)."""
+        job = self.job_ends(username, job_id)
+        assert job["status"] == "finished", (job, self.log(username, job_id))
+        return job
+
+    def log(self, username: str, job_id: str, worker: int = 0) -> str:
+        return self.api(username, f"jobs/{job_id}/log/tail/?worker={worker}").json()["text"]
+
+    def terminal(self, name: str, user: str, password: str, cwd: Path, account=None) -> Terminal:
+        """A fresh terminal with its own HOME and state, the CLI on its PATH."""
+        home = Path(account.pw_dir) if account else self.directory / f"home-{name}"
+        home.mkdir(exist_ok=True)
+        bin_dir = home / ".local" / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        (bin_dir / "trainyard").write_text(cli_launcher())
+        (bin_dir / "trainyard").chmod(0o755)
+        state = home / "terminal.sh"
+        state.write_text("")
+        env = os.environ | TEST_ACCOUNT_ENV | self.servers.env
+        if account is not None:  # a login shell's environment, nothing of root's
+            env = {"USER": account.pw_name, "LOGNAME": account.pw_name, "SHELL": "/bin/bash",
+                   "LANG": "C.UTF-8"}  # fmt: skip
+            for path in [home, *home.rglob("*")]:
+                os.chown(path, account.pw_uid, account.pw_gid)
+        env |= {"HOME": str(home), "PATH": f"{bin_dir}:{SYSTEM_PATH}"}
+        return Terminal(user, password, env, state, cwd, account)
+
+
+def cli_launcher() -> str:
+    """``trainyard`` as the package installs it, for any account: the system's Python of
+    the suite's version with the suite's packages (the suite's own interpreter may lie
+    under root's home, as on CI)."""
+    return (
+        f"#!/bin/sh\nPYTHONPATH={JOB_PYTHONPATH} exec {JOB_PYTHON} -c "
+        "'import sys; from trainyard_cli.main import main; sys.exit(main())' \"$@\"\n"
+    )
+
+
+@contextmanager
+def normal_account(directory: Path) -> Iterator[pwd.struct_passwd]:
+    """A Unix account of its own (``docs-examples-<random>``), removed at the end with the
+    job account the portal provisions for its Trainyard user of the same name."""
+    require_root()
+    name = f"docs-examples-{secrets.token_hex(3)}"
+    home = directory / name
+    subprocess.run(
+        ["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+         "--user-group", "--no-log-init", name],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        for account in (name, TEST_NAME_PREFIX + name):
+            subprocess.run(["userdel", "--force", "--remove", account], capture_output=True)
+            subprocess.run(["groupdel", account], capture_output=True)
 
 
 @pytest.fixture
@@ -102,163 +208,274 @@ def demo(transactional_db, host_tmp, redis_url, training_env) -> Iterator[Demo]:
     call_command("seed_demo")
     for username, password, *_ in DEMO_USERS:  # a hash the servers verify
         set_password(get_user_model().objects.get(username=username), password)
-    with live_servers(host_tmp, redis_url, "registered") as servers, reachable_directory() as home:
-        state = host_tmp / "terminal.sh"
-        state.write_text("")
-        env = os.environ | TEST_ACCOUNT_ENV | servers.env | {"HOME": str(home)}
-        yield Demo(servers, env, state, cwd=ROOT)
+    with live_servers(host_tmp, redis_url, "registered") as servers:
+        yield Demo(servers, host_tmp)
+
+
+@pytest.fixture
+def unix_account(host_tmp) -> Iterator[pwd.struct_passwd]:
+    """Set up before the live system and removed after it has stopped (and killed the
+    jobs that ran as its user)."""
+    with normal_account(host_tmp) as account:
+        yield account
+
+
+@pytest.fixture
+def normal_user(unix_account, demo) -> Terminal:
+    """The normal account's terminal and its Trainyard user of the same name, made as an
+    admin would, with alice's roles (admin of vision, member of platform) and carol's in nlp."""
+    name = unix_account.pw_name
+    user = get_user_model().objects.create_user(name, f"{name}@example.com")
+    password = secrets.token_urlsafe(12)
+    set_password(user, password)
+    for vc, role in {"vision": "admin", "platform": "member", "nlp": "admin"}.items():
+        set_membership(VirtualCluster.objects.get(name=vc), user, role)
+    return demo.terminal("normal", name, password, demo.directory, unix_account)
 
 
 # --- the checks, by the name a block's info string gives ------------------------------
 
 
-def scripted_submission(demo: Demo, example: Example) -> None:
-    done = demo.run(example)
-    assert done.returncode == 0, done.stdout + done.stderr
-    submitted, end = json.JSONDecoder().raw_decode(done.stdout)  # then the VC's list
+def succeeds(terminal: Terminal, example: Example | str, **options) -> str:
+    """What the block printed; it must have succeeded."""
+    done = terminal.run(example, **options)
+    assert done.returncode == 0, f"{example}\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def scripted_submission(demo: Demo, terminal: Terminal, example: Example) -> None:
+    printed = succeeds(terminal, example)
+    submitted, end = json.JSONDecoder().raw_decode(printed)  # then the VC's list
     assert submitted["name"] == "mnist-like" and submitted["owner"] == "alice"
-    assert submitted["id"] in done.stdout[end:]
-    assert demo.job_ends("alice", submitted["id"])["status"] == "finished"
+    assert submitted["id"] in printed[end:]
+    demo.finishes("alice", submitted["id"])
     assert "rank 0: done" in demo.log("alice", submitted["id"])
 
 
-def command_line_client(demo: Demo, example: Example) -> None:
-    done = demo.run(example, stdin="alice-demo\n")  # the password login asks for
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "rank 0: done, final loss" in done.stdout  # the log, followed to the job's end
-    assert demo.job_ends("alice", demo.variable("JOB"))["status"] == "finished"
+def command_line_client(demo: Demo, terminal: Terminal, example: Example) -> None:
+    printed = succeeds(terminal, example, stdin=f"{terminal.password}\n")  # login asks
+    assert f"as {terminal.user};" in " ".join(printed.split())  # signed in as themselves
+    assert "rank 0: done, final loss" in printed  # the log, followed to the job's end
+    assert demo.finishes(terminal.user, terminal.variable("JOB"))["owner"] == terminal.user
 
 
-def real_training_job(demo: Demo, example: Example) -> None:
-    done = demo.run(example)
-    assert done.returncode == 0, done.stdout + done.stderr
-    job_id = demo.variable("JOB")
-    assert re.fullmatch(r"[a-z0-9]+", job_id), done.stdout
-    assert demo.job_ends("alice", job_id)["status"] == "finished"
-    assert "rank 0: step 300/300" in demo.log("alice", job_id)
+def real_training_job(demo: Demo, terminal: Terminal, example: Example) -> None:
+    printed = succeeds(terminal, example)
+    job_id = terminal.variable("JOB")
+    assert re.fullmatch(r"[a-z0-9]+", job_id), printed
+    demo.finishes(terminal.user, job_id)
+    assert "rank 0: step 300/300" in demo.log(terminal.user, job_id)
 
 
-def token_from_scripts(demo: Demo, example: Example) -> None:
-    done = demo.run(example)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout)["username"] == "alice"
+def token_from_scripts(demo: Demo, terminal: Terminal, example: Example) -> None:
+    assert json.loads(succeeds(terminal, example))["username"] == terminal.user
 
 
-def following_a_job(demo: Demo, example: Example) -> None:
+def command_line_session(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """The manifest is the guide's YAML block, saved as job.yaml."""
+    manifest = example_before(example, "```yaml\n")
+    (terminal.cwd / "job.yaml").write_text(manifest)
+    (terminal.cwd / "job.yaml").chmod(0o644)
+    printed = succeeds(terminal, example, stdin=f"{terminal.user}\n{terminal.password}\n")
+    assert f"as {terminal.user};" in " ".join(printed.split())
+    job = demo.finishes(terminal.user, terminal.variable("JOB"))
+    assert (job["workers"], job["gpus_per_worker"]) == (2, 8)
+    assert (job["max_wall_time"], job["max_retries"]) == (7200, 0)  # changed
+    assert "rank 1: step 20/20" in printed  # worker 1's log, followed to its end
+    assert "Quota" in printed and "The cluster" in printed  # the usage tables
+    (from_manifest,) = [
+        j for j in demo.api(terminal.user, "jobs/?vc=vision&ordering=-submitted_at").json()
+        ["results"] if j["name"] == "mnist-like" and j["owner"] == terminal.user
+    ][:1]  # fmt: skip
+    assert from_manifest["status"] == "finished"  # --wait exited 0
+
+
+def example_before(example: Example, fence: str) -> str:
+    """The body of the last block opened with ``fence`` before ``example``."""
+    text = (ROOT / example.document).read_text()
+    at = text.rindex(fence, 0, text.index(example.body))
+    return text[at + len(fence) : text.index("```", at + len(fence))]
+
+
+def following_a_job(demo: Demo, terminal: Terminal, example: Example) -> None:
     command = "python /opt/trainyard/training-env/examples/train_mnist_like.py --steps 5"
-    submitted = requests.post(
-        f"{demo.servers.base_url}/api/v1/jobs/",
-        json={"vc": "vision", "gpu_type": "A100", "command": command},
-        headers={"Authorization": f"Token {demo.token('alice')}"},
-        timeout=30,
-    )
-    job_id = submitted.json()["id"]
-    demo.job_ends("alice", job_id)
+    job_id = demo.submit(terminal.user, {"vc": "vision", "gpu_type": "A100", "command": command})
+    demo.job_ends(terminal.user, job_id)
 
-    done = demo.run(example, also={"k3m9x2q7ab": job_id})
+    printed = succeeds(terminal, example, also={"k3m9x2q7ab": job_id})
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f'"id":"{job_id}"' in done.stdout and '"status":"finished"' in done.stdout
-    assert "rank 0: done" in done.stdout  # the log's tail
-    (downloaded,) = [path for path in demo.cwd.iterdir() if job_id in path.name]
+    assert f'"id":"{job_id}"' in printed and '"status":"finished"' in printed
+    assert "rank 0: done" in printed  # the log's tail
+    (downloaded,) = [path for path in terminal.cwd.iterdir() if job_id in path.name]
     assert "rank 0: done" in downloaded.read_text()
 
 
-def keys_and_addresses(demo: Demo, example: Example) -> None:
-    ssh = Path(demo.env["HOME"]) / ".ssh"
-    ssh.mkdir(mode=0o700)
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "id_ed25519")], check=True
-    )
-    done = demo.run(example)
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed = subprocess.run(
-        ["ssh-keygen", "-lf", str(ssh / "id_ed25519.pub")], capture_output=True, text=True
-    ).stdout
-    (key,) = demo.api("alice", "me/ssh-keys/").json()
+def managing_jobs(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """Each call on its own, on a job of the user's in the state it needs."""
+    spec = {"vc": "vision", "gpu_type": "A100", "command": "sleep 300"}
+    kill_it, pause_it, *batch = [demo.submit(terminal.user, spec) for _ in range(4)]
+    kill, pause, resume, batch_kill = example.commands()
+    for job_id in (kill_it, pause_it):
+        demo.job_reaches(terminal.user, job_id, ("running",))
+
+    succeeds(terminal, kill, also={"k3m9x2q7ab": kill_it})
+    assert demo.job_ends(terminal.user, kill_it)["status"] == "killed"
+    succeeds(terminal, pause, also={"k3m9x2q7ab": pause_it})
+    demo.job_reaches(terminal.user, pause_it, ("paused",))
+    succeeds(terminal, resume, also={"k3m9x2q7ab": pause_it})
+    assert demo.api(terminal.user, f"jobs/{pause_it}/").json()["status"] != "paused"
+    answer = succeeds(terminal, batch_kill, also={"k3m9x2q7ab": batch[0], "p8d2w4r6tz": batch[1]})
+    assert [(r["id"], r["ok"]) for r in json.loads(answer)["results"]] == [
+        (batch[0], True), (batch[1], True)
+    ]  # fmt: skip
+    for job_id in batch:
+        assert demo.job_ends(terminal.user, job_id)["status"] == "killed"
+    demo.call("POST", terminal.user, f"jobs/{pause_it}/kill/")
+
+
+def keys_and_addresses(demo: Demo, terminal: Terminal, example: Example) -> None:
+    ssh = Path(terminal.env["HOME"]) / ".ssh"
+    terminal.command(["mkdir", "-m", "700", str(ssh)])
+    terminal.command(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{ssh}/id_ed25519"])
+    succeeds(terminal, example)
+    printed = terminal.command(["ssh-keygen", "-lf", f"{ssh}/id_ed25519.pub"]).stdout
+    (key,) = demo.api(terminal.user, "me/ssh-keys/").json()
     assert key["fingerprint"] in printed  # as ssh-keygen -lf prints it
-    networks = [ip["network"] for ip in demo.api("alice", "me/allowed-ips/").json()]
+    networks = [ip["network"] for ip in demo.api(terminal.user, "me/allowed-ips/").json()]
     assert networks == ["203.0.113.7/32"]
 
 
-def storage_usage(demo: Demo, example: Example) -> None:
-    done = demo.run(example)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (demo.cwd / "usage.csv").read_text().startswith("root,snapshot_at,")
+def storage_usage(demo: Demo, terminal: Terminal, example: Example) -> None:
+    succeeds(terminal, example)
+    assert (terminal.cwd / "usage.csv").read_text().startswith("root,snapshot_at,")
 
 
-def vc_admin(demo: Demo, example: Example) -> None:
-    """Run as carol, admin of nlp, on a job of alice's there waiting for approval (over
-    the VC's per-user GPU limit, lowered for it)."""
-    carol = {"Authorization": f"Token {demo.token('carol')}"}
-    api = f"{demo.servers.base_url}/api/v1"
-    limit = requests.patch(f"{api}/vcs/nlp/", json={"user_gpu_limit": 1}, headers=carol, timeout=30)
+def vc_admin(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """Run as an admin of nlp (carol in root's terminal, the normal user in theirs) on a
+    job of alice's there waiting for approval (over the VC's per-user GPU limit, lowered
+    for it)."""
+    admin = "carol" if terminal.user == "alice" else terminal.user
+    limit = demo.call("PATCH", admin, "vcs/nlp/", {"user_gpu_limit": 1})
     assert limit.ok, limit.text
+    demo.call("POST", admin, "vcs/nlp/members/", {"username": "alice", "role": "member"})
     spec = {"vc": "nlp", "gpu_type": "A100", "gpus_per_worker": 2, "command": "sleep 300",
             "preemptible": False}  # fmt: skip
-    alice = {"Authorization": f"Token {demo.token('alice')}"}
-    member = {"username": "alice", "role": "member"}
-    assert requests.post(f"{api}/vcs/nlp/members/", json=member, headers=carol, timeout=30).ok
-    job = requests.post(f"{api}/jobs/", json=spec, headers=alice, timeout=30).json()
-    assert job["status"] == "unapproved", job
-    demo.env["VC_ADMIN_AUTH"] = f"Authorization: {carol['Authorization']}"
+    job_id = demo.submit("alice", spec)
+    assert demo.api("alice", f"jobs/{job_id}/").json()["status"] == "unapproved"
+    terminal.env["VC_ADMIN_AUTH"] = f"Authorization: Token {demo.token(admin)}"
 
-    done = demo.run(example, also={"k3m9x2q7ab": job["id"], "$AUTH": "$VC_ADMIN_AUTH"})
+    succeeds(terminal, example, also={"k3m9x2q7ab": job_id, "$AUTH": "$VC_ADMIN_AUTH"})
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    vc = demo.api("carol", "vcs/nlp/").json()
+    vc = demo.api(admin, "vcs/nlp/").json()
     assert (vc["policy"], vc["user_gpu_limit"], vc["max_wall_time"]) == ("RF", 16, 259200)
-    members = demo.api("carol", "vcs/nlp/members/").json()
-    assert "bob" not in str(members)
-    job = demo.api("carol", f"jobs/{job['id']}/").json()
+    assert "bob" not in str(demo.api(admin, "vcs/nlp/members/").json())
+    job = demo.api(admin, f"jobs/{job_id}/").json()
     assert job["status"] != "unapproved"
     assert (job["priority"], job["max_wall_time"], job["max_retries"]) == (50, 7200, 0)
-    requests.post(f"{api}/jobs/{job['id']}/kill/", headers=carol, timeout=30)
+    demo.call("POST", admin, f"jobs/{job_id}/kill/")
 
 
-Check = Callable[[Demo, Example], None]
-README_CHECKS: dict[str, Check] = {
-    "scripted-submission": scripted_submission,
-    "command-line-client": command_line_client,
-    "real-training-job": real_training_job,
+def cluster_setup(demo: Demo, terminal: Terminal, example: Example) -> None:
+    succeeds(terminal, example)
+    node = demo.api("admin", "nodes/gpu-01/").json()
+    assert (node["gpu_type"], node["gpus"], node["schedulable"]) == ("H100", 8, False), node
+    quotas = demo.api("admin", "vcs/speech/quotas/").json()
+    assert [(q["gpu_type"], q["gpus"]) for q in quotas] == [("H100", 16)]
+    members = demo.api("admin", "vcs/speech/members/").json()
+    assert [(m["username"], m["role"]) for m in members] == [("dave", "admin")]
+
+
+def dedicated_node(demo: Demo, terminal: Terminal, example: Example) -> None:
+    succeeds(terminal, example)
+    assert demo.api("admin", "nodes/gpu-01/").json()["dedicated_vc"] == "speech"
+
+
+def node_switch(demo: Demo, terminal: Terminal, example: Example) -> None:
+    succeeds(terminal, example)
+    node = demo.api("admin", "nodes/gpu-01/").json()
+    assert (node["switch"], node["rack"]) == ("ib-leaf-3", "r12")
+
+
+Check = Callable[[Demo, Terminal, Example], None]
+CHECKS: dict[str, dict[str, Check]] = {
+    "README.md": {
+        "scripted-submission": scripted_submission,
+        "command-line-client": command_line_client,
+        "real-training-job": real_training_job,
+    },
+    "docs/user-guide.md": {
+        "token-from-scripts": token_from_scripts,
+        "command-line-session": command_line_session,
+        "following-a-job": following_a_job,
+        "managing-jobs": managing_jobs,
+        "keys-and-addresses": keys_and_addresses,
+        "storage-usage": storage_usage,
+        "vc-admin": vc_admin,
+    },
+    "docs/operations.md": {
+        "cluster-setup": cluster_setup,
+        "dedicated-node": dedicated_node,
+        "node-switch": node_switch,
+    },
 }
-GUIDE_CHECKS: dict[str, Check] = {
-    "token-from-scripts": token_from_scripts,
-    "following-a-job": following_a_job,
-    "keys-and-addresses": keys_and_addresses,
-    "storage-usage": storage_usage,
-    "vc-admin": vc_admin,
-}
-CHECKS = {"README.md": README_CHECKS, "docs/user-guide.md": GUIDE_CHECKS}
 
 
-def test_every_shell_example_is_run_or_marked_not_to_be():
+def test_every_shell_example_is_run_or_marked_not_to_be_with_a_reason():
     for document in DOCUMENTS:
         examples = shell_examples(document)
         unmarked = [str(e) for e in examples if e.check is None and not e.not_run]
-        assert unmarked == [], "mark each: ```sh test=NAME or ```sh no-test"
+        assert unmarked == [], "mark each: ```sh test=NAME or ```sh no-test=REASON"
+        no_reason = [str(e) for e in examples if e.not_run and not e.reason]
+        assert no_reason == [], "say why it is not run: ```sh no-test=REASON"
         named = [e.check for e in examples if e.check is not None]
-        assert sorted(named) == sorted(CHECKS[document]), document
+        assert sorted(named) == sorted(CHECKS.get(document, {})), document
+
+
+def test_a_fence_says_how_its_block_is_run():
+    bare = Example("x.md", 1, "sh no-test", "make run\n")
+    given = Example("x.md", 1, "sh no-test=starts-the-system", "make run\n")
+    admin = Example("x.md", 1, "sh test=cluster-setup as=admin", "a \\\n  b\n# c\nd  # e\n")
+    assert (bare.not_run, bare.reason, bare.check) == (True, "", None)  # refused above
+    assert (given.not_run, given.reason) == (True, "starts-the-system")
+    assert (admin.check, admin.admin_only, admin.not_run) == ("cluster-setup", True, False)
+    assert admin.commands() == ["a    b", "d  # e"]
+
+
+def run_document(demo: Demo, terminal: Terminal, document: str) -> None:
+    """The document's blocks in order; a normal user's terminal skips the admins'."""
+    for example in shell_examples(document):
+        if example.check and not (terminal.account and example.admin_only):
+            CHECKS[document][example.check](demo, terminal, example)
 
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_the_readme_s_examples_run_in_order_and_do_what_it_says(demo):
-    demo.substitutions = {"http://localhost:8000": demo.servers.base_url}
-    for example in shell_examples("README.md"):
-        if example.check:
-            README_CHECKS[example.check](demo, example)
+def test_the_documents_examples_run_as_root_then_as_a_normal_user(demo, normal_user):
+    readme = demo.terminal("root-readme", "alice", "alice-demo", cwd=ROOT)
+    readme.substitutions = {PORTAL[0]: demo.servers.base_url}
+    run_document(demo, readme, "README.md")
 
+    guide = demo.terminal("root-guide", "alice", "alice-demo", cwd=demo.directory / "alice")
+    guide.cwd.mkdir()
+    guide.substitutions = {PORTAL[1]: demo.servers.base_url, "ty_...": demo.token("alice")}
+    run_document(demo, guide, "docs/user-guide.md")
 
-@pytest.mark.integration
-@pytest.mark.django_db(transaction=True)
-def test_the_user_guide_s_examples_run_in_order_and_do_what_it_says(demo, host_tmp):
-    demo.cwd = host_tmp / "terminal"
-    demo.cwd.mkdir()
-    demo.substitutions = {
-        "https://trainyard.example.com": demo.servers.base_url,
-        "ty_...": demo.token("alice"),
-    }
-    for example in shell_examples("docs/user-guide.md"):
-        if example.check:
-            GUIDE_CHECKS[example.check](demo, example)
+    operations = demo.terminal("root-ops", "admin", "admin-demo", cwd=demo.directory)
+    operations.substitutions = {PORTAL[1]: demo.servers.base_url}
+    operations.env["TOKEN"] = demo.token("admin")  # as manage.py issue_token ops --admin printed
+    run_document(demo, operations, "docs/operations.md")
+
+    # A normal user: their own token in TOKEN (made in the dashboard), their CLI.
+    name, token = normal_user.user, demo.token(normal_user.user)
+    normal_user.cwd = ROOT
+    normal_user.substitutions = {
+        PORTAL[0]: demo.servers.base_url, ".venv/bin/trainyard": "trainyard",
+        "--username alice": f"--username {name}",
+    }  # fmt: skip
+    normal_user.env["TOKEN"] = token
+    run_document(demo, normal_user, "README.md")
+
+    normal_user.cwd = Path(normal_user.account.pw_dir)
+    normal_user.state.write_text("")
+    normal_user.substitutions = {PORTAL[1]: demo.servers.base_url, "ty_...": token}
+    run_document(demo, normal_user, "docs/user-guide.md")

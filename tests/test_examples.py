@@ -33,6 +33,17 @@ def test_a_restarted_run_resumes_from_its_latest_checkpoint(tmp_path):
     ]
 
 
+def test_a_run_restarted_after_its_last_checkpoint_ends_at_once(tmp_path):
+    """As a job retried after its last step was saved (and then killed) is."""
+    first = train(tmp_path, "--steps", "20")
+    second = train(tmp_path, "--steps", "20")
+
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert "resumed from checkpoint-20.pt at step 20" in second.stdout
+    assert "rank 0: done, no step left" in second.stdout
+
+
 def test_sigterm_saves_a_checkpoint_before_leaving(tmp_path):
     process = subprocess.Popen(
         [sys.executable, str(SCRIPT), "--output", str(tmp_path), "--steps", "100000",

@@ -147,11 +147,20 @@ class LaunchRefused(DeployError):
 
 class ClusterBackend(abc.ABC):
     name: str = "abstract"
+    # Whether it grows and shrinks running elastic jobs (``resize``); where not, elastic
+    # jobs run at the size they were submitted with.
+    resizes: bool = False
 
     @abc.abstractmethod
     def deploy(self, launch: JobLaunch) -> None:
         """Start every worker of the attempt, or none (raise DeployError after cleaning
         up). Deploying an attempt that is already deployed changes nothing."""
+
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        """Bring a deployed attempt to the launch's workers: start those of ranks it does
+        not run yet, stop those of ranks beyond the launch's (SIGTERM, a kill after the
+        grace period) and forget them; the workers it keeps go on. Idempotent."""
+        raise NotImplementedError(f"the {self.name} backend does not resize jobs")
 
     @abc.abstractmethod
     def stop(self, job_id: str, grace_seconds: float) -> None:

@@ -31,7 +31,8 @@ def unused_subnet() -> str:
     """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges)."""
     shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     used = {
-        ipaddress.ip_interface(word).network.supernet(new_prefix=24)
+        # The /24 of the address, whatever its own prefix (make run's bridge has a /16).
+        ipaddress.ip_interface(word.split("/")[0] + "/24").network
         for word in shown.split()
         if word.startswith("10.88.") and "/" in word
     }

@@ -325,18 +325,20 @@ def schedule_pass(lease: Lease, elastic: bool = False) -> tuple[Decisions, Appli
         insights: dict[str, tuple[int, str]] = {}
         snapshot = load_snapshot(insights=insights, elastic=elastic)
         decisions = schedule_elastic(snapshot) if elastic else schedule(snapshot)
-        applied = apply_decisions(decisions, insights)
+        applied = apply_decisions(decisions, insights, elastic)
     SCHEDULER_PASS_SECONDS.observe(time.perf_counter() - started)
     record_decisions(len(decisions.starts), len(decisions.preemptions), len(decisions.waits))
     return decisions, applied
 
 
 def apply_decisions(
-    decisions: Decisions, insights: dict[str, tuple[int, str]] | None = None
+    decisions: Decisions, insights: dict[str, tuple[int, str]] | None = None, elastic: bool = False
 ) -> Applied:
     """Apply one pass's decisions (inside the pass's transaction) in a bounded number of
     queries: the jobs locked at once, written in one bulk update, their events in one
-    insert. A job that changed meanwhile (killed, paused) is left alone."""
+    insert. A job that changed meanwhile (killed, paused) is left alone. Without
+    ``elastic`` (a backend that does not resize), an elastic job's start says it runs at
+    its fixed size."""
     applied = Applied()
     now = timezone.now()
     changed: list[tuple[Job, str]] = []  # (job, to status), written in bulk below
@@ -356,6 +358,11 @@ def apply_decisions(
             nodes = ", ".join(sorted({worker.node for worker in start.placement}))
             borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
             job.status_message = f"placed on {nodes}{borrowed}"
+            if job.is_elastic and not elastic:
+                job.status_message += (
+                    f"; runs at a fixed {job.workers} workers: this cluster's backend "
+                    "does not resize jobs"
+                )
             job.insight_message = ""
             changed.append((job, JobStatus.SCHEDULING))
             applied.deployments.append((job.pk, job.attempt))

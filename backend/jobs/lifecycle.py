@@ -109,6 +109,8 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         job_type=job.type,
         run_as=run_as,
         wall_time=wall_time_left(job),
+        min_workers=job.min_workers if job.is_elastic else 0,
+        max_workers=job.max_workers if job.is_elastic else 0,
     )
 
 

@@ -74,6 +74,14 @@ class JobLaunch:
     # The job manager stops the job then; a backend whose engine can also end it when the
     # portal is down passes it on (Slurm's --time).
     wall_time: float | None = None
+    # An elastic job's range of sizes (0, 0: fixed at len(workers)); a backend that
+    # resizes runs each worker under torchrun's elastic agent (backends/elastic.py).
+    min_workers: int = 0
+    max_workers: int = 0
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_workers < self.max_workers
 
 
 # A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed

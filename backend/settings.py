@@ -463,6 +463,8 @@ TRAINYARD_RETRY_BACKOFF_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_SECONDS", 30)
 TRAINYARD_RETRY_BACKOFF_MAX_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_MAX_SECONDS", 1800)
 # Runnable first lets smaller jobs pass a waiting one for this long, then it blocks.
 TRAINYARD_RF_STARVATION_SECONDS = env_int("TRAINYARD_RF_STARVATION_SECONDS", 3600)
+# An elastic job is grown or shrunk at most once per this many seconds (its start counts).
+TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = env_int("TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS", 300)
 # Least attained service: a job queued this long in all (every wait after a preemption
 # counted) goes first and, once started, is not preempted by LAS again; 0: no bound.
 TRAINYARD_LAS_WAIT_LIMIT_SECONDS = env_int("TRAINYARD_LAS_WAIT_LIMIT_SECONDS", 24 * 3600)

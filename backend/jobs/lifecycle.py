@@ -109,6 +109,8 @@ def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
         job_type=job.type,
         run_as=run_as,
         wall_time=wall_time_left(job),
+        min_workers=job.min_workers if job.is_elastic else 0,
+        max_workers=job.max_workers if job.is_elastic else 0,
     )
 
 
@@ -182,6 +184,22 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
             return "superseded"  # killed or paused meanwhile; reconcile stops it
         _mark_running(job, backend.isolation(launch))
     return "running"
+
+
+def resize(backend: ClusterBackend, job_pk: int) -> str:
+    """Bring a running job's deployment to its (resized) workers; a job no longer running
+    is left to reconcile. Returns what happened, in a word."""
+    job = Job.objects.select_related("owner", "vc", "array").filter(pk=job_pk).first()
+    if job is None or job.status != JobStatus.RUNNING:
+        return "skipped"
+    try:
+        backend.resize(launch_for(job, owner_run_as(job)), settings.TRAINYARD_STOP_GRACE_SECONDS)
+    except DeployError as error:
+        # The workers it keeps run on; those it could not start fail the gang, and
+        # reconcile stops and retries the job as for any failed worker.
+        logger.warning("Resizing %s failed: %s", job.job_id, error)
+        return "failed"
+    return "resized"
 
 
 def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> list[str]:

@@ -24,7 +24,7 @@ from backend.clusters.removal import remove_drained_nodes
 from backend.core.redis import redis_client
 from backend.jobs.forecast import refresh_forecasts
 from backend.jobs.lease import LeaseLost, acquire_lease
-from backend.jobs.lifecycle import reconcile, sync_nodes
+from backend.jobs.lifecycle import reconcile, resize, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job
 from backend.jobs.scheduling import schedule_pass
 from backend.jobs.triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
@@ -132,10 +132,12 @@ def _one_round(
     summary.stopping = reconciled.stopping
     for name in ("finished", "failed", "retried", "stopped", "lost", "orphans"):
         getattr(summary, name).extend(getattr(reconciled, name))
-    decisions, applied = schedule_pass(lease)
+    decisions, applied = schedule_pass(lease, elastic=backend.resizes)
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
     for job_id in applied.preempted:
         backend.stop(job_id, grace)
+    for job_pk in applied.resized:
+        resize(backend, job_pk)
     deployments = [*applied.deployments, *reconciled.redeployed]
     if enqueue_deployments is not None:
         if deployments:
@@ -145,7 +147,8 @@ def _one_round(
             enqueue_deployment(job_pk, attempt)
     summary.started.extend(start.job_id for start in decisions.starts)
     summary.preempted.extend(applied.preempted)
-    summary.preempted_last_round = bool(applied.preempted)
+    # A shrink frees GPUs as a preemption does: the job waiting for them starts next round.
+    summary.preempted_last_round = bool(applied.preempted or applied.resized)
     summary.waiting = len(decisions.waits)
 
 

@@ -189,6 +189,10 @@ class Job(models.Model):
     max_workers = models.PositiveIntegerField(
         default=1, help_text="The most workers it grows to (elastic jobs)."
     )
+    resizes = models.PositiveIntegerField(
+        default=0, help_text="Times the scheduler grew or shrank it (each a re-rendezvous)."
+    )
+    resized_at = models.DateTimeField(null=True, blank=True)
     gpus_per_worker = models.PositiveIntegerField(default=0)
     cpus_per_worker = models.DecimalField(
         max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]

@@ -28,13 +28,14 @@ from backend.jobs.models import (
     millicpus,
     placement_from_json,
 )
-from backend.jobs.transitions import bulk_transition
+from backend.jobs.transitions import bulk_transition, record_event
 from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
     Decisions,
     NodeState,
     QueuedJob,
+    Resize,
     Resources,
     RunningJob,
     Snapshot,
@@ -42,9 +43,10 @@ from jobmanager.core import (
     WorkerPlacement,
     schedule,
 )
+from jobmanager.core.elastic import schedule_elastic
 from jobmanager.core.estimates import RunTimeEstimator
 from jobmanager.core.placement import ClusterState
-from jobmanager.core.snapshot import JobShape, Policy
+from jobmanager.core.snapshot import Elastic, JobShape, Policy
 
 RELEASING_STATUSES = (JobStatus.PAUSING, JobStatus.KILLING)
 
@@ -59,7 +61,8 @@ JOB_COLUMNS = (
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
     "max_wall_time", "node_selector", "reserved_placement", "owner__username", "deadline",
-    "whole_nodes", "same_switch", "vc__whole_nodes_for_distributed",
+    "whole_nodes", "same_switch", "vc__whole_nodes_for_distributed", "min_workers",
+    "max_workers", "resized_at",
 )  # fmt: skip
 
 
@@ -70,7 +73,7 @@ QUEUED_COLUMNS = (
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
     "insight_message", "owner__username", "deadline", "pk", "whole_nodes", "same_switch",
-    "vc__whole_nodes_for_distributed",
+    "vc__whole_nodes_for_distributed", "min_workers", "max_workers",
 )  # fmt: skip
 
 
@@ -97,12 +100,15 @@ def load_nodes() -> tuple[NodeState, ...]:
 
 
 def load_running(
-    estimates: RunTimeEstimator | None = None, attained: dict[str, Attained] | None = None
+    estimates: RunTimeEstimator | None = None,
+    attained: dict[str, Attained] | None = None,
+    elastic: bool = False,
 ) -> tuple[RunningJob, ...]:
     """The jobs holding resources (running, and releasing them while they stop); with
-    ``attained``, each with what it ran before its current attempt."""
+    ``attained``, each with what it ran before its current attempt; with ``elastic``, each
+    elastic one with its range of sizes (else it keeps its size)."""
     rows = Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
-    running = (_running_job(row, estimates) for row in rows)
+    running = (_running_job(row, estimates, elastic) for row in rows)
     if attained is None:
         return tuple(running)
     return tuple(
@@ -122,11 +128,14 @@ def _hours(hours: int | None) -> float | None:
 
 
 def load_snapshot(
-    now: datetime | None = None, insights: dict[str, tuple[int, str]] | None = None
+    now: datetime | None = None,
+    insights: dict[str, tuple[int, str]] | None = None,
+    elastic: bool = False,
 ) -> Snapshot:
     """Nodes, VCs with quotas, jobs holding resources and jobs ready to start; with
     ``insights``, each ready job's primary key and current insight message are put there
-    by job id."""
+    by job id. With ``elastic`` (a backend that resizes), elastic jobs carry their range
+    of sizes; without, every job runs at its ``workers``."""
     now = now or timezone.now()
     nodes = load_nodes()
     quotas: dict[int, dict[str, Resources]] = defaultdict(dict)
@@ -154,14 +163,14 @@ def load_snapshot(
     )
     estimates = learned_run_times()
     attained = attained_service()
-    running = load_running(estimates, attained)
+    running = load_running(estimates, attained, elastic)
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
     rows = list(ready.order_by().values(*QUEUED_COLUMNS))
     if insights is not None:
         insights.update((row["job_id"], (row["pk"], row["insight_message"])) for row in rows)
-    queued = tuple(queued_job(row, estimates, attained.get(row["job_id"])) for row in rows)
+    queued = tuple(queued_job(row, estimates, attained.get(row["job_id"]), elastic) for row in rows)
     return Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -230,7 +239,17 @@ def _due(row: dict) -> float | None:
     return epoch(row["deadline"]) if row.get("deadline") is not None else None
 
 
-def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> RunningJob:
+def _elastic(row: dict, elastic: bool) -> Elastic | None:
+    """The job's range of sizes, when it has one and the backend resizes."""
+    if not elastic or row["min_workers"] >= row["max_workers"]:
+        return None
+    interval = float(settings.TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS)
+    return Elastic(row["min_workers"], row["max_workers"], interval)
+
+
+def _running_job(
+    row: dict, estimates: RunTimeEstimator | None = None, elastic: bool = False
+) -> RunningJob:
     started = row["started_at"] or row["updated_at"]
     expected = _expected_run(row, estimates)
     return RunningJob(
@@ -249,11 +268,16 @@ def _running_job(row: dict, estimates: RunTimeEstimator | None = None) -> Runnin
         user=row["owner__username"] or "",
         expected_end=None if expected is None else epoch(started) + expected,
         due=_due(row),
+        elastic=_elastic(row, elastic),
+        resized_at=epoch(row["resized_at"]) if row["resized_at"] is not None else None,
     )
 
 
 def queued_job(
-    row: dict, estimates: RunTimeEstimator | None = None, attained: Attained | None = None
+    row: dict,
+    estimates: RunTimeEstimator | None = None,
+    attained: Attained | None = None,
+    elastic: bool = False,
 ) -> QueuedJob:
     """The scheduler's view of a waiting job, from a row of ``QUEUED_COLUMNS``; given what
     it ran before (``attained``), waiting since its last attempt ended."""
@@ -272,6 +296,7 @@ def queued_job(
         due=_due(row),
         attained=0.0 if attained is None else attained.gpu_seconds,
         waiting_since=None if attained is None else epoch(attained.last_ended),
+        elastic=_elastic(row, elastic),
     )
 
 
@@ -295,29 +320,35 @@ class Applied:
     deployments: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     insights_changed: int = 0
+    resized: list[int] = field(default_factory=list)  # pks of running jobs resized
 
 
-def schedule_pass(lease: Lease) -> tuple[Decisions, Applied]:
+def schedule_pass(lease: Lease, elastic: bool = False) -> tuple[Decisions, Applied]:
     """Snapshot, decide and apply in one transaction that begins by recording this lease's
     fencing token: the row lock that takes serialises passes, and a job manager whose lease
-    was taken over (an older token) raises LeaseLost before it reads anything."""
+    was taken over (an older token) raises LeaseLost before it reads anything. With
+    ``elastic`` (the backend resizes), elastic jobs start, grow and shrink within their
+    ranges (jobmanager.core.elastic); without, they run at their ``workers``."""
     started = time.perf_counter()
     with transaction.atomic():
         lease.fence()
         insights: dict[str, tuple[int, str]] = {}
-        decisions = schedule(load_snapshot(insights=insights))
-        applied = apply_decisions(decisions, insights)
+        snapshot = load_snapshot(insights=insights, elastic=elastic)
+        decisions = schedule_elastic(snapshot) if elastic else schedule(snapshot)
+        applied = apply_decisions(decisions, insights, elastic)
     SCHEDULER_PASS_SECONDS.observe(time.perf_counter() - started)
     record_decisions(len(decisions.starts), len(decisions.preemptions), len(decisions.waits))
     return decisions, applied
 
 
 def apply_decisions(
-    decisions: Decisions, insights: dict[str, tuple[int, str]] | None = None
+    decisions: Decisions, insights: dict[str, tuple[int, str]] | None = None, elastic: bool = False
 ) -> Applied:
     """Apply one pass's decisions (inside the pass's transaction) in a bounded number of
     queries: the jobs locked at once, written in one bulk update, their events in one
-    insert. A job that changed meanwhile (killed, paused) is left alone."""
+    insert. A job that changed meanwhile (killed, paused) is left alone. Without
+    ``elastic`` (a backend that does not resize), an elastic job's start says it runs at
+    its fixed size."""
     applied = Applied()
     now = timezone.now()
     changed: list[tuple[Job, str]] = []  # (job, to status), written in bulk below
@@ -327,6 +358,8 @@ def apply_decisions(
         start, preemption = starts.get(job.job_id), preemptions.get(job.job_id)
         if start is not None and job.status == JobStatus.QUEUED:
             job.placement = placement_to_json(start.placement)
+            if job.is_elastic:  # it starts at the size the pass gave it
+                job.workers = len(start.placement)
             job.borrowing = start.borrowing
             job.attempt += 1
             job.not_before = None
@@ -335,6 +368,11 @@ def apply_decisions(
             nodes = ", ".join(sorted({worker.node for worker in start.placement}))
             borrowed = " on borrowed GPUs (preemptible)" if start.borrowing else ""
             job.status_message = f"placed on {nodes}{borrowed}"
+            if job.is_elastic and not elastic:
+                job.status_message += (
+                    f"; runs at a fixed {job.workers} workers: this cluster's backend "
+                    "does not resize jobs"
+                )
             job.insight_message = ""
             changed.append((job, JobStatus.SCHEDULING))
             applied.deployments.append((job.pk, job.attempt))
@@ -345,9 +383,58 @@ def apply_decisions(
             applied.preempted.append(job.job_id)
         # else: changed meanwhile (killed, paused): left alone
     _write_transitions(changed, now)
+    applied.resized = apply_resizes(decisions, now)
     applied.insights_changed = _record_insights(decisions, now, insights)
     _record_claims(decisions)
     return applied
+
+
+def apply_resizes(decisions: Decisions, now: datetime) -> list[int]:
+    """Grow or shrink the running elastic jobs the pass resized (its workers, placement
+    and resize count), each with an event saying why; the pks of those resized. A job
+    that changed meanwhile (stopping, restarted) is left alone."""
+    resized: list[int] = []
+    by_id = {resize.job_id: resize for resize in decisions.resizes}
+    for job in _locked_jobs(list(by_id)):
+        resize = by_id[job.job_id]
+        if job.status != JobStatus.RUNNING or job.workers != resize.workers_from:
+            continue
+        reason = _resize_reason(resize, decisions, placement_from_json(job.placement))
+        job.workers = resize.workers_to
+        job.placement = placement_to_json(resize.placement)
+        job.resizes += 1
+        job.resized_at = now
+        job.status_message = reason
+        job.updated_at = now
+        job.save(
+            update_fields=[
+                "workers", "placement", "resizes", "resized_at", "status_message", "updated_at",
+            ]
+        )  # fmt: skip
+        record_event(job, job.status, None, reason)
+        resized.append(job.pk)
+    return resized
+
+
+def _resize_reason(
+    resize: Resize, decisions: Decisions, before: tuple[WorkerPlacement, ...]
+) -> str:
+    """What the job page says of a resize: grown into free GPUs, or shrunk for the
+    guaranteed job (named, with its VC) that takes the GPUs it let go."""
+    change = f"{resize.workers_from} to {resize.workers_to} workers"
+    if resize.workers_to > resize.workers_from:
+        return f"resized from {change}: GPUs free"
+    kept = {(worker.node, gpu) for worker in resize.placement for gpu in worker.gpus}
+    let_go = {(w.node, gpu) for w in before for gpu in w.gpus} - kept
+    takers = [
+        *((start.job_id, start.placement) for start in decisions.starts),
+        *decisions.claims.items(),
+    ]
+    for job_id, placement in takers:
+        if any((worker.node, gpu) in let_go for worker in placement for gpu in worker.gpus):
+            taker = Job.objects.filter(job_id=job_id).values_list("vc__name", flat=True).first()
+            return f"shrunk from {change}: guaranteed job {job_id} of VC {taker} needed its GPUs"
+    return f"shrunk from {change}: guaranteed work needed its GPUs"
 
 
 def _locked_jobs(job_ids: list[str]) -> list[Job]:
@@ -359,7 +446,7 @@ def _locked_jobs(job_ids: list[str]) -> list[Job]:
 
 
 APPLIED_FIELDS = (
-    "status", "placement", "borrowing", "attempt", "not_before", "estimated_start_at",
+    "status", "placement", "workers", "borrowing", "attempt", "not_before", "estimated_start_at",
     "reserved_placement", "status_message", "insight_message", "stop_outcome", "updated_at",
 )  # fmt: skip
 

@@ -34,11 +34,14 @@ def worker_gpu_count(worker: dict) -> int:
     return len(gpus) if isinstance(gpus, list) else int(gpus)
 
 
-def _totals_by_gpu_type(jobs) -> dict[str, JobTotals]:
+def _totals_by_gpu_type(jobs, workers=None) -> dict[str, JobTotals]:
+    """What the jobs hold, per GPU type; ``workers``: how many workers of each to count
+    (an expression; all of them by default)."""
+    workers = F("workers") if workers is None else workers
     rows = jobs.values("gpu_type__name").annotate(
-        gpus=Sum(F("workers") * F("gpus_per_worker")),
-        cpus=Sum(F("workers") * F("cpus_per_worker")),
-        memory=Sum(F("workers") * F("memory_per_worker")),
+        gpus=Sum(workers * F("gpus_per_worker")),
+        cpus=Sum(workers * F("cpus_per_worker")),
+        memory=Sum(workers * F("memory_per_worker")),
         jobs=Count("id"),
     )
     return {
@@ -60,10 +63,24 @@ def vc_used(vc_id: int) -> dict[str, JobTotals]:
 
 
 def vc_borrowed(vc_id: int) -> dict[str, JobTotals]:
-    """Resources a VC's jobs hold beyond its quota (as preemptible work), per GPU type."""
-    return _totals_by_gpu_type(
-        Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES, borrowing=True)
+    """Resources a VC's jobs hold beyond its quota (as preemptible work), per GPU type:
+    borrowing jobs whole, and the workers of elastic jobs above their min_workers."""
+    active = Job.objects.filter(vc_id=vc_id, status__in=ACTIVE_STATUSES)
+    whole = _totals_by_gpu_type(active.filter(borrowing=True))
+    extras = _totals_by_gpu_type(
+        active.filter(
+            borrowing=False, workers__gt=F("min_workers"), max_workers__gt=F("min_workers")
+        ),
+        F("workers") - F("min_workers"),
     )
+    return {
+        name: _added(whole.get(name, JobTotals()), extras.get(name, JobTotals()))
+        for name in whole.keys() | extras.keys()
+    }
+
+
+def _added(one: JobTotals, other: JobTotals) -> JobTotals:
+    return JobTotals(one.resources + other.resources, one.jobs + other.jobs)
 
 
 def vc_queued(vc_id: int) -> dict[str, JobTotals]:

@@ -74,6 +74,14 @@ class JobLaunch:
     # The job manager stops the job then; a backend whose engine can also end it when the
     # portal is down passes it on (Slurm's --time).
     wall_time: float | None = None
+    # An elastic job's range of sizes (0, 0: fixed at len(workers)); a backend that
+    # resizes runs each worker under torchrun's elastic agent (backends/elastic.py).
+    min_workers: int = 0
+    max_workers: int = 0
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_workers < self.max_workers
 
 
 # A WorkerReport.reason starting with this: the worker's node went bad (NotReady, a failed
@@ -147,11 +155,20 @@ class LaunchRefused(DeployError):
 
 class ClusterBackend(abc.ABC):
     name: str = "abstract"
+    # Whether it grows and shrinks running elastic jobs (``resize``); where not, elastic
+    # jobs run at the size they were submitted with.
+    resizes: bool = False
 
     @abc.abstractmethod
     def deploy(self, launch: JobLaunch) -> None:
         """Start every worker of the attempt, or none (raise DeployError after cleaning
         up). Deploying an attempt that is already deployed changes nothing."""
+
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        """Bring a deployed attempt to the launch's workers: start those of ranks it does
+        not run yet, stop those of ranks beyond the launch's (SIGTERM, a kill after the
+        grace period) and forget them; the workers it keeps go on. Idempotent."""
+        raise NotImplementedError(f"the {self.name} backend does not resize jobs")
 
     @abc.abstractmethod
     def stop(self, job_id: str, grace_seconds: float) -> None:

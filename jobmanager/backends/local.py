@@ -66,6 +66,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -87,6 +88,7 @@ from jobmanager.backends.base import (
     WorkerState,
 )
 from jobmanager.backends.confine import Confinement, open_log
+from jobmanager.backends.elastic import elastic_command, elastic_env, rendezvous_endpoint
 from jobmanager.backends.host_accounts import can_switch_users, own_run_as
 from jobmanager.backends.images import (
     DEFAULT_CACHE_KEEP,
@@ -158,6 +160,7 @@ LOCK_STRIPES = 64  # jobs' locks: as many deployments at once, few files
 
 class LocalBackend(ClusterBackend):
     name = "local"
+    resizes = True
 
     def __init__(
         self,
@@ -357,6 +360,7 @@ class LocalBackend(ClusterBackend):
                 "job_id": launch.job_id,
                 "attempt": launch.attempt,
                 "master_port": _free_port(),
+                "rdzv_port": _free_port(),
                 "workers": [],
                 "worker_count": len(launch.workers),
                 "complete": False,
@@ -371,15 +375,9 @@ class LocalBackend(ClusterBackend):
             try:
                 self._make_job_dirs(launch.job_id, run_as, own_work_dir=not launch.working_dir)
                 self._write_state(state)
-                network = self._job_network(state)
-                master = network.address if network else "127.0.0.1"
+                self._job_network(state)
                 for spec in launch.workers:
-                    declared = nodes[spec.node].declared
-                    env = worker_env(
-                        launch, spec, state["master_port"], declared, run_as, master, self.job_path
-                    )
-                    env = environment(image, env, launch.env) if image else env
-                    self._start(launch, spec, env, working_dir, run_as, declared, state, image)
+                    self._start_worker(launch, spec, nodes, state, run_as, image, working_dir)
                 crash_point("local-deploy-before-complete")
             except (
                 OSError, subprocess.SubprocessError, psutil.Error, DeployError, NetworkError
@@ -391,6 +389,67 @@ class LocalBackend(ClusterBackend):
                 ) from error
             state["complete"] = True
             self._write_state(state)
+
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        run_as = self._run_as(launch)
+        with self._deploy_locked(launch):
+            state = self._read_state(launch.job_id)
+            if state is None or state["attempt"] != launch.attempt or not state["complete"]:
+                return  # not deployed (yet), or another attempt: deploy and reconcile decide
+            if state["stop_requested_at"] is not None:
+                return  # being stopped
+            if [w["rank"] for w in state["workers"]] == [s.rank for s in launch.workers]:
+                return  # already at this size
+            # Every worker is restarted into a new rendezvous of the new size (torch 2.13's
+            # agents did not complete a round with late joiners here; see elastic.py).
+            stop_workers(state["workers"], grace_seconds, self.kill_after_seconds)
+            for worker in state["workers"]:
+                Cgroups.delete(worker["cgroup"])
+                self._devices.release(worker.get("devices", []))
+            state["workers"] = []
+            state["worker_count"] = len(launch.workers)
+            state["rdzv_round"] = state.get("rdzv_round", 0) + 1
+            state["rdzv_port"] = _free_port()
+            self._write_state(state)
+            joining = launch.workers
+            nodes = {node.name: node for node in self.nodes()}
+            working_dir = Path(launch.working_dir or self._job_dir(launch.job_id) / "work")
+            image = self._image_root(launch)
+            try:
+                for spec in joining:
+                    self._start_worker(launch, spec, nodes, state, run_as, image, working_dir)
+            except (OSError, subprocess.SubprocessError, psutil.Error) as error:
+                raise DeployError(f"Could not grow job {launch.job_id}: {error}") from error
+
+    def _start_worker(
+        self,
+        launch: JobLaunch,
+        spec: WorkerSpec,
+        nodes: dict[str, BackendNode],
+        state: dict[str, Any],
+        run_as: RunAs,
+        image: ImageRoot | None,
+        working_dir: Path,
+    ) -> None:
+        """Start one worker of the attempt on the job's network (an elastic job's under
+        torchrun's elastic agent, rendezvous on the job's address)."""
+        declared = nodes[spec.node].declared
+        master = (state.get("network") or {}).get("address") or "127.0.0.1"
+        env = worker_env(
+            launch, spec, state["master_port"], declared, run_as, master, self.job_path
+        )
+        if launch.elastic:
+            # A job's workers share one network namespace (one address, and each its own
+            # pid 1...): each agent names itself by a loopback address of its own, which
+            # the others reach there, so that the rendezvous tells the agents apart.
+            endpoint = rendezvous_endpoint("127.0.0.1", state["rdzv_port"])
+            env |= elastic_env(launch, endpoint)
+            own = f"127.0.0.{spec.rank + 1}"
+            round_id = f"{launch.job_id}-{launch.attempt}-{state.get('rdzv_round', 0)}"
+            command = elastic_command(launch, spec.rank, endpoint, own, round_id)
+            launch = replace(launch, command=command)
+        env = environment(image, env, launch.env) if image else env
+        self._start(launch, spec, env, working_dir, run_as, declared, state, image)
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
         with self._locked(job_id):
@@ -1020,6 +1079,33 @@ def _kill_job(
     for process in targets.values():
         _signal(process, signal.SIGKILL)
     return list(targets.values())
+
+
+def stop_workers(
+    workers: list[dict[str, Any]], grace_seconds: float, kill_after_seconds: float
+) -> None:
+    """Stop some of a job's workers, the others running on: SIGTERM to each one's init
+    (which forwards it to its command), their ends awaited for the grace period (and the
+    inits' own kill of what is left), then whatever remains killed; their containers
+    removed."""
+    for worker in workers:
+        init = _init_process(worker)
+        if init is not None:
+            _signal(init, signal.SIGTERM)
+    give_up = time.monotonic() + grace_seconds + kill_after_seconds + KILL_WAIT_SECONDS
+    while any(_init_process(w) is not None for w in workers) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    inits = [init for init in map(_init_process, workers) if init is not None]
+    targets = list(inits)
+    for init in inits:
+        with contextlib.suppress(psutil.Error):
+            targets += init.children(recursive=True)
+    for worker in workers:
+        Cgroups.kill(worker["cgroup"])
+    for process in targets:
+        _signal(process, signal.SIGKILL)
+    _wait_dead(targets)
+    remove_containers(_containers(workers))
 
 
 def _containers(workers: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -30,6 +30,7 @@ SIGTERM_EXIT = 143  # 128 + SIGTERM, as a shell reports a process stopped by it
 
 class MemoryBackend(ClusterBackend):
     name = "memory"
+    resizes = True
 
     def __init__(
         self,
@@ -97,6 +98,19 @@ class MemoryBackend(ClusterBackend):
                 }
         if failing:
             raise DeployError(f"injected failure deploying {launch.job_id}")
+
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        with self._state() as state:
+            job = state["jobs"].get(launch.job_id)
+            if job is None or job["attempt"] != launch.attempt:
+                return
+            held = {worker["rank"]: worker for worker in job["workers"]}
+            job["workers"] = [
+                held.get(w.rank)
+                or {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "state": "running"}
+                for w in launch.workers
+            ]
+            job["env"] = launch.env
 
     def stop(self, job_id: str, grace_seconds: float) -> None:
         with self._state() as state:

@@ -509,7 +509,7 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
             "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
             "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
-            "min_workers", "max_workers", "warnings",
+            "min_workers", "max_workers", "resizes", "warnings",
         ]  # fmt: skip
         read_only_fields = fields
 

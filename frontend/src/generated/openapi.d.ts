@@ -1576,6 +1576,8 @@ export interface components {
             readonly min_workers: number;
             /** @description The most workers it grows to (elastic jobs). */
             readonly max_workers: number;
+            /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
+            readonly resizes: number;
             /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
             readonly warnings: string[];
         };
@@ -1750,6 +1752,8 @@ export interface components {
             readonly min_workers: number;
             /** @description The most workers it grows to (elastic jobs). */
             readonly max_workers: number;
+            /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
+            readonly resizes: number;
             /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
             readonly warnings: string[];
             readonly endpoints: components["schemas"]["JobEndpoints"];

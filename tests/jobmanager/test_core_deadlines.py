@@ -1,0 +1,113 @@
+"""Deadlines that scale (jobmanager.core.deadlines): curves, the minimum satisfactory share
+and the admission answer, by example and as properties (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobmanager.core.deadlines import admit, curve_errors, rate, satisfactory_share
+from jobmanager.core.snapshot import Elastic
+from tests.jobmanager.core_builders import nodes, queued, running, snapshot, vc
+
+LINEAR = (100.0, 200.0, 300.0, 400.0)
+SUBLINEAR = (100.0, 180.0, 240.0, 270.0)
+
+
+def deadline_job(job_id: str = "due", due: float = 1100.0, low: int = 1, high: int = 4, **kw):
+    return queued(job_id, "a", due=due, elastic=Elastic(low, high, 300.0, **kw))
+
+
+def test_a_curve_is_positive_non_decreasing_and_no_longer_than_max_workers():
+    assert curve_errors(LINEAR, 4) == []
+    assert curve_errors((), 4) == ["Give at least one value: the throughput at 1 worker."]
+    assert "max_workers" in curve_errors(LINEAR, 3)[0]
+    assert "positive" in curve_errors((100.0, 0.0), 4)[0]
+    assert "positive" in curve_errors((100.0, math.nan), 4)[0]
+    assert "decrease" in curve_errors((200.0, 100.0), 4)[0]
+
+
+def test_the_satisfactory_share_is_the_fewest_workers_that_finish_in_time():
+    # 100 000 samples in 1000 s: 100 samples/s are needed, at 1 worker of LINEAR.
+    assert satisfactory_share(LINEAR, 100_000, 0, 1000, 1, 4) == 1
+    assert satisfactory_share(LINEAR, 250_000, 0, 1000, 1, 4) == 3
+    assert satisfactory_share(SUBLINEAR, 250_000, 0, 1000, 1, 4) == 4
+    assert satisfactory_share(SUBLINEAR, 300_000, 0, 1000, 1, 4) is None
+    assert satisfactory_share(LINEAR, 100_000, 0, 1000, 2, 4) == 2  # never below its minimum
+
+
+def test_on_an_idle_cluster_the_job_meets_its_deadline_with_its_share():
+    job = deadline_job(due=1100.0)
+    answer = admit(snapshot(nodes(1), [vc("a", 4)], now=100.0), job, LINEAR, 250_000)
+    assert answer.feasible and answer.share == 3
+    assert answer.earliest_finish == 100.0 + 250_000 / 400.0  # all four GPUs from now
+
+
+def test_a_busy_cluster_pushes_the_earliest_finish_past_the_deadline():
+    # Three of the four GPUs are held until 900 s: one worker until then, four after.
+    busy = running("busy", "b", ("n00", (0, 1, 2)), expected_end=900.0)
+    cluster = snapshot(nodes(1), [vc("a", 4), vc("b", 0)], [busy], now=100.0)
+    answer = admit(cluster, deadline_job(due=1100.0), LINEAR, 250_000)
+    # 800 s at 100/s = 80 000, then 170 000 at 400/s = 425 s: done at 1325 s.
+    assert not answer.feasible and answer.share == 3
+    assert answer.earliest_finish == 1325.0
+
+
+def test_a_job_cannot_start_below_its_minimum():
+    busy = running("busy", "b", ("n00", (0, 1, 2)), expected_end=900.0)
+    cluster = snapshot(nodes(1), [vc("a", 4), vc("b", 0)], [busy], now=100.0)
+    answer = admit(cluster, deadline_job(due=5000.0, low=2), LINEAR, 40_000)
+    assert answer.earliest_finish == 900.0 + 40_000 / 400.0
+
+
+def test_a_job_that_never_fits_never_finishes():
+    answer = admit(snapshot(nodes(1, gpus=1), [vc("a", 1)]), deadline_job(low=2), LINEAR, 10)
+    assert answer == answer.__class__(False, 2, math.inf)
+
+
+def test_deadline_jobs_due_earlier_hold_their_shares_first():
+    earlier = deadline_job("earlier", due=600.0, throughput=LINEAR, work=150_000.0)
+    job = deadline_job(due=1100.0)
+    cluster = snapshot(nodes(1), [vc("a", 4)], queued_jobs=[earlier, job], now=100.0)
+    # earlier needs 300/s for 500 s: three workers; one is left for this job.
+    answer = admit(cluster, job, LINEAR, 100_000)
+    assert answer.earliest_finish == 100.0 + 100_000 / 100.0
+    later = deadline_job("later", due=5000.0, throughput=LINEAR, work=1e9)
+    cluster = snapshot(nodes(1), [vc("a", 4)], queued_jobs=[later, job], now=100.0)
+    assert admit(cluster, job, LINEAR, 100_000).earliest_finish == 100.0 + 100_000 / 400.0
+
+
+curves = st.lists(st.floats(1.0, 1000.0), min_size=1, max_size=6).map(
+    lambda values: tuple(sorted(values))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    curve=curves,
+    work=st.floats(1.0, 1e6),
+    due_in=st.floats(1.0, 1e5),
+    held=st.lists(st.tuples(st.integers(0, 3), st.floats(1.0, 1e4)), max_size=4),
+)
+def test_admission_is_consistent_with_the_curve_and_the_cluster(curve, work, due_in, held):
+    high = len(curve)
+    busy = [
+        running(f"r{index}", "b", ("n00", (gpu,)), expected_end=100.0 + end)
+        for index, (gpu, end) in enumerate(dict(held).items())
+    ]
+    cluster = snapshot(nodes(2), [vc("a", 8), vc("b", 0)], busy, now=100.0)
+    job = deadline_job(due=100.0 + due_in, high=high)
+    answer = admit(cluster, job, curve, work)
+    fastest = 100.0 + work / rate(curve, high)
+    assert answer.earliest_finish >= fastest * (1 - 1e-9)
+    assert answer.feasible == (answer.earliest_finish <= job.due)
+    if answer.feasible:  # it meets it with a constant share at the most
+        assert answer.share is not None
+    if answer.share is not None:  # the fewest workers that finish in time from now
+        assert 100.0 + work / rate(curve, answer.share) <= job.due
+        if answer.share > 1:
+            assert 100.0 + work / rate(curve, answer.share - 1) > job.due
+    if not busy and high <= 8:  # an idle cluster: every worker from now
+        assert answer.earliest_finish == fastest

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobmanager.core.deadlines import admit, curve_errors, rate, satisfactory_share
+from jobmanager.core.elastic import schedule_elastic
 from jobmanager.core.snapshot import Elastic
 from tests.jobmanager.core_builders import nodes, queued, running, snapshot, vc
 
@@ -111,3 +112,75 @@ def test_admission_is_consistent_with_the_curve_and_the_cluster(curve, work, due
             assert 100.0 + work / rate(curve, answer.share - 1) > job.due
     if not busy and high <= 8:  # an idle cluster: every worker from now
         assert answer.earliest_finish == fastest
+
+
+# --- growing by the curves (jobmanager.core.elastic) -----------------------------------
+
+
+def started_sizes(decisions) -> dict[str, int]:
+    found = {start.job_id: len(start.placement) for start in decisions.starts}
+    found.update({resize.job_id: resize.workers_to for resize in decisions.resizes})
+    return found
+
+
+def test_a_deadline_job_gets_its_satisfactory_share_before_others_grow():
+    # 4 idle GPUs. "due" needs 250 000 samples by 1100 s: three workers of LINEAR. "other"
+    # has no deadline: round robin would give each two.
+    due = deadline_job("due", due=1100.0, throughput=LINEAR, work=250_000.0)
+    other = queued("other", "a", at=-1.0, elastic=Elastic(1, 4, 300.0))
+    decisions = schedule_elastic(snapshot(nodes(1), [vc("a", 4)], [], [other, due], now=100.0))
+    assert started_sizes(decisions) == {"due": 3, "other": 1}
+
+
+def test_idle_gpus_go_where_they_shorten_jobs_most():
+    # Both at their minimum of one; "flat" gains nothing from a second worker, "scales"
+    # gains from each: it takes both idle GPUs, and "flat" is not grown at all.
+    flat = running("flat", "a", ("n00", (0,)), elastic=Elastic(1, 4, 300.0, (100.0,), 1e5))
+    scales = running("scales", "a", ("n01", (0,)), elastic=Elastic(1, 4, 300.0, SUBLINEAR, 1e5))
+    cluster = snapshot(nodes(2, gpus=2), [vc("a", 4)], [flat, scales], now=1000.0)
+    assert started_sizes(schedule_elastic(cluster)) == {"scales": 3}
+
+
+def test_the_next_worker_goes_to_the_job_it_saves_most_time():
+    # "big" has 5x the work of "small" on the same curve, three GPUs are idle. Seconds
+    # saved by the next worker: big 4444, then 1389, then 463; small 889, then 278. So
+    # big takes two and small one; a fourth idle GPU goes to big (463 s over 278 s),
+    # where round robin would give each job two.
+    big = running("big", "a", ("n00", (0,)), elastic=Elastic(1, 4, 300.0, SUBLINEAR, 1e6))
+    small = running("small", "a", ("n00", (1,)), elastic=Elastic(1, 4, 300.0, SUBLINEAR, 2e5))
+    cluster = snapshot(nodes(1, gpus=5), [vc("a", 8)], [big, small], now=1000.0)
+    assert started_sizes(schedule_elastic(cluster)) == {"big": 3, "small": 2}
+    cluster = snapshot(nodes(1, gpus=6), [vc("a", 8)], [big, small], now=1000.0)
+    assert started_sizes(schedule_elastic(cluster)) == {"big": 4, "small": 2}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    jobs=st.lists(
+        st.tuples(
+            st.integers(1, 3),  # min workers
+            st.integers(0, 3),  # max above min
+            curves,
+            st.floats(1.0, 1e6),  # work left
+            st.one_of(st.none(), st.floats(1.0, 1e4)),  # due, seconds from now
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_growing_by_the_curves_keeps_sizes_in_range_and_never_overcommits(jobs):
+    cluster = nodes(2, gpus=4)
+    waiting = [
+        queued(
+            f"j{index}", "a", at=float(index), due=None if due is None else 1000.0 + due,
+            elastic=Elastic(low, low + extra, 300.0, curve, work),
+        )
+        for index, (low, extra, curve, work, due) in enumerate(jobs)
+    ]  # fmt: skip
+    decisions = schedule_elastic(snapshot(cluster, [vc("a", 8)], [], waiting, now=1000.0))
+    by_id = {job.id: job for job in waiting}
+    taken = [(w.node, gpu) for s in decisions.starts for w in s.placement for gpu in w.gpus]
+    assert len(taken) == len(set(taken)) <= 8
+    for start in decisions.starts:
+        elastic = by_id[start.job_id].elastic
+        assert elastic.min_workers <= len(start.placement) <= elastic.max_workers

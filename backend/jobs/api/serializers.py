@@ -27,6 +27,7 @@ from backend.jobs.admission import admission_answer, late_warning
 from backend.jobs.commands import command_errors, runs_on_host
 from backend.jobs.elastic import resize_warning, worker_range_errors
 from backend.jobs.models import (
+    Admission,
     FailureClass,
     Job,
     JobArray,
@@ -530,6 +531,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only=True,
         help_text='Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}].',
     )
+    # Blank for a job given no admission answer (no deadline, curve or work).
+    admission = serializers.ChoiceField(choices=Admission.choices, allow_blank=True, read_only=True)
     throughput = serializers.ListField(
         child=serializers.FloatField(),
         read_only=True,

@@ -22,6 +22,8 @@ the largest power of two GPUs not above its size (the profiles have only those);
 resize costs what ElasticFlow charges (2 + 2 (log2 GPUs + 1) s). ``fixed``: each job
 runs at its trace GPU count; ``elastic``: from 1 GPU up to the count where its curve
 peaks. One VC holds the whole cluster; the core's backfill runs deadline jobs first.
+``elastic+curves``: the core also sees each job's curve and work left (deadline jobs get
+their minimum satisfactory share first, then idle GPUs go where they shorten jobs most).
 """
 
 from __future__ import annotations
@@ -195,18 +197,21 @@ def resize_cost(gpus: int) -> float:
     return 2 + 2 * (math.log2(max(gpus, 1)) + 1)
 
 
-def run_trainyard(args: argparse.Namespace, elastic: bool) -> tuple[Outcome, ElasticReplay]:
+def run_trainyard(
+    args: argparse.Namespace, elastic: bool, curves: bool = False
+) -> tuple[Outcome, ElasticReplay]:
     jobs, cluster = load_jobs(args)
     options = ElasticOptions(
         elastic=elastic,
         interval=args.interval,
         min_resize_interval=args.min_resize_interval,
         resize_cost=resize_cost,
+        curves=curves,
     )
     started = time.perf_counter()
     run = replay_elastic(jobs, cluster, {"default": cluster.gpus}, options)
     seconds = time.perf_counter() - started
-    label = f"Trainyard BF+{'elastic' if elastic else 'fixed'}"
+    label = f"Trainyard BF+{'elastic' if elastic else 'fixed'}{'+curves' if curves else ''}"
     note = f"{sum(run.resizes)} resizes" if elastic else ""
     return Outcome(label, run.met_deadlines(), run.mean_jct(), note, seconds), run
 
@@ -228,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, (scheme, schedule) in schedulers.items():
             outcomes.append(run_artifact(args, label, scheme, schedule))
             print(f"ran {label} in {outcomes[-1].seconds:.0f} s", file=sys.stderr)
-    for elastic in (False, True):
-        outcomes.append(run_trainyard(args, elastic)[0])
+    for elastic, curves in ((False, False), (True, False), (True, True)):
+        outcomes.append(run_trainyard(args, elastic, curves)[0])
         print(f"ran {outcomes[-1].label} in {outcomes[-1].seconds:.0f} s", file=sys.stderr)
     reference = next((o for o in outcomes if o.label == "ElasticFlow"), None)
     print(f"trace {args.trace} on {args.cluster_spec} ({args.gpu_type} profiles)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from jobmanager.core.elastic import resized, schedule_elastic, started_shape
 from jobmanager.core.scheduler import schedule
@@ -33,6 +34,7 @@ from jobmanager.core.snapshot import (
 from jobmanager.simulate.cluster import ClusterSpec, per_gpu, vc_states
 from jobmanager.simulate.engine import ReplayError
 
+_Job = TypeVar("_Job", QueuedJob, RunningJob)
 DONE = 1e-6  # seconds of work left below which a job has ended (float rounding)
 MAX_PASSES_PER_INSTANT = 8
 
@@ -66,6 +68,10 @@ class ElasticOptions:
     resize_cost: Callable[[int], float] = lambda workers: 0.0
     policy: Policy = Policy.BACKFILL
     deadlines: bool = True  # the core sees each job's deadline (QueuedJob.due)
+    # The core sees each elastic job's scaling curve and the work it has left
+    # (Elastic.throughput, Elastic.work): deadline jobs get their minimum satisfactory
+    # share first, then idle GPUs go where they shorten jobs most (jobmanager.core.deadlines).
+    curves: bool = False
 
 
 @dataclass
@@ -167,8 +173,8 @@ def replay_elastic(
                     now=now,
                     nodes=nodes,
                     vcs=vcs,
-                    running=tuple(running.values()),
-                    queued=tuple(queued.values()),
+                    running=tuple(_seen(job, by_id, progress, options) for job in running.values()),
+                    queued=tuple(_seen(job, by_id, progress, options) for job in queued.values()),
                     explain=False,
                 )
                 decisions = decide(snapshot)
@@ -182,6 +188,21 @@ def replay_elastic(
                 stuck = ", ".join(sorted(queued)[:5])
                 raise ReplayError(f"{len(queued)} job(s) can never start (first: {stuck})")
     return result
+
+
+def _seen(
+    job: _Job,
+    by_id: dict[str, ElasticTraceJob],
+    progress: dict[str, _Progress],
+    options: ElasticOptions,
+) -> _Job:
+    """The job as the core sees it: with ``options.curves``, an elastic job carries its
+    curve and the work it has left."""
+    if not options.curves or job.elastic is None:
+        return job
+    curve = by_id[job.id].throughput
+    elastic = replace(job.elastic, throughput=curve, work=max(progress[job.id].left, 0.0))
+    return replace(job, elastic=elastic)
 
 
 def _queued(job: ElasticTraceJob, options: ElasticOptions, gpu_type: str) -> QueuedJob:

@@ -5,7 +5,9 @@ workers in [min_workers, max_workers]. Its VC's quota counts min_workers as guar
 the workers above are borrowed and preemptible. :func:`schedule_elastic` wraps
 :func:`jobmanager.core.scheduler.schedule` without changing it:
 
-- A queued elastic job is judged at min_workers, so it starts as soon as that many fit.
+- A queued elastic job is judged at min_workers, so it starts as soon as that many fit;
+  one with a deadline and a throughput curve at its minimum satisfactory share
+  (jobmanager.core.deadlines), so that it starts with what meets its deadline.
 - A running elastic job shows the pass its first min_workers workers as the job, and
   the workers above as a separate borrower (its *extras*).
 - Shrinking comes before preempting: while the pass leaves queued jobs waiting or
@@ -90,7 +92,7 @@ def schedule_elastic(snapshot: Snapshot, decide: Pass = schedule) -> Decisions:
         if job.elastic is not None and job.shape.workers > job.elastic.min_workers
     }
     resizable = [job for job in elastic_running.values() if may_resize(job, now)]
-    queued = tuple(_at_minimum(job) for job in snapshot.queued)
+    queued = tuple(_at_minimum(job, now) for job in snapshot.queued)
 
     def trial(shrunk: frozenset[str]) -> Decisions:
         running = _view(snapshot.running, elastic_running, shrunk)
@@ -108,10 +110,22 @@ def schedule_elastic(snapshot: Snapshot, decide: Pass = schedule) -> Decisions:
     return _settle(snapshot, elastic_running, shrunk, decisions)
 
 
-def _at_minimum(job: QueuedJob) -> QueuedJob:
-    if job.elastic is None or job.shape.workers == job.elastic.min_workers:
+def _at_minimum(job: QueuedJob, now: float) -> QueuedJob:
+    """The job as the plain pass judges it: at its minimum, or, for a deadline job with a
+    curve, at its minimum satisfactory share (it starts with what meets its deadline)."""
+    elastic = job.elastic
+    if elastic is None:
         return job
-    return replace(job, shape=with_workers(job.shape, job.elastic.min_workers))
+    size = elastic.min_workers
+    if job.due is not None and elastic.throughput and elastic.work is not None:
+        share = satisfactory_share(
+            elastic.throughput, elastic.work, now, job.due,
+            elastic.min_workers, elastic.max_workers,
+        )  # fmt: skip
+        size = share or size
+    if job.shape.workers == size:
+        return job
+    return replace(job, shape=with_workers(job.shape, size))
 
 
 def _split(job: RunningJob) -> tuple[RunningJob, RunningJob]:

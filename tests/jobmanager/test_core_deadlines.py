@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from jobmanager.core.deadlines import admit, curve_errors, rate, satisfactory_share
 from jobmanager.core.elastic import schedule_elastic
-from jobmanager.core.snapshot import Elastic
+from jobmanager.core.snapshot import Elastic, Policy
 from tests.jobmanager.core_builders import nodes, queued, running, snapshot, vc
 
 LINEAR = (100.0, 200.0, 300.0, 400.0)
@@ -130,6 +130,18 @@ def test_a_deadline_job_gets_its_satisfactory_share_before_others_grow():
     other = queued("other", "a", at=-1.0, elastic=Elastic(1, 4, 300.0))
     decisions = schedule_elastic(snapshot(nodes(1), [vc("a", 4)], [], [other, due], now=100.0))
     assert started_sizes(decisions) == {"due": 3, "other": 1}
+
+
+def test_a_deadline_job_starts_with_its_share_rather_than_its_minimum():
+    # Three GPUs free, a backfill VC (earliest deadline first). Started at their minimum,
+    # "due" and "other" (queued first) would take one each and "due" could grow to two
+    # only; judged at its share of three, "due" starts with it and "other" waits.
+    busy = running("busy", "a", ("n00", (0,)))
+    due = deadline_job("due", due=1100.0, throughput=LINEAR, work=250_000.0)
+    other = queued("other", "a", at=-1.0, elastic=Elastic(1, 4, 300.0))
+    backfill = vc("a", 4, policy=Policy.BACKFILL)
+    cluster = snapshot(nodes(1), [backfill], [busy], [other, due], now=100.0)
+    assert started_sizes(schedule_elastic(cluster)) == {"due": 3}
 
 
 def test_idle_gpus_go_where_they_shorten_jobs_most():

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 
 from trainyard_cli.client import BAD_INPUT, FAILED, Api, CliError, Config, describe_errors
-from trainyard_cli.manifest import duration_seconds, read_manifest
+from trainyard_cli.manifest import duration_seconds, read_manifest, throughput_values
 
 err = Console(stderr=True)
 TERMINAL = ("finished", "failed", "killed", "timeout")
@@ -56,6 +56,8 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
         body["node_selector"] = {**(body.get("node_selector") or {}), **selector}
     if flags.get("max_wall_time") is not None:
         flags["max_wall_time"] = duration_seconds(flags["max_wall_time"], "--wall-time")
+    if flags.get("throughput") is not None:
+        flags["throughput"] = throughput_values(flags["throughput"])
     body.update({name: value for name, value in flags.items() if value is not None})
     if command:
         body["command"] = command[0] if len(command) == 1 else shlex.join(command)
@@ -77,6 +79,13 @@ def build_submission(manifest: Path | None, command: tuple[str, ...], **flags: A
 @click.option("--workers", type=int, help="Workers (all start together, or none).")
 @click.option("--min-workers", type=int, help="Elastic: the fewest workers it runs with.")
 @click.option("--max-workers", type=int, help="Elastic: the most it grows to on idle GPUs.")
+@click.option("--deadline", help="When it must have finished (ISO 8601, e.g. 2026-12-04T09:00Z).")
+@click.option(
+    "--throughput",
+    help="Samples/s at 1, 2, ... workers (100,190,270): with --deadline and --work, the "
+    "answer says whether it can meet its deadline.",
+)
+@click.option("--work", type=float, help="The samples (or steps) the job needs.")
 @click.option("--gpus", "gpus_per_worker", type=int, help="GPUs per worker.")
 @click.option("--cpus", "cpus_per_worker", type=float, help="CPUs per worker (default: t-shirt).")
 @click.option("--memory", "memory_per_worker", help="Memory per worker: MiB, or e.g. 64Gi.")
@@ -131,6 +140,12 @@ def submit(manifest, idempotency_key, wait, poll, as_json, command, **flags) -> 
         click.echo(job["array"] if "jobs" in job else job["id"])
     for warning in job.get("warnings") or ():
         err.print(f"warning: {warning}", highlight=False)
+    if job.get("admission") == "meets":
+        err.print(
+            f"deadline: meets it with at least {job['admission_share']} workers from now "
+            f"(earliest finish {job['earliest_finish']})",
+            highlight=False,
+        )
     if "jobs" in job:  # a job array (array: in the manifest) answers its id and its jobs'
         err.print(f"array {job['array']}: {job['size']} jobs", highlight=False)
         if wait:

@@ -34,7 +34,7 @@ SUBMISSION_FIELDS = (
     "max_workers", "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "env",
     "working_dir", "data_path", "output_path", "node_selector", "whole_nodes", "same_switch",
     "ports", "preemptible", "priority", "max_retries", "retry_on", "max_wall_time", "array",
-    "deadline",
+    "deadline", "throughput", "work",
 )  # fmt: skip
 _DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s?)?\s*$")
 
@@ -48,6 +48,16 @@ def duration_seconds(value: object, field: str = "max_wall_time") -> int:
         raise CliError(f"{field}: {value!r} is not a duration (3600, 90m, 2h30m, 2d)", BAD_INPUT)
     days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def throughput_values(value: str, field: str = "--throughput") -> list[float]:
+    """A throughput curve from "100,190,270" (samples/s at 1, 2, 3 workers)."""
+    try:
+        return [float(part) for part in value.split(",")]
+    except ValueError:
+        raise CliError(
+            f"{field}: {value!r} is not a list of numbers (100,190,270)", BAD_INPUT
+        ) from None
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -73,6 +83,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
         document["max_wall_time"] = duration_seconds(document["max_wall_time"])
     if isinstance(document.get("deadline"), (date, datetime)):  # YAML reads an unquoted time
         document["deadline"] = document["deadline"].isoformat()
+    if isinstance(document.get("throughput"), str):  # "100, 190, 270" as on the command line
+        document["throughput"] = throughput_values(document["throughput"], "throughput")
     if isinstance(document.get("command"), list):  # a command written as argv
         document["command"] = shlex.join(str(part) for part in document["command"])
     return document

@@ -69,6 +69,13 @@ class JobSpec:
     deadline: datetime | None = None
     min_workers: int | None = None  # None: workers (a job of fixed size)
     max_workers: int | None = None
+    # Deadlines that scale (backend/jobs/admission.py): work per second at 1, 2, ...
+    # workers, the work it needs, and the admission answer it got.
+    throughput: tuple[float, ...] = ()
+    work: float | None = None
+    admission: str = ""
+    admission_share: int | None = None
+    earliest_finish: datetime | None = None
 
     def as_request(self) -> Request:
         return Request.of(self)
@@ -143,6 +150,11 @@ def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object)
         same_switch=spec.same_switch,
         ports=spec.ports,
         deadline=spec.deadline,
+        throughput=list(spec.throughput),
+        work=spec.work,
+        admission=spec.admission,
+        admission_share=spec.admission_share,
+        earliest_finish=spec.earliest_finish,
         status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
         status_message=approval_reason,
         submitted_at=now,

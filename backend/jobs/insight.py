@@ -11,14 +11,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from backend.jobs.actions import JobSpec
+from backend.jobs.admission import spec_as_queued
 from backend.jobs.forecast import forecast
-from backend.jobs.models import Job, JobStatus, JobType
-from backend.jobs.scheduling import JOB_COLUMNS, load_snapshot, millicpus, queued_job
+from backend.jobs.models import Job, JobStatus
+from backend.jobs.scheduling import JOB_COLUMNS, load_snapshot, queued_job
 from backend.jobs.submission import needs_approval
 from backend.vcs.models import VirtualCluster
-from jobmanager.core import QueuedJob, Resources, schedule
+from jobmanager.core import schedule
 from jobmanager.core.scheduler import queue_order
-from jobmanager.core.snapshot import JobShape
 
 PREVIEW_ID = "(preview)"  # no real job id has parentheses
 
@@ -69,25 +69,7 @@ def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
     if approval:
         return StartPreview(False, approval, None)
     now = timezone.now()
-    candidate = QueuedJob(
-        id=PREVIEW_ID,
-        vc=spec.vc.name,
-        shape=JobShape(
-            gpu_type=spec.gpu_type.name,
-            workers=spec.workers,
-            per_worker=Resources(
-                spec.gpus_per_worker, millicpus(spec.cpus_per_worker), spec.memory_per_worker
-            ),
-            node_selector=tuple(sorted(spec.node_selector.items())),
-            whole_nodes=spec.whole_nodes or spec.vc.whole_nodes_for_distributed,
-            same_switch=spec.same_switch,
-        ),
-        queued_at=now.timestamp(),
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        interactive=spec.type == JobType.INTERACTIVE,
-        max_wall_time=float(min(spec.max_wall_time, spec.vc.max_wall_time)),
-    )
+    candidate = replace(spec_as_queued(spec, PREVIEW_ID, now), due=None, elastic=None)
     snapshot = load_snapshot(now)
     snapshot = replace(snapshot, queued=(*snapshot.queued, candidate))
     decisions = schedule(snapshot)

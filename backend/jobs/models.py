@@ -167,6 +167,14 @@ class JobArray(models.Model):
         return f"{self.array_id} ({self.name}, {self.size} tasks)"
 
 
+class Admission(models.TextChoices):
+    """The answer a job with a deadline and a throughput curve got at submit."""
+
+    MEETS = "meets", "Meets its deadline"
+    BEST_EFFORT = "best_effort", "Cannot meet it: accepted best-effort"
+    FLAGGED = "flagged", "Cannot meet it: accepted and flagged"
+
+
 class Job(models.Model):
     job_id = models.CharField(max_length=16, unique=True, default=new_job_id, editable=False)
     owner = models.ForeignKey(
@@ -193,6 +201,18 @@ class Job(models.Model):
         default=0, help_text="Times the scheduler grew or shrank it (each a re-rendezvous)."
     )
     resized_at = models.DateTimeField(null=True, blank=True)
+    # Deadlines that scale (issue 34): work per second at 1, 2, ... workers (declared, or
+    # learned from earlier runs, backend/jobs/throughput.py), the work it needs, and the
+    # admission answer given at submit (jobmanager.core.deadlines).
+    throughput = models.JSONField(
+        default=list, blank=True, help_text="Work per second at 1, 2, ... workers."
+    )
+    work = models.FloatField(null=True, blank=True, help_text="The work it needs (samples).")
+    admission = models.CharField(max_length=12, choices=Admission.choices, blank=True)
+    admission_share = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Meets its deadline with at least this many workers."
+    )
+    earliest_finish = models.DateTimeField(null=True, blank=True)
     gpus_per_worker = models.PositiveIntegerField(default=0)
     cpus_per_worker = models.DecimalField(
         max_digits=8, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))]

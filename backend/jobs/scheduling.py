@@ -21,6 +21,7 @@ from backend.jobs.history import Attained, attained_service, decayed_usage
 from backend.jobs.lease import Lease
 from backend.jobs.models import (
     ACTIVE_STATUSES,
+    Admission,
     Job,
     JobStatus,
     JobType,
@@ -62,7 +63,7 @@ JOB_COLUMNS = (
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
     "max_wall_time", "node_selector", "reserved_placement", "owner__username", "deadline",
     "whole_nodes", "same_switch", "vc__whole_nodes_for_distributed", "min_workers",
-    "max_workers", "resized_at",
+    "max_workers", "resized_at", "admission",
 )  # fmt: skip
 
 
@@ -73,7 +74,7 @@ QUEUED_COLUMNS = (
     "gpus_per_worker", "cpus_per_worker", "memory_per_worker", "priority", "preemptible",
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
     "insight_message", "owner__username", "deadline", "pk", "whole_nodes", "same_switch",
-    "vc__whole_nodes_for_distributed", "min_workers", "max_workers",
+    "vc__whole_nodes_for_distributed", "min_workers", "max_workers", "admission",
 )  # fmt: skip
 
 
@@ -235,8 +236,11 @@ def _expected_run(row: dict, estimates: RunTimeEstimator | None) -> float | None
 
 
 def _due(row: dict) -> float | None:
-    """The deadline its owner set (``Job.deadline``), if any, as the core's ``due``."""
-    return epoch(row["deadline"]) if row.get("deadline") is not None else None
+    """The deadline its owner set (``Job.deadline``), if any, as the core's ``due``; none
+    for a job admitted best-effort (it cannot meet it: its deadline is not favoured)."""
+    if row.get("deadline") is None or row.get("admission") == Admission.BEST_EFFORT:
+        return None
+    return epoch(row["deadline"])
 
 
 def _elastic(row: dict, elastic: bool) -> Elastic | None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import timedelta
 
 from django.db import DatabaseError
-from django.db.models import Count, Min
+from django.db.models import Count, F, Min, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -59,6 +60,7 @@ class TrainyardCollector(Collector):
         yield from _scheduler()
         yield from _repairs(gpu_types)
         yield from _storage()
+        yield from _deadlines(vcs)
 
 
 def _jobs(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
@@ -225,3 +227,40 @@ def _storage() -> Iterator[GaugeMetricFamily]:
     yield used
     yield scanned
     yield threshold
+
+
+DEADLINE_WINDOW_DAYS = 7  # as GET /api/v1/vcs/<vc>/deadlines/ by default
+
+
+def _deadlines(vcs: dict[int, str]) -> Iterator[GaugeMetricFamily]:
+    """Each VC's jobs with a deadline that ended in the window, met or missed, and the
+    share met (the VC's page and GET /vcs/<vc>/deadlines/ show the same)."""
+    ended = GaugeMetricFamily(
+        "trainyard_vc_deadline_jobs",
+        f"Jobs with a deadline that ended in the last {DEADLINE_WINDOW_DAYS} days, by "
+        "outcome (met: finished by it; missed), per VC.",
+        labels=["vc", "outcome"],
+    )
+    rate = GaugeMetricFamily(
+        "trainyard_vc_deadlines_met_ratio",
+        f"Share of a VC's jobs with a deadline, ended in the last {DEADLINE_WINDOW_DAYS} "
+        "days, that finished by it (no sample: none ended).",
+        labels=["vc"],
+    )
+    since = timezone.now() - timedelta(days=DEADLINE_WINDOW_DAYS)
+    met = Q(status=JobStatus.FINISHED, finished_at__lte=F("deadline"))
+    rows = (
+        Job.objects.filter(
+            deadline__isnull=False, status__in=TERMINAL_STATUSES, finished_at__gte=since
+        )
+        .order_by()
+        .values_list("vc_id")
+        .annotate(count=Count("*"), met=Count("pk", filter=met))
+    )
+    for vc_id, count, met_count in rows:
+        name = vcs.get(vc_id, "")
+        ended.add_metric([name, "met"], met_count)
+        ended.add_metric([name, "missed"], count - met_count)
+        rate.add_metric([name], met_count / count)
+    yield ended
+    yield rate

@@ -20,6 +20,7 @@ VC_SETTINGS = (
     "max_interactive_gpus",
     "default_max_retries",
     "lends_dedicated_nodes",
+    "infeasible_deadlines",
     "whole_nodes_for_distributed",
     "user_gpu_limit",
     "idle_util_percent",

@@ -30,6 +30,14 @@ class SchedulingPolicy(models.TextChoices):
     FAIR_SHARE = "FS", "Fair share between users"
 
 
+class InfeasibleDeadlines(models.TextChoices):
+    """What happens to a job submitted with a deadline it cannot meet (issue 34)."""
+
+    REFUSE = "refuse", "Refuse it (400)"
+    BEST_EFFORT = "best_effort", "Accept it best-effort (its deadline is not favoured)"
+    FLAG = "flag", "Accept it and flag it"
+
+
 class Role(models.TextChoices):
     MEMBER = "member"
     ADMIN = "admin"
@@ -81,6 +89,13 @@ class VirtualCluster(models.Model):
         default=False,
         help_text="Other VCs' preemptible jobs may run on the nodes dedicated to it while "
         "it leaves them idle; its own jobs preempt them to get the nodes back.",
+    )
+    infeasible_deadlines = models.CharField(
+        max_length=12,
+        choices=InfeasibleDeadlines.choices,
+        default=InfeasibleDeadlines.FLAG,
+        help_text="What happens to a job whose deadline its throughput curve says it "
+        "cannot meet: refused, accepted best-effort, or accepted and flagged.",
     )
     whole_nodes_for_distributed = models.BooleanField(
         default=False,

@@ -22,6 +22,11 @@ the largest power of two GPUs not above its size (the profiles have only those);
 resize costs what ElasticFlow charges (2 + 2 (log2 GPUs + 1) s). ``fixed``: each job
 runs at its trace GPU count; ``elastic``: from 1 GPU up to the count where its curve
 peaks. One VC holds the whole cluster; the core's backfill runs deadline jobs first.
+``elastic+curves``: the core also sees each job's curve and work left (deadline jobs get
+their minimum satisfactory share first, then idle GPUs go where they shorten jobs most);
+``+admission``: a job whose deadline the core says at arrival it cannot meet runs
+best-effort, without it (a VC's ``infeasible_deadlines: best_effort``), as ElasticFlow's
+admission control does; it still counts as missed.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-type", default="T4", choices=["T4", "A100"])
     parser.add_argument("--themis", action="store_true", help="also run Themis (slow)")
     parser.add_argument("--skip-artifact", action="store_true")
+    parser.add_argument(
+        "--only", nargs="*", help="Trainyard's variants to run (default: all): fixed, elastic, ..."
+    )
     parser.add_argument("--min-resize-interval", type=float, default=300.0)
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--chart", type=Path, help="write a bar chart (PNG) here")
@@ -195,18 +203,31 @@ def resize_cost(gpus: int) -> float:
     return 2 + 2 * (math.log2(max(gpus, 1)) + 1)
 
 
-def run_trainyard(args: argparse.Namespace, elastic: bool) -> tuple[Outcome, ElasticReplay]:
+# Trainyard's variants: label, then ElasticOptions' elastic, curves and admission.
+VARIANTS = (
+    ("fixed", False, False, False),
+    ("elastic", True, False, False),
+    ("elastic+curves", True, True, False),
+    ("elastic+curves+admission", True, True, True),
+)
+
+
+def run_trainyard(
+    args: argparse.Namespace, name: str, elastic: bool, curves: bool, admission: bool
+) -> tuple[Outcome, ElasticReplay]:
     jobs, cluster = load_jobs(args)
     options = ElasticOptions(
         elastic=elastic,
         interval=args.interval,
         min_resize_interval=args.min_resize_interval,
         resize_cost=resize_cost,
+        curves=curves,
+        admission=admission,
     )
     started = time.perf_counter()
     run = replay_elastic(jobs, cluster, {"default": cluster.gpus}, options)
     seconds = time.perf_counter() - started
-    label = f"Trainyard BF+{'elastic' if elastic else 'fixed'}"
+    label = f"Trainyard BF+{name}"
     note = f"{sum(run.resizes)} resizes" if elastic else ""
     return Outcome(label, run.met_deadlines(), run.mean_jct(), note, seconds), run
 
@@ -228,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, (scheme, schedule) in schedulers.items():
             outcomes.append(run_artifact(args, label, scheme, schedule))
             print(f"ran {label} in {outcomes[-1].seconds:.0f} s", file=sys.stderr)
-    for elastic in (False, True):
-        outcomes.append(run_trainyard(args, elastic)[0])
+    for variant in VARIANTS:
+        if args.only and variant[0] not in args.only:
+            continue
+        outcomes.append(run_trainyard(args, *variant)[0])
         print(f"ran {outcomes[-1].label} in {outcomes[-1].seconds:.0f} s", file=sys.stderr)
     reference = next((o for o in outcomes if o.label == "ElasticFlow"), None)
     print(f"trace {args.trace} on {args.cluster_spec} ({args.gpu_type} profiles)")

@@ -68,6 +68,7 @@ export const getVc = (name: string, signal?: AbortSignal) =>
   api<Answer<"/api/v1/vcs/{name}/">>(pathTo("/api/v1/vcs/{name}/", { name }), { signal });
 export const updateVc = (name: string, body: Body<"/api/v1/vcs/{name}/", "patch">) => send("patch", "/api/v1/vcs/{name}/", { name }, body);
 export const useVcQueue = (name: string, refreshMs = 0) => useGet("/api/v1/vcs/{name}/queue/", { name }, "", refreshMs);
+export const useVcDeadlines = (name: string, refreshMs = 0) => useGet("/api/v1/vcs/{name}/deadlines/", { name }, "", refreshMs);
 export const useVcMembers = (name: string) => useGet("/api/v1/vcs/{name}/members/", { name });
 export const setVcMember = (name: string, body: Body<"/api/v1/vcs/{name}/members/", "post">) => send("post", "/api/v1/vcs/{name}/members/", { name }, body);
 export const removeVcMember = (name: string, username: string) => send("delete", "/api/v1/vcs/{name}/members/{username}/", { name, username });

@@ -212,7 +212,9 @@ def _image_files(driver_files: tuple[tuple[str, str], ...]) -> list[dict[str, An
     and the GPU driver's files where it has GPUs (in directories of their own that every
     account may list, whatever the image holds there)."""
     files = [
-        (HOST_INIT, INIT_IN_CONTAINER), ("/etc/resolv.conf", "/etc/resolv.conf"), *driver_files
+        (HOST_INIT, INIT_IN_CONTAINER),
+        ("/etc/resolv.conf", "/etc/resolv.conf"),
+        *driver_files,
     ]
     directories = sorted({os.path.dirname(destination) for _, destination in driver_files})
     return [

@@ -5,7 +5,9 @@ workers in [min_workers, max_workers]. Its VC's quota counts min_workers as guar
 the workers above are borrowed and preemptible. :func:`schedule_elastic` wraps
 :func:`jobmanager.core.scheduler.schedule` without changing it:
 
-- A queued elastic job is judged at min_workers, so it starts as soon as that many fit.
+- A queued elastic job is judged at min_workers, so it starts as soon as that many fit;
+  one with a deadline and a throughput curve at its minimum satisfactory share
+  (jobmanager.core.deadlines), so that it starts with what meets its deadline.
 - A running elastic job shows the pass its first min_workers workers as the job, and
   the workers above as a separate borrower (its *extras*).
 - Shrinking comes before preempting: while the pass leaves queued jobs waiting or
@@ -17,10 +19,14 @@ the workers above are borrowed and preemptible. :func:`schedule_elastic` wraps
   claims them and starts there once they are gone.
 - A pass that preempts a job's extras shrinks it to min_workers; if the job may not be
   resized yet, the whole job is preempted instead (the rate limit holds).
-- Growing comes last: the GPUs still idle once every start and kept place is taken go,
-  one worker at a time round the elastic jobs (deadlines first, then queue order), to
-  jobs that may be resized and to the jobs starting now; a job shrunk in this pass takes
-  back its own workers' GPUs first, so that it changes as little as it can.
+- Growing comes last: the GPUs still idle once every start and kept place is taken go
+  to jobs that may be resized and to the jobs starting now (a job shrunk in this pass
+  takes back its own workers' GPUs first, so that it changes as little as it can). Jobs
+  with a deadline and a throughput curve get their minimum satisfactory share first
+  (earliest deadline first; jobmanager.core.deadlines), then each further worker goes to
+  the job with a curve that it shortens most (diminishing returns: a worker that adds
+  no throughput is not given), then one worker at a time round the jobs without a curve
+  (deadlines first, then queue order).
 
 Each size is a complete gang: every worker gets whole GPUs on one node, placed like any
 job's. A job is resized at most once per ``Elastic.min_interval`` (its start counts as a
@@ -31,12 +37,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import NamedTuple
 
+from jobmanager.core.deadlines import satisfactory_share, time_saved
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
     Decisions,
+    Elastic,
     JobShape,
     Preemption,
     QueuedJob,
@@ -83,7 +92,7 @@ def schedule_elastic(snapshot: Snapshot, decide: Pass = schedule) -> Decisions:
         if job.elastic is not None and job.shape.workers > job.elastic.min_workers
     }
     resizable = [job for job in elastic_running.values() if may_resize(job, now)]
-    queued = tuple(_at_minimum(job) for job in snapshot.queued)
+    queued = tuple(_at_minimum(job, now) for job in snapshot.queued)
 
     def trial(shrunk: frozenset[str]) -> Decisions:
         running = _view(snapshot.running, elastic_running, shrunk)
@@ -101,10 +110,22 @@ def schedule_elastic(snapshot: Snapshot, decide: Pass = schedule) -> Decisions:
     return _settle(snapshot, elastic_running, shrunk, decisions)
 
 
-def _at_minimum(job: QueuedJob) -> QueuedJob:
-    if job.elastic is None or job.shape.workers == job.elastic.min_workers:
+def _at_minimum(job: QueuedJob, now: float) -> QueuedJob:
+    """The job as the plain pass judges it: at its minimum, or, for a deadline job with a
+    curve, at its minimum satisfactory share (it starts with what meets its deadline)."""
+    elastic = job.elastic
+    if elastic is None:
         return job
-    return replace(job, shape=with_workers(job.shape, job.elastic.min_workers))
+    size = elastic.min_workers
+    if job.due is not None and elastic.throughput and elastic.work is not None:
+        share = satisfactory_share(
+            elastic.throughput, elastic.work, now, job.due,
+            elastic.min_workers, elastic.max_workers,
+        )  # fmt: skip
+        size = share or size
+    if job.shape.workers == size:
+        return job
+    return replace(job, shape=with_workers(job.shape, size))
 
 
 def _split(job: RunningJob) -> tuple[RunningJob, RunningJob]:
@@ -212,14 +233,14 @@ def _grow(
     running = {job.id: job for job in snapshot.running}
     queued = {job.id: job for job in snapshot_with_pools(snapshot).queued}
     placements: dict[str, list[WorkerPlacement]] = {}
-    growers: list[tuple[tuple[float, float, str], str, JobShape, int]] = []
+    growers: list[Grower] = []
     for start in decisions.starts:
         job = queued.get(start.job_id)
         if job is None or job.elastic is None:
             continue
         placements[job.id] = list(start.placement)
         order = (job.due if job.due is not None else float("inf"), job.queued_at, job.id)
-        growers.append((order, job.id, job.shape, job.elastic.max_workers))
+        growers.append(Grower(order, job.id, job.shape, job.elastic, job.due))
     for runner in running.values():
         if runner.elastic is None or runner.id in preempted:
             continue
@@ -237,12 +258,10 @@ def _grow(
         else:
             continue
         due = runner.due if runner.due is not None else float("inf")
-        growers.append(
-            ((due, runner.queue_position, runner.id), runner.id, runner.shape,
-             runner.elastic.max_workers)
-        )  # fmt: skip
+        order = (due, runner.queue_position, runner.id)
+        growers.append(Grower(order, runner.id, runner.shape, runner.elastic, runner.due))
     if snapshot.borrowing:
-        _hand_out(cluster, sorted(growers), placements)
+        _hand_out(cluster, sorted(growers, key=lambda grower: grower.order), placements, now)
     by_start = {start.job_id: index for index, start in enumerate(decisions.starts)}
     for job_id, placement in placements.items():
         if job_id in by_start:
@@ -261,23 +280,77 @@ def _grow(
         decisions.resizes.append(Resize(job_id, tuple(placement), resized.shape.workers, reason))
 
 
+class Grower(NamedTuple):
+    """A job that may take more workers in this pass."""
+
+    order: tuple[float, float, str]  # deadlines first, then queue order
+    job_id: str
+    shape: JobShape
+    elastic: Elastic
+    due: float | None
+
+    @property
+    def scales(self) -> bool:
+        """Whether its curve and work left are known (jobmanager.core.deadlines)."""
+        return bool(self.elastic.throughput) and self.elastic.work is not None
+
+
 def _hand_out(
     cluster: ClusterState,
-    growers: list[tuple[tuple[float, float, str], str, JobShape, int]],
+    growers: list[Grower],
     placements: dict[str, list[WorkerPlacement]],
+    now: float,
 ) -> None:
-    """One worker at a time round the growers until none can grow."""
+    """Idle GPUs to the growers: first each deadline job's minimum satisfactory share
+    (earliest deadline first), then each further worker to the job with a curve that it
+    shortens most (a worker that adds no throughput is not given), then one worker at a
+    time round the jobs without a curve until none can grow."""
+    for grower in growers:
+        if grower.due is None or not grower.scales:
+            continue
+        elastic = grower.elastic
+        share = satisfactory_share(
+            elastic.throughput, elastic.work or 0.0, now, grower.due,
+            elastic.min_workers, elastic.max_workers,
+        )  # fmt: skip
+        _add_workers(cluster, grower, placements[grower.job_id], share or 0)
+    candidates = [grower for grower in growers if grower.scales]
+    while candidates:
+        gains = [
+            (time_saved(g.elastic.throughput, g.elastic.work or 0.0, len(placements[g.job_id])), g)
+            for g in candidates
+            if len(placements[g.job_id]) < g.elastic.max_workers
+        ]
+        gain, best = max(gains, key=lambda pair: pair[0], default=(0.0, None))
+        if best is None or gain <= 0:
+            break
+        if not _add_workers(
+            cluster, best, placements[best.job_id], len(placements[best.job_id]) + 1
+        ):
+            candidates.remove(best)  # no room where it may go
     growing = True
     while growing:
         growing = False
-        for _, job_id, shape, most in growers:
-            placement = placements[job_id]
-            if len(placement) >= most:
-                continue
-            placed = cluster.place(with_workers(shape, 1))
-            if placed:
-                placement.append(placed[0])
+        for grower in growers:
+            if not grower.scales and _add_workers(
+                cluster, grower, placements[grower.job_id], len(placements[grower.job_id]) + 1
+            ):
                 growing = True
+
+
+def _add_workers(
+    cluster: ClusterState, grower: Grower, placement: list[WorkerPlacement], size: int
+) -> bool:
+    """Place workers for the job until it has ``size`` (at most its maximum); whether it
+    grew at all."""
+    grew = False
+    while len(placement) < min(size, grower.elastic.max_workers):
+        placed = cluster.place(with_workers(grower.shape, 1))
+        if not placed:
+            break
+        placement.append(placed[0])
+        grew = True
+    return grew
 
 
 def resized(job: RunningJob, resize: Resize, now: float) -> RunningJob:

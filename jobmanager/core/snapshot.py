@@ -185,6 +185,11 @@ class Elastic:
     min_workers: int
     max_workers: int
     min_interval: float = 300.0
+    # Its work per second at 1, 2, ... workers, and the work it has left (any unit):
+    # with a deadline, the core gives it its minimum satisfactory share first and the
+    # other growers the GPUs that shorten them most (jobmanager.core.deadlines).
+    throughput: tuple[float, ...] = ()
+    work: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

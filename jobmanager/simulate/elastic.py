@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
+from jobmanager.core.deadlines import admit
 from jobmanager.core.elastic import resized, schedule_elastic, started_shape
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
@@ -33,6 +35,7 @@ from jobmanager.core.snapshot import (
 from jobmanager.simulate.cluster import ClusterSpec, per_gpu, vc_states
 from jobmanager.simulate.engine import ReplayError
 
+_Job = TypeVar("_Job", QueuedJob, RunningJob)
 DONE = 1e-6  # seconds of work left below which a job has ended (float rounding)
 MAX_PASSES_PER_INSTANT = 8
 
@@ -66,6 +69,14 @@ class ElasticOptions:
     resize_cost: Callable[[int], float] = lambda workers: 0.0
     policy: Policy = Policy.BACKFILL
     deadlines: bool = True  # the core sees each job's deadline (QueuedJob.due)
+    # The core sees each elastic job's scaling curve and the work it has left
+    # (Elastic.throughput, Elastic.work): deadline jobs get their minimum satisfactory
+    # share first, then idle GPUs go where they shorten jobs most (jobmanager.core.deadlines).
+    curves: bool = False
+    # Admission at arrival (as a VC that accepts infeasible deadlines best-effort): a job
+    # whose deadline the core says it cannot meet (jobmanager.core.deadlines.admit) runs
+    # without it; it is still counted against it.
+    admission: bool = False
 
 
 @dataclass
@@ -79,6 +90,7 @@ class ElasticReplay:
     preemptions: int = 0
     passes: int = 0
     sizes: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # (time, workers)
+    best_effort: list[str] = field(default_factory=list)  # admitted without their deadline
 
     def met_deadlines(self) -> float:
         """The share of jobs with a deadline that ended by it (NaN: none had one)."""
@@ -122,6 +134,7 @@ def replay_elastic(
     queued: dict[str, QueuedJob] = {}
     running: dict[str, RunningJob] = {}
     progress = {job.id: _Progress(job.work) for job in jobs}
+    best_effort: set[str] = set()  # admitted without their deadline (options.admission)
     decide = schedule_elastic if options.elastic else schedule
     now = jobs[0].submitted if jobs else 0.0
     next_job = 0
@@ -157,18 +170,42 @@ def replay_elastic(
             result.ended[index_of[job_id]] = now
             changed = True
         while next_job < len(jobs) and jobs[next_job].submitted <= now:
-            queued[jobs[next_job].id] = _queued(jobs[next_job], options, cluster.gpu_type)
+            arrival = jobs[next_job]
+            candidate = _queued(arrival, options, cluster.gpu_type)
+            if options.admission and candidate.due is not None:
+                ends = {job_id: end_time(job_id) for job_id in running}
+                seen = Snapshot(
+                    now=now,
+                    nodes=nodes,
+                    vcs=vcs,
+                    running=tuple(
+                        _seen(job, by_id, progress, options, ends) for job in running.values()
+                    ),
+                    queued=tuple(
+                        _seen(job, by_id, progress, options, ends) for job in queued.values()
+                    ),
+                )
+                if not admit(seen, candidate, arrival.throughput, arrival.work).feasible:
+                    best_effort.add(arrival.id)
+                    result.best_effort.append(arrival.id)
+                    candidate = replace(candidate, due=None)
+            queued[arrival.id] = candidate
             next_job += 1
             changed = True
         if changed or now >= last_pass + options.interval:
             last_pass = now
             for _ in range(MAX_PASSES_PER_INSTANT):
+                ends = {job_id: end_time(job_id) for job_id in running}
                 snapshot = Snapshot(
                     now=now,
                     nodes=nodes,
                     vcs=vcs,
-                    running=tuple(running.values()),
-                    queued=tuple(queued.values()),
+                    running=tuple(
+                        _seen(job, by_id, progress, options, ends) for job in running.values()
+                    ),
+                    queued=tuple(
+                        _seen(job, by_id, progress, options, ends) for job in queued.values()
+                    ),
                     explain=False,
                 )
                 decisions = decide(snapshot)
@@ -176,12 +213,33 @@ def replay_elastic(
                 again = _apply(
                     decisions, now, queued, running, progress, result, index_of, by_id, options
                 )
+                for job_id in best_effort.intersection(queued):  # requeued: still without it
+                    queued[job_id] = replace(queued[job_id], due=None)
                 if not again:
                     break
             if queued and not running and next_job >= len(jobs):
                 stuck = ", ".join(sorted(queued)[:5])
                 raise ReplayError(f"{len(queued)} job(s) can never start (first: {stuck})")
     return result
+
+
+def _seen(
+    job: _Job,
+    by_id: dict[str, ElasticTraceJob],
+    progress: dict[str, _Progress],
+    options: ElasticOptions,
+    ends: dict[str, float],
+) -> _Job:
+    """The job as the core sees it: with ``options.curves``, an elastic job carries its
+    curve and the work it has left, and a running job ends when that work at its size
+    says (not when its run at its minimum would have)."""
+    if not options.curves or job.elastic is None:
+        return job
+    curve = by_id[job.id].throughput
+    elastic = replace(job.elastic, throughput=curve, work=max(progress[job.id].left, 0.0))
+    if isinstance(job, RunningJob):
+        return replace(job, elastic=elastic, expected_end=ends[job.id])  # type: ignore[return-value]
+    return replace(job, elastic=elastic)
 
 
 def _queued(job: ElasticTraceJob, options: ElasticOptions, gpu_type: str) -> QueuedJob:

@@ -135,3 +135,28 @@ def test_jobs_that_end_are_counted_by_how_and_vc(world):
     assert got[("trainyard_jobs_ended_total", ended)] == before + 2
     queued = ("trainyard_jobs", (("gpu_type", "A100"), ("status", "queued"), ("vc", "vision")))
     assert queued not in got  # both gone from the gauge
+
+
+def test_each_vcs_met_deadline_rate_is_a_gauge(world):
+    now = timezone.now()
+    deadline = now - timedelta(hours=1)
+    for finished_at, status in [
+        (deadline - timedelta(minutes=5), JobStatus.FINISHED),  # met
+        (deadline - timedelta(minutes=5), JobStatus.FINISHED),  # met
+        (deadline + timedelta(minutes=5), JobStatus.FINISHED),  # late
+        (deadline - timedelta(minutes=5), JobStatus.FAILED),  # failed in time: missed
+    ]:
+        make_job(world, status=status, deadline=deadline, finished_at=finished_at)
+    make_job(world, status=JobStatus.FINISHED, finished_at=now)  # no deadline: not counted
+    old = now - timedelta(days=30)  # ended before the window: not counted
+    make_job(world, status=JobStatus.FINISHED, deadline=old, finished_at=old)
+
+    found = scrape()
+
+    assert found["trainyard_vc_deadlines_met_ratio", (("vc", "vision"),)] == 0.5
+    assert found["trainyard_vc_deadline_jobs", (("outcome", "met"), ("vc", "vision"))] == 2
+    assert found["trainyard_vc_deadline_jobs", (("outcome", "missed"), ("vc", "vision"))] == 2
+    assert ("trainyard_vc_deadlines_met_ratio", (("vc", "nlp"),)) not in found
+    # The VC's deadline summary in the API says the same.
+    answer = world.client(world.member).get("/api/v1/vcs/vision/deadlines/").json()
+    assert (answer["met"], answer["ended"], answer["met_rate"]) == (2, 4, 0.5)

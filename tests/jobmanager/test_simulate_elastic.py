@@ -81,3 +81,39 @@ def test_a_vcs_own_job_takes_its_quota_back_from_another_vcs_elastic_workers():
     assert run.first_start == [0.0, 100.0]
     assert run.sizes["b-elastic"][:2] == [(0.0, 4), (100.0, 1)]
     assert run.ended[1] == pytest.approx(200.0)
+
+
+def test_with_curves_a_deadline_job_gets_its_satisfactory_share_and_meets_it():
+    # Both start at once on a 4-GPU node. "due" needs 300 units by 110 s: three workers
+    # (100 s). Round robin gives each two (150 s: missed); with the curves the core gives
+    # "due" its share of three first and "other" the one left.
+    jobs = [
+        ElasticTraceJob("due", "a", 0.0, 300.0, LINEAR, 4, min_workers=1, deadline=110.0),
+        ElasticTraceJob("other", "a", 0.0, 1000.0, LINEAR, 4, min_workers=1),
+    ]
+    blind = replay_elastic(jobs, ONE_NODE, {"a": 4}, ElasticOptions(min_resize_interval=60.0))
+    seeing = replay_elastic(
+        jobs, ONE_NODE, {"a": 4}, ElasticOptions(min_resize_interval=60.0, curves=True)
+    )
+
+    assert blind.sizes["due"][0] == (0.0, 2) and blind.met_deadlines() == 0.0
+    assert seeing.sizes["due"][0] == (0.0, 3) and seeing.sizes["other"][0] == (0.0, 1)
+    assert seeing.ended[0] == pytest.approx(100.0)
+    assert seeing.met_deadlines() == 1.0
+
+
+def test_with_admission_a_deadline_out_of_reach_at_arrival_runs_best_effort():
+    # "busy" holds the node until 100 s. "hopeless" needs 250 s on all four GPUs by 150 s;
+    # "fine" needs 100 s by 300 s: only "hopeless" is admitted without its deadline, and
+    # both count against their deadlines as before.
+    jobs = [
+        ElasticTraceJob("busy", "a", 0.0, 400.0, LINEAR, 4, min_workers=4),
+        ElasticTraceJob("hopeless", "a", 1.0, 1000.0, LINEAR, 4, min_workers=1, deadline=150.0),
+        ElasticTraceJob("fine", "a", 2.0, 400.0, LINEAR, 4, min_workers=1, deadline=300.0),
+    ]
+    options = ElasticOptions(min_resize_interval=60.0, curves=True, admission=True)
+
+    run = replay_elastic(jobs, ONE_NODE, {"a": 4}, options)
+
+    assert run.best_effort == ["hopeless"]
+    assert run.met_deadlines() == 0.5

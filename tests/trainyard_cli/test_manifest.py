@@ -61,6 +61,16 @@ def test_an_elastic_range_comes_from_the_manifest_or_the_flags(tmp_path):
     assert (body["min_workers"], body["max_workers"]) == (2, 8)
 
 
+def test_a_throughput_curve_comes_from_the_manifest_or_the_flags(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("vc: vision\ncommand: x\nthroughput: [100, 190]\nwork: 1000000\n")
+    assert read_manifest(path)["throughput"] == [100, 190]
+    body = build_submission(path, (), env=(), node_selector=(), throughput="100, 190, 270")
+    assert (body["throughput"], body["work"]) == ([100.0, 190.0, 270.0], 1000000)
+    with pytest.raises(CliError, match="--throughput: '100;190' is not a list of numbers"):
+        build_submission(None, ("x",), env=(), node_selector=(), throughput="100;190")
+
+
 def test_port_flags_expose_ports_over_the_manifest_s(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("vc: vision\ncommand: jupyter lab\nports: [{name: jupyter, port: 8000}]\n")

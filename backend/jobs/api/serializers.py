@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -22,9 +23,11 @@ from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
 from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
+from backend.jobs.admission import admission_answer, late_warning
 from backend.jobs.commands import command_errors, runs_on_host
 from backend.jobs.elastic import resize_warning, worker_range_errors
 from backend.jobs.models import (
+    Admission,
     FailureClass,
     Job,
     JobArray,
@@ -49,7 +52,9 @@ from backend.jobs.submission import (
     quota_with_worker_fit,
     visible_vc_for_submission,
 )
+from backend.jobs.throughput import learned_curve
 from backend.vcs.models import Quota, VirtualCluster
+from jobmanager.core.deadlines import curve_errors
 
 MAX_DAY_BUCKETS = 400
 MAX_SPAN_DAYS = 3660
@@ -205,6 +210,26 @@ class JobSubmitSerializer(serializers.Serializer):
         "predicted to (deadline_forecast), and the scheduler favours deadlines it can meet.",
     )
 
+    throughput = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        max_length=MAX_WORKERS,
+        help_text="Work per second (samples/s) at 1, 2, ... workers: positive, never "
+        "decreasing, at most max_workers values. Left out, it is learned from the reports "
+        "of the owner's earlier jobs of the same name in the VC (see the user guide).",
+    )
+    work = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        help_text="The work the job needs, in the throughput's unit (samples): with a "
+        "deadline and a throughput, the answer says whether it can meet it (admission).",
+    )
+
+    def validate_work(self, work: float) -> float:
+        if not math.isfinite(work) or work <= 0:
+            raise serializers.ValidationError("A positive number (samples).")
+        return work
+
     def validate_vc(self, name: str):
         vc = visible_vc_for_submission(self.context["request"].user, name)
         if vc is None:
@@ -356,6 +381,11 @@ class JobSubmitSerializer(serializers.Serializer):
         errors.update(self._owner_and_path_errors(user, attrs))
         workers, min_workers, max_workers = _worker_range(attrs)
         errors.update(worker_range_errors(workers, min_workers, max_workers))
+        curve = tuple(attrs.get("throughput") or ())
+        if "throughput" in attrs and (curve_problems := curve_errors(curve, max_workers)):
+            errors["throughput"] = curve_problems
+        if curve and "work" not in attrs:
+            errors["work"] = ["Give the work the job needs with its throughput."]
         gpu_type_name = self._gpu_type_name(attrs, errors)
         gpus = self._gpus(attrs, gpu_type_name, errors)
         priority = attrs["priority"]
@@ -411,6 +441,8 @@ class JobSubmitSerializer(serializers.Serializer):
             retry_on=attrs["retry_on"],
             max_wall_time=attrs.get("max_wall_time", _default_wall_time(vc, attrs["type"])),
             deadline=attrs.get("deadline"),
+            throughput=curve,
+            work=attrs.get("work"),
         )
         # The quota guarantees an elastic job its min_workers; the rest it borrows.
         guaranteed = replace(spec.as_request(), workers=min_workers)
@@ -429,7 +461,25 @@ class JobSubmitSerializer(serializers.Serializer):
                 errors["array"] = {"tasks": task_errors}  # type: ignore[assignment]
         if errors:
             raise serializers.ValidationError(errors)
+        self._admit(user, spec)
         return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
+
+    @staticmethod
+    def _admit(user: object, spec: JobSpec) -> None:
+        """Learn the curve when none is given, and give a job with a deadline its
+        admission answer; a 400 naming ``deadline`` when its VC refuses it."""
+        if spec.deadline is None or spec.work is None:
+            return
+        if not spec.throughput:
+            spec.throughput = learned_curve(user, spec.vc, spec.name, spec.max_workers or 1)
+        answer = admission_answer(spec)
+        if answer is None:
+            return
+        if answer.refused:
+            raise serializers.ValidationError({"deadline": [answer.refusal]})
+        spec.admission = answer.admission
+        spec.admission_share = answer.share
+        spec.earliest_finish = answer.earliest_finish
 
 
 def _worker_range(attrs: dict) -> tuple[int, int, int]:
@@ -481,11 +531,19 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
         read_only=True,
         help_text='Ports the owner reaches in a browser: [{"name": "jupyter", "port": 8888}].',
     )
+    # Blank for a job given no admission answer (no deadline, curve or work).
+    admission = serializers.ChoiceField(choices=Admission.choices, allow_blank=True, read_only=True)
+    throughput = serializers.ListField(
+        child=serializers.FloatField(),
+        read_only=True,
+        help_text="Work per second at 1, 2, ... workers (declared or learned).",
+    )
     warnings = serializers.ListField(
         child=serializers.CharField(),
         read_only=True,
         help_text="What its owner should know: an elastic job whose command shows no "
-        "checkpointing restarts from the beginning at each resize.",
+        "checkpointing restarts from the beginning at each resize; a deadline it was "
+        "admitted knowing it cannot meet.",
     )
 
     derived_fields = ("warnings",)
@@ -496,6 +554,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             representation["min_workers"], representation["max_workers"],
         )  # fmt: skip
         representation["warnings"] = [warning] if warning else []
+        if late := late_warning(representation["admission"], representation["earliest_finish"]):
+            representation["warnings"].append(late)
 
     class Meta:
         model = Job
@@ -509,7 +569,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
             "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
             "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
-            "min_workers", "max_workers", "resizes", "warnings",
+            "min_workers", "max_workers", "resizes", "warnings", "throughput", "work",
+            "admission", "admission_share", "earliest_finish",
         ]  # fmt: skip
         read_only_fields = fields
 

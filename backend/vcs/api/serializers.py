@@ -9,7 +9,14 @@ from rest_framework import serializers
 from backend.clusters.api.serializers import FragmentSerializer
 from backend.clusters.models import GpuType
 from backend.core.fields import MemoryField
-from backend.vcs.models import Membership, Quota, Role, SchedulingPolicy, VirtualCluster
+from backend.vcs.models import (
+    InfeasibleDeadlines,
+    Membership,
+    Quota,
+    Role,
+    SchedulingPolicy,
+    VirtualCluster,
+)
 
 MAX_VC_WALL_TIME = 365 * 24 * 3600
 MAX_QUOTA_CPUS = Decimal("9999999.999")  # what Quota.cpus (10 digits, 3 decimals) holds
@@ -35,8 +42,7 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
             "interactive_wall_time", "max_interactive_gpus", "default_max_retries",
             "user_gpu_limit", *IDLE_SETTINGS,
             "usage_half_life_hours", "wait_limit_hours", "created_at", "my_role",
-            "lends_dedicated_nodes",
-            "whole_nodes_for_distributed",
+            "lends_dedicated_nodes", "whole_nodes_for_distributed", "infeasible_deadlines",
         ]  # fmt: skip
         read_only_fields = ["created_at", "my_role"]
 
@@ -125,6 +131,12 @@ class VirtualClusterSettingsSerializer(serializers.Serializer):
     )
     user_gpu_limit = serializers.IntegerField(
         min_value=0, max_value=100000, required=False, allow_null=True
+    )
+    infeasible_deadlines = serializers.ChoiceField(
+        choices=InfeasibleDeadlines.choices,
+        required=False,
+        help_text="A job whose deadline its throughput curve says it cannot meet: "
+        "refused (400), accepted best-effort, or accepted and flagged.",
     )
     idle_util_percent = serializers.IntegerField(min_value=0, max_value=100, required=False)
     idle_warn_minutes = serializers.IntegerField(

@@ -1243,6 +1243,13 @@ export interface components {
          * @enum {string}
          */
         ActionEnum: "kill" | "pause" | "resume" | "approve";
+        /**
+         * @description * `meets` - Meets its deadline
+         *     * `best_effort` - Cannot meet it: accepted best-effort
+         *     * `flagged` - Cannot meet it: accepted and flagged
+         * @enum {string}
+         */
+        AdmissionEnum: "meets" | "best_effort" | "flagged";
         AllowedIp: {
             readonly id: number;
             /** @description Normalised CIDR, e.g. 10.1.2.3/32. */
@@ -1480,6 +1487,13 @@ export interface components {
          */
         GroupByEnum: "cluster" | "vc" | "user" | "job" | "gpu_type";
         /**
+         * @description * `refuse` - Refuse it (400)
+         *     * `best_effort` - Accept it best-effort (its deadline is not favoured)
+         *     * `flag` - Accept it and flag it
+         * @enum {string}
+         */
+        InfeasibleDeadlinesEnum: "refuse" | "best_effort" | "flag";
+        /**
          * @description A job as the API answers it; `id` is the short readable job id.
          *
          *     Compiled (see backend.core.representation): a page of jobs is most of a list's cost.
@@ -1578,8 +1592,20 @@ export interface components {
             readonly max_workers: number;
             /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
             readonly resizes: number;
-            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
             readonly warnings: string[];
+            /** @description Work per second at 1, 2, ... workers (declared or learned). */
+            readonly throughput: number[];
+            /**
+             * Format: double
+             * @description The work it needs (samples).
+             */
+            readonly work: number | null;
+            readonly admission: components["schemas"]["AdmissionEnum"] | components["schemas"]["BlankEnum"];
+            /** @description Meets its deadline with at least this many workers. */
+            readonly admission_share: number | null;
+            /** Format: date-time */
+            readonly earliest_finish: string | null;
         };
         JobActionRequest: {
             /** @default  */
@@ -1754,8 +1780,20 @@ export interface components {
             readonly max_workers: number;
             /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
             readonly resizes: number;
-            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize. */
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
             readonly warnings: string[];
+            /** @description Work per second at 1, 2, ... workers (declared or learned). */
+            readonly throughput: number[];
+            /**
+             * Format: double
+             * @description The work it needs (samples).
+             */
+            readonly work: number | null;
+            readonly admission: components["schemas"]["AdmissionEnum"] | components["schemas"]["BlankEnum"];
+            /** @description Meets its deadline with at least this many workers. */
+            readonly admission_share: number | null;
+            /** Format: date-time */
+            readonly earliest_finish: string | null;
             readonly endpoints: components["schemas"]["JobEndpoints"];
         };
         JobEndpoints: {
@@ -1857,6 +1895,13 @@ export interface components {
              * @description When the job must have finished; the answer says whether it is predicted to (deadline_forecast), and the scheduler favours deadlines it can meet.
              */
             deadline?: string | null;
+            /** @description Work per second (samples/s) at 1, 2, ... workers: positive, never decreasing, at most max_workers values. Left out, it is learned from the reports of the owner's earlier jobs of the same name in the VC (see the user guide). */
+            throughput?: number[];
+            /**
+             * Format: double
+             * @description The work the job needs, in the throughput's unit (samples): with a deadline and a throughput, the answer says whether it can meet it (admission).
+             */
+            work?: number;
         };
         JobSubmitted: components["schemas"]["Job"] | components["schemas"]["JobArraySubmitted"];
         /**
@@ -2447,6 +2492,14 @@ export interface components {
             /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
             whole_nodes_for_distributed?: boolean;
             user_gpu_limit?: number | null;
+            /**
+             * @description A job whose deadline its throughput curve says it cannot meet: refused (400), accepted best-effort, or accepted and flagged.
+             *
+             *     * `refuse` - Refuse it (400)
+             *     * `best_effort` - Accept it best-effort (its deadline is not favoured)
+             *     * `flag` - Accept it and flag it
+             */
+            infeasible_deadlines?: components["schemas"]["InfeasibleDeadlinesEnum"];
             idle_util_percent?: number;
             idle_warn_minutes?: number | null;
             idle_kill_minutes?: number;
@@ -2895,6 +2948,14 @@ export interface components {
             lends_dedicated_nodes?: boolean;
             /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
             whole_nodes_for_distributed?: boolean;
+            /**
+             * @description What happens to a job whose deadline its throughput curve says it cannot meet: refused, accepted best-effort, or accepted and flagged.
+             *
+             *     * `refuse` - Refuse it (400)
+             *     * `best_effort` - Accept it best-effort (its deadline is not favoured)
+             *     * `flag` - Accept it and flag it
+             */
+            infeasible_deadlines?: components["schemas"]["InfeasibleDeadlinesEnum"];
         };
         VirtualClusterCreateRequest: {
             name: string;
@@ -2988,6 +3049,14 @@ export interface components {
             lends_dedicated_nodes?: boolean;
             /** @description Every job of more than one worker gets whole nodes: each worker a node of its own, all of it. */
             whole_nodes_for_distributed?: boolean;
+            /**
+             * @description What happens to a job whose deadline its throughput curve says it cannot meet: refused, accepted best-effort, or accepted and flagged.
+             *
+             *     * `refuse` - Refuse it (400)
+             *     * `best_effort` - Accept it best-effort (its deadline is not favoured)
+             *     * `flag` - Accept it and flag it
+             */
+            infeasible_deadlines?: components["schemas"]["InfeasibleDeadlinesEnum"];
             readonly resources: components["schemas"]["VcResources"][];
         };
     };

@@ -222,4 +222,25 @@ describe("a job's page", () => {
     expect(await screen.findByLabelText("Spec")).toBeInTheDocument();
     expect(screen.queryByLabelText("Deadline")).not.toBeInTheDocument();
   });
+
+  it("shows an elastic job's range, its booked and borrowed workers, the admission answer and the warnings", async () => {
+    const elastic = {
+      ...FAILED, id: "e1", status: "running", exit_code: null, failure_class: "", finished_at: null,
+      workers: 4, min_workers: 2, max_workers: 4, borrowing: false,
+      placement: [0, 1, 2].map((rank) => ({ rank, node: "a100-1", gpus: [rank], cpus: 8, memory: 65536 })),
+      deadline: "2026-11-29T12:00:00Z", deadline_forecast: false, admission: "flagged", admission_share: null,
+      earliest_finish: "2026-11-29T13:00:00Z", throughput: [100, 190, 270, 340], work: 1000000,
+      warnings: ["This job is elastic (min_workers < max_workers) but its command shows no checkpointing: each resize restarts it from the beginning."],
+    };
+    fakeApi({
+      "GET /api/v1/jobs/e1/": elastic,
+      "GET /api/v1/jobs/e1/events/": [],
+      "GET /api/v1/jobs/e1/attempts/": [],
+      "GET /api/v1/jobs/e1/log/tail/": { text: "", next_offset: 0, size: 0, complete: true },
+    });
+    renderPage(<JobDetailPage />, "/jobs/e1", "/jobs/:id");
+    expect(await screen.findByLabelText("Elastic")).toHaveTextContent("2..4 workers; now 3: 2 booked, 1 borrowed");
+    expect(screen.getByLabelText("Admission")).toHaveTextContent(/cannot meet its deadline: the earliest finish was .*; accepted and flagged/);
+    expect(screen.getByLabelText("Warning")).toHaveTextContent("each resize restarts it from the beginning");
+  });
 });

@@ -7,6 +7,7 @@ import { ErrorBox, Loading, StatusBadge } from "../components/common";
 import { GpuUtilisationChart } from "../components/GpuUtilisationChart";
 import { actOnJob, exposePort, type JobAction, useJob, useJobAttempts, useJobEvents, useJobGpuHours, useJobMetrics } from "../endpoints";
 import { hours } from "./Usage";
+import { admissionAnswer, elasticSize } from "./jobElastic";
 import { LogViewer } from "../components/LogViewer";
 import { duration, memory, timeLeft, when } from "../format";
 
@@ -117,6 +118,11 @@ export function JobDetailPage() {
             <strong>Repair:</strong> {j.repair_message}
           </p>
         )}
+        {(j.warnings ?? []).map((warning) => (
+          <p key={warning} className="message warning" aria-label="Warning">
+            <strong>Warning:</strong> {warning}
+          </p>
+        ))}
       </div>
       <div className="detail-grid">
         <dl className="spec" aria-label="Spec">
@@ -132,6 +138,12 @@ export function JobDetailPage() {
           <dd>
             {j.workers} worker(s) x {j.gpus_per_worker} {j.gpu_type} GPU, {j.cpus_per_worker} CPU, {memory(j.memory_per_worker)}
           </dd>
+          {elasticSize(j) && (
+            <>
+              <dt>Elastic</dt>
+              <dd aria-label="Elastic">{elasticSize(j)}</dd>
+            </>
+          )}
           <dt>Image</dt>
           <dd>{j.image || "(the host's environment)"}</dd>
           <dt>Command</dt>
@@ -203,6 +215,12 @@ export function JobDetailPage() {
               <dd aria-label="Deadline">
                 {when(j.deadline)} ({deadlineVerdict(j)})
               </dd>
+            </>
+          )}
+          {admissionAnswer(j) && (
+            <>
+              <dt>Admission</dt>
+              <dd aria-label="Admission">{admissionAnswer(j)}</dd>
             </>
           )}
           {j.exit_code !== null && (

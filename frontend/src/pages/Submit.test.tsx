@@ -144,6 +144,37 @@ describe("the submit form", () => {
     expect(posted?.body).toMatchObject({ deadline: new Date("2026-12-02T09:30").toISOString() });
   });
 
+  it("sends an elastic range, the throughput and the work with the deadline, and shows a refusal on the deadline", async () => {
+    const refusal = "Cannot be met: the earliest finish is 2026-12-02T11:00:00Z.";
+    const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [400, { deadline: [refusal] }] });
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    expect(screen.getByText(/grows into idle GPUs up to its most/)).toBeInTheDocument();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "torchrun train.py" } });
+    fireEvent.change(screen.getByLabelText("Fewest workers"), { target: { value: "2" } });
+    fireEvent.change(screen.getByLabelText("Most workers"), { target: { value: "4" } });
+    fireEvent.change(screen.getByLabelText("Throughput"), { target: { value: "100, 190, 270, 340" } });
+    fireEvent.change(screen.getByLabelText("Work (samples)"), { target: { value: "1000000" } });
+    fireEvent.change(screen.getByLabelText("Deadline"), { target: { value: "2026-12-02T09:30" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    const shown = await screen.findByText(refusal);
+    expect(shown.closest(".field")).toContainElement(screen.getByLabelText("Deadline"));
+    const posted = api.calls.find((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/");
+    expect(posted?.body).toMatchObject({ workers: 4, min_workers: 2, max_workers: 4, throughput: [100, 190, 270, 340], work: 1000000 });
+  });
+
+  it("refuses a throughput that is not numbers before sending", async () => {
+    const api = fakeApi(BASE);
+    renderPage(<SubmitPage />, "/submit");
+    await ready();
+    fireEvent.change(screen.getByLabelText("Command"), { target: { value: "python train.py" } });
+    fireEvent.change(screen.getByLabelText("Throughput"), { target: { value: "100, fast" } });
+    await userEvent.click(screen.getByRole("button", { name: "Submit job" }));
+    const message = await screen.findByText(/not: fast/);
+    expect(message.closest(".field")).toContainElement(screen.getByLabelText("Throughput"));
+    expect(api.calls.some((call) => call.method === "POST" && call.url.pathname === "/api/v1/jobs/")).toBe(false);
+  });
+
   it("submits a job array of N tasks and goes to its jobs", async () => {
     const api = fakeApi({ ...BASE, "POST /api/v1/jobs/": [201, { array: "arr1", size: 3, jobs: ["a", "b", "c"] }] });
     renderPage(<SubmitPage />, "/submit");

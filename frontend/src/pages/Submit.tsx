@@ -15,6 +15,7 @@ import {
   JOB_PRESETS,
   parseEnv,
   parsePorts,
+  parseThroughput,
   presets,
   submission,
   type SubmitForm,
@@ -150,6 +151,11 @@ export function SubmitPage() {
       setErrors({ env: [`Write one KEY=value per line; not: ${bad.join(", ")}`] });
       return;
     }
+    const badCurve = parseThroughput(form.throughput).bad;
+    if (badCurve.length) {
+      setErrors({ throughput: [`Write samples/s at 1, 2, ... workers, e.g. 100, 190, 270; not: ${badCurve.join(", ")}`] });
+      return;
+    }
     const badPorts = parsePorts(form.ports).bad;
     if (badPorts.length) {
       setErrors({ ports: [`Write NAME=PORT, e.g. jupyter=8888; not: ${badPorts.join(", ")}`] });
@@ -266,6 +272,27 @@ export function SubmitPage() {
               <input id="f-memory_per_worker" value={form.memory_per_worker} onChange={(e) => set("memory_per_worker", e.target.value)} />
             </Field>
           </div>
+          <fieldset className="elastic" aria-label="Elastic size and deadline">
+            <p className="hint">
+              Elastic (optional): the job starts as soon as its fewest workers fit and grows into idle GPUs up to its most. Its VC&apos;s quota
+              guarantees the fewest; the workers above are borrowed and may be taken back. Each resize restarts it from its last checkpoint.
+              With a deadline, its throughput and its work, the answer says whether it can meet the deadline.
+            </p>
+            <div className="row">
+              <Field label="Fewest workers" name="min_workers" errors={errors} hint="empty: fixed at Workers">
+                <input id="f-min_workers" type="number" min={1} value={form.min_workers} onChange={(e) => set("min_workers", e.target.value)} />
+              </Field>
+              <Field label="Most workers" name="max_workers" errors={errors} hint="it asks for this many when they are free">
+                <input id="f-max_workers" type="number" min={1} value={form.max_workers} onChange={(e) => set("max_workers", e.target.value)} />
+              </Field>
+              <Field label="Throughput" name="throughput" errors={errors} hint="samples/s at 1, 2, ... workers; empty: learned from earlier runs">
+                <input id="f-throughput" value={form.throughput} onChange={(e) => set("throughput", e.target.value)} placeholder="e.g. 100, 190, 270" />
+              </Field>
+              <Field label="Work (samples)" name="work" errors={errors} hint="what the job must process by its deadline">
+                <input id="f-work" inputMode="decimal" value={form.work} onChange={(e) => set("work", e.target.value)} />
+              </Field>
+            </div>
+          </fieldset>
           <Field label="Image" name="image" errors={errors}>
             <input id="f-image" value={form.image} onChange={(e) => set("image", e.target.value)} placeholder="e.g. pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime" />
           </Field>

@@ -22,6 +22,19 @@ describe("the VC page", () => {
     expect(screen.queryByRole("link", { name: "Settings" })).not.toBeInTheDocument();
   });
 
+  it("shows the share of the VC's deadlines met as a figure", async () => {
+    fakeApi({
+      "GET /api/v1/vcs/vision/": VISION,
+      "GET /api/v1/vcs/vision/queue/": [],
+      "GET /api/v1/vcs/vision/deadlines/": { since: "2026-11-26T10:00:00Z", ended: 4, met: 3, met_rate: 0.75, pending: 2, predicted_late: 1 },
+    });
+    renderPage(<VcPage tab="overview" />, "/vcs/vision", "/vcs/:name");
+    expect(await screen.findByRole("img", { name: "75% of deadlines met" })).toBeInTheDocument();
+    expect(screen.getByLabelText("Deadlines met")).toHaveTextContent(
+      "3 of 4 jobs with a deadline met it in the last 7 days (75%); 2 still ahead, 1 predicted late.",
+    );
+  });
+
   it("refuses the settings tab to a member", async () => {
     fakeApi({ "GET /api/v1/vcs/vision/": VISION });
     renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings");
@@ -127,6 +140,22 @@ describe("the fair-share half-life", () => {
     await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
     await waitFor(() =>
       expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ usage_half_life_hours: 24 }),
+    );
+  });
+
+  it("lets a VC admin refuse jobs whose deadlines cannot be met", async () => {
+    const api = fakeApi({
+      "GET /api/v1/vcs/vision/": { ...VISION, my_role: "admin", infeasible_deadlines: "flag" },
+      "GET /api/v1/vcs/vision/members/": [],
+      "PATCH /api/v1/vcs/vision/": (body: unknown) => [200, { ...VISION, ...(body as object) }],
+    });
+    renderPage(<VcPage tab="settings" />, "/vcs/vision/settings", "/vcs/:name/settings", ADMIN);
+    const choice = await screen.findByLabelText("Infeasible deadlines");
+    expect(choice).toHaveValue("flag");
+    await userEvent.selectOptions(choice, "refuse");
+    await userEvent.click(screen.getByRole("button", { name: "Save settings" }));
+    await waitFor(() =>
+      expect(api.calls.filter((c) => c.method === "PATCH").at(-1)?.body).toMatchObject({ infeasible_deadlines: "refuse" }),
     );
   });
 });

@@ -2,7 +2,7 @@ import { Link, NavLink, useParams } from "react-router";
 import type { Schemas, Vc } from "../api";
 import { isVcAdmin, useMe } from "../auth";
 import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
-import { useJobs, useVc, useVcQueue } from "../endpoints";
+import { useJobs, useVc, useVcDeadlines, useVcQueue } from "../endpoints";
 import { duration, memory, when } from "../format";
 import { VcSettings } from "./VcSettings";
 
@@ -115,6 +115,7 @@ function VcOverview({ vc }: { vc: Vc }) {
           </tbody>
         </table>
       </div>
+      <DeadlineFigure vc={vc.name} />
       <h2>Queue</h2>
       {queue.loading && fallback.loading ? (
         <Loading what="the queue" />
@@ -160,6 +161,32 @@ function VcOverview({ vc }: { vc: Vc }) {
           </table>
         </div>
       )}
+    </>
+  );
+}
+
+/** The share of the VC's jobs with a deadline that met it (last 7 days), and those ahead. */
+function DeadlineFigure({ vc }: { vc: string }) {
+  const summary = useVcDeadlines(vc, 60000);
+  const data = summary.data;
+  if (!data || (data.ended === 0 && data.pending === 0)) return null;
+  const rate = data.met_rate;
+  return (
+    <>
+      <h2>Deadlines</h2>
+      <p aria-label="Deadlines met">
+        {rate === null ? (
+          "No job with a deadline ended in the last 7 days"
+        ) : (
+          <>
+            <span className="meter" role="img" aria-label={`${Math.round(rate * 100)}% of deadlines met`}>
+              <span style={{ width: `${rate * 100}%` }} />
+            </span>{" "}
+            <strong>{data.met}</strong> of {data.ended} jobs with a deadline met it in the last 7 days ({Math.round(rate * 100)}%)
+          </>
+        )}
+        ; {data.pending} still ahead{data.predicted_late ? `, ${data.predicted_late} predicted late` : ""}.
+      </p>
     </>
   );
 }

@@ -8,6 +8,7 @@ import { duration } from "../format";
 export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
   const [values, setValues] = useState({
     policy: vc.policy,
+    infeasible_deadlines: vc.infeasible_deadlines ?? "flag",
     max_wall_hours: String(vc.max_wall_time / 3600),
     interactive_wall_hours: String((vc.interactive_wall_time ?? 8 * 3600) / 3600),
     max_interactive_gpus: String(vc.max_interactive_gpus),
@@ -34,6 +35,7 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
     try {
       const body = {
         policy: values.policy,
+        infeasible_deadlines: values.infeasible_deadlines,
         max_wall_time: Math.round(Number(values.max_wall_hours) * 3600),
         interactive_wall_time: Math.round(Number(values.interactive_wall_hours) * 3600),
         max_interactive_gpus: Number(values.max_interactive_gpus),
@@ -79,6 +81,13 @@ export function VcSettings({ vc, onSaved }: { vc: Vc; onSaved: () => void }) {
             <option value="RF">RF</option>
             <option value="LAS">LAS</option>
             <option value="FS">FS (fair share)</option>
+          </select>
+        </Field>
+        <Field label="Infeasible deadlines" name="infeasible_deadlines" errors={errors} hint="a job whose throughput and work say it cannot meet its deadline on the cluster as it is">
+          <select id="f-infeasible_deadlines" value={values.infeasible_deadlines} onChange={set("infeasible_deadlines")}>
+            <option value="flag">accept and flag</option>
+            <option value="best_effort">accept best-effort (its deadline is not favoured)</option>
+            <option value="refuse">refuse</option>
           </select>
         </Field>
         <div className="row">

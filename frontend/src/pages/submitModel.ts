@@ -32,6 +32,13 @@ export interface SubmitForm {
   tasks: string;
   /** When it must have finished, as a datetime-local input gives it ("": none). */
   deadline: string;
+  /** Elastic: the fewest and the most workers ("": fixed at workers). */
+  min_workers: string;
+  max_workers: string;
+  /** Samples/s at 1, 2, ... workers, "100, 190, 270" ("": none, or learned). */
+  throughput: string;
+  /** The samples (or steps) the job needs ("": not said). */
+  work: string;
 }
 
 export function emptyForm(vc: string): SubmitForm {
@@ -58,6 +65,10 @@ export function emptyForm(vc: string): SubmitForm {
     ports: "",
     tasks: "1",
     deadline: "",
+    min_workers: "",
+    max_workers: "",
+    throughput: "",
+    work: "",
   };
 }
 
@@ -88,6 +99,10 @@ export function formFromJob(job: Job): SubmitForm {
     ports: (job.ports ?? []).map((exposed) => `${exposed.name}=${exposed.port}`).join(", "),
     tasks: "1",
     deadline: "", // an earlier job's deadline has most likely passed
+    min_workers: job.min_workers !== job.max_workers ? String(job.min_workers) : "",
+    max_workers: job.min_workers !== job.max_workers ? String(job.max_workers) : "",
+    throughput: (job.throughput ?? []).join(", "),
+    work: job.work != null ? String(job.work) : "",
   };
 }
 
@@ -103,6 +118,13 @@ export function parsePorts(text: string): { ports: { name: string; port: number 
     else bad.push(item);
   }
   return { ports, bad };
+}
+
+/** "100, 190, 270" as a throughput curve; what is not a number is reported. */
+export function parseThroughput(text: string): { curve: number[]; bad: string[] } {
+  const items = text.split(/[,\s]+/).filter(Boolean);
+  const bad = items.filter((item) => !Number.isFinite(Number(item)));
+  return { curve: bad.length ? [] : items.map(Number), bad };
 }
 
 /** Interactive jobs the form can start from: a shell that keeps its GPUs until the wall
@@ -148,6 +170,14 @@ export function submission(form: SubmitForm): Submission {
   if (form.retry_on !== "infrastructure") body.retry_on = form.retry_on as Submission["retry_on"];
   if (form.wall_minutes.trim()) body.max_wall_time = Math.round(Number(form.wall_minutes) * 60);
   if (form.deadline) body.deadline = new Date(form.deadline).toISOString();
+  if (form.min_workers.trim()) body.min_workers = Number(form.min_workers);
+  if (form.max_workers.trim()) {
+    body.max_workers = Number(form.max_workers);
+    body.workers = body.max_workers; // an elastic job asks for its most
+  }
+  const { curve } = parseThroughput(form.throughput);
+  if (curve.length) body.throughput = curve;
+  if (form.work.trim()) body.work = Number(form.work);
   if (form.whole_nodes) body.whole_nodes = true;
   if (form.same_switch) body.same_switch = true;
   const { ports } = parsePorts(form.ports);

@@ -1,0 +1,103 @@
+"""Admission of jobs with a deadline and a throughput curve (issue 34): the answer the
+pure core gives (jobmanager.core.deadlines.admit) on the cluster as it is now, and what
+the job's VC does with a deadline that cannot be met (VirtualCluster.infeasible_deadlines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.utils import timezone
+
+from backend.jobs.actions import JobSpec
+from backend.jobs.models import Admission, JobType
+from backend.jobs.scheduling import load_snapshot, millicpus
+from backend.vcs.models import InfeasibleDeadlines
+from jobmanager.core.deadlines import admit
+from jobmanager.core.snapshot import Elastic, JobShape, QueuedJob, Resources
+
+ADMISSION_ID = "(admission)"  # no real job id has parentheses
+
+
+def spec_as_queued(spec: JobSpec, job_id: str, now: datetime) -> QueuedJob:
+    """The job a submission would be, as the scheduler sees a waiting job."""
+    low, high = spec.min_workers or spec.workers, spec.max_workers or spec.workers
+    return QueuedJob(
+        id=job_id,
+        vc=spec.vc.name,
+        shape=JobShape(
+            gpu_type=spec.gpu_type.name,
+            workers=spec.workers,
+            per_worker=Resources(
+                spec.gpus_per_worker, millicpus(spec.cpus_per_worker), spec.memory_per_worker
+            ),
+            node_selector=tuple(sorted(spec.node_selector.items())),
+            whole_nodes=spec.whole_nodes or spec.vc.whole_nodes_for_distributed,
+            same_switch=spec.same_switch,
+        ),
+        queued_at=now.timestamp(),
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        interactive=spec.type == JobType.INTERACTIVE,
+        max_wall_time=float(min(spec.max_wall_time, spec.vc.max_wall_time)),
+        due=None if spec.deadline is None else spec.deadline.timestamp(),
+        elastic=Elastic(low, high, throughput=spec.throughput, work=spec.work)
+        if low < high
+        else None,
+    )
+
+
+@dataclass(frozen=True)
+class AdmissionAnswer:
+    """What the job is told at submit, and whether its VC refuses it."""
+
+    admission: str  # an Admission value
+    share: int | None  # meets the deadline with at least this many workers from now
+    earliest_finish: datetime | None  # None: it cannot start on this cluster
+    refused: bool
+
+    @property
+    def refusal(self) -> str:
+        """The 400's message for ``deadline`` when refused."""
+        if self.earliest_finish is None:
+            return "Cannot be met: the job cannot start on this cluster as it is."
+        when = self.earliest_finish.isoformat().replace("+00:00", "Z")
+        return f"Cannot be met: the earliest finish is {when}."
+
+
+def admission_answer(spec: JobSpec) -> AdmissionAnswer | None:
+    """The admission answer for a submission with a deadline, a curve and its work (None
+    without them)."""
+    if spec.deadline is None or not spec.throughput or spec.work is None:
+        return None
+    now = timezone.now()
+    candidate = spec_as_queued(spec, ADMISSION_ID, now)
+    answer = admit(load_snapshot(now), candidate, spec.throughput, spec.work)
+    finish = (
+        datetime.fromtimestamp(answer.earliest_finish, tz=UTC).replace(microsecond=0)
+        if answer.earliest_finish != float("inf")
+        else None
+    )
+    if answer.feasible:
+        return AdmissionAnswer(Admission.MEETS, answer.share, finish, refused=False)
+    choice = spec.vc.infeasible_deadlines
+    admission = (
+        Admission.BEST_EFFORT if choice == InfeasibleDeadlines.BEST_EFFORT else Admission.FLAGGED
+    )
+    return AdmissionAnswer(
+        admission, answer.share, finish, refused=choice == InfeasibleDeadlines.REFUSE
+    )
+
+
+def late_warning(admission: str, earliest_finish: str | datetime | None) -> str:
+    """What the job page says of a job admitted knowing it cannot meet its deadline."""
+    if admission not in (Admission.FLAGGED, Admission.BEST_EFFORT):
+        return ""
+    when = (
+        "it cannot start on the cluster as it was"
+        if earliest_finish is None
+        else (f"its earliest finish was {earliest_finish}")
+    )
+    kind = "best-effort" if admission == Admission.BEST_EFFORT else "flagged"
+    return f"Its deadline cannot be met ({when} at submit): accepted {kind}."

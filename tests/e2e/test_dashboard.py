@@ -169,7 +169,7 @@ def test_a_job_beyond_the_quota_waits_and_says_why_then_two_jobs_are_killed_at_o
     expect(page.get_by_label("GPU type")).to_have_value("cpu")
     page.get_by_label("GPU type").select_option("A100")
     page.get_by_label("Name").fill("waiter")
-    page.get_by_label("Workers").fill("3")
+    page.get_by_label("Workers", exact=True).fill("3")
     page.get_by_label("GPUs per worker").fill("8")
     page.get_by_text("Preemptible").check()
     page.get_by_label("Command").fill("echo my turn")
@@ -216,7 +216,7 @@ def test_a_job_beyond_the_quota_waits_and_says_why_then_two_jobs_are_killed_at_o
 def submit(page: Page, name: str, command: str, workers: str = "1", gpus: str = "1") -> None:
     page.goto("/submit")
     page.get_by_label("Name").fill(name)
-    page.get_by_label("Workers").fill(workers)
+    page.get_by_label("Workers", exact=True).fill(workers)
     page.get_by_label("GPUs per worker").fill(gpus)
     page.get_by_label("Command").fill(command)
     # As a user would, click once the form has settled: the VC's limits are in and the

@@ -569,8 +569,8 @@ class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):
             "exit_code", "failure_class", "failure_rule", "borrowing", "attempt", "not_before",
             "estimated_start_at", "submitted_at", "started_at", "finished_at", "updated_at",
             "run_as", "limits", "array", "array_index", "deadline", "deadline_forecast",
-            "min_workers", "max_workers", "resizes", "warnings", "throughput", "work",
-            "admission", "admission_share", "earliest_finish",
+            "min_workers", "max_workers", "resizes", "throughput", "work", "admission",
+            "admission_share", "earliest_finish", "warnings",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -1592,8 +1592,6 @@ export interface components {
             readonly max_workers: number;
             /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
             readonly resizes: number;
-            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
-            readonly warnings: string[];
             /** @description Work per second at 1, 2, ... workers (declared or learned). */
             readonly throughput: number[];
             /**
@@ -1606,6 +1604,8 @@ export interface components {
             readonly admission_share: number | null;
             /** Format: date-time */
             readonly earliest_finish: string | null;
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
+            readonly warnings: string[];
         };
         JobActionRequest: {
             /** @default  */
@@ -1780,8 +1780,6 @@ export interface components {
             readonly max_workers: number;
             /** @description Times the scheduler grew or shrank it (each a re-rendezvous). */
             readonly resizes: number;
-            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
-            readonly warnings: string[];
             /** @description Work per second at 1, 2, ... workers (declared or learned). */
             readonly throughput: number[];
             /**
@@ -1794,6 +1792,8 @@ export interface components {
             readonly admission_share: number | null;
             /** Format: date-time */
             readonly earliest_finish: string | null;
+            /** @description What its owner should know: an elastic job whose command shows no checkpointing restarts from the beginning at each resize; a deadline it was admitted knowing it cannot meet. */
+            readonly warnings: string[];
             readonly endpoints: components["schemas"]["JobEndpoints"];
         };
         JobEndpoints: {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Protocol
+from typing import Protocol, cast
 
 import asyncssh
 from asyncssh.forward import SSHForwarder
@@ -100,7 +100,7 @@ async def forwarded(
             _, peer = await loop.create_connection(Forwarder, sock=sock)
     except OSError as error:
         raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from error
-    return Forwarder(peer)
+    return cast(asyncssh.SSHTCPSession, Forwarder(peer))  # a session of asyncssh's kind
 
 
 class LocalTarget:

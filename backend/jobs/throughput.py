@@ -22,6 +22,8 @@ import os
 import re
 from collections.abc import Iterable
 
+from django.contrib.auth.models import User
+
 from backend.jobs.logs import job_log_files
 from backend.jobs.models import Job
 from backend.vcs.models import VirtualCluster
@@ -67,7 +69,7 @@ def curve_from_reports(reports: Iterable[tuple[int, float]], max_workers: int) -
 
 
 def learned_curve(
-    owner: object, vc: VirtualCluster, name: str, max_workers: int
+    owner: User, vc: VirtualCluster, name: str, max_workers: int
 ) -> tuple[float, ...]:
     """The curve of a job about to be submitted, from the reports of the owner's earlier
     jobs of that name in the VC (an array's tasks share its name), latest first."""

@@ -238,7 +238,7 @@ def _seen(
     curve = by_id[job.id].throughput
     elastic = replace(job.elastic, throughput=curve, work=max(progress[job.id].left, 0.0))
     if isinstance(job, RunningJob):
-        return replace(job, elastic=elastic, expected_end=ends[job.id])  # type: ignore[return-value]
+        return replace(job, elastic=elastic, expected_end=ends[job.id])
     return replace(job, elastic=elastic)
 
 

@@ -465,7 +465,7 @@ class JobSubmitSerializer(serializers.Serializer):
         return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
 
     @staticmethod
-    def _admit(user: object, spec: JobSpec) -> None:
+    def _admit(user: User, spec: JobSpec) -> None:
         """Learn the curve when none is given, and give a job with a deadline its
         admission answer; a 400 naming ``deadline`` when its VC refuses it."""
         if spec.deadline is None or spec.work is None:

@@ -154,6 +154,18 @@ def replay_elastic(
         state = progress[job_id]
         return max(now, state.paused_until) + max(state.left, 0.0) / rate(job_id)
 
+    def seen(explain: bool = True) -> Snapshot:
+        """The cluster as the core sees it now (elastic jobs' curves and work left)."""
+        ends = {job_id: end_time(job_id) for job_id in running}
+        return Snapshot(
+            now=now,
+            nodes=nodes,
+            vcs=vcs,
+            running=tuple(_seen(job, by_id, progress, options, ends) for job in running.values()),
+            queued=tuple(_seen(job, by_id, progress, options, ends) for job in queued.values()),
+            explain=explain,
+        )
+
     while next_job < len(jobs) or queued or running:
         events = [end_time(job_id) for job_id in running]
         if next_job < len(jobs):
@@ -172,42 +184,21 @@ def replay_elastic(
         while next_job < len(jobs) and jobs[next_job].submitted <= now:
             arrival = jobs[next_job]
             candidate = _queued(arrival, options, cluster.gpu_type)
-            if options.admission and candidate.due is not None:
-                ends = {job_id: end_time(job_id) for job_id in running}
-                seen = Snapshot(
-                    now=now,
-                    nodes=nodes,
-                    vcs=vcs,
-                    running=tuple(
-                        _seen(job, by_id, progress, options, ends) for job in running.values()
-                    ),
-                    queued=tuple(
-                        _seen(job, by_id, progress, options, ends) for job in queued.values()
-                    ),
-                )
-                if not admit(seen, candidate, arrival.throughput, arrival.work).feasible:
-                    best_effort.add(arrival.id)
-                    result.best_effort.append(arrival.id)
-                    candidate = replace(candidate, due=None)
+            if (
+                options.admission
+                and candidate.due is not None
+                and not admit(seen(), candidate, arrival.throughput, arrival.work).feasible
+            ):
+                best_effort.add(arrival.id)
+                result.best_effort.append(arrival.id)
+                candidate = replace(candidate, due=None)
             queued[arrival.id] = candidate
             next_job += 1
             changed = True
         if changed or now >= last_pass + options.interval:
             last_pass = now
             for _ in range(MAX_PASSES_PER_INSTANT):
-                ends = {job_id: end_time(job_id) for job_id in running}
-                snapshot = Snapshot(
-                    now=now,
-                    nodes=nodes,
-                    vcs=vcs,
-                    running=tuple(
-                        _seen(job, by_id, progress, options, ends) for job in running.values()
-                    ),
-                    queued=tuple(
-                        _seen(job, by_id, progress, options, ends) for job in queued.values()
-                    ),
-                    explain=False,
-                )
+                snapshot = seen(explain=False)
                 decisions = decide(snapshot)
                 result.passes += 1
                 again = _apply(

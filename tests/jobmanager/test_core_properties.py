@@ -656,26 +656,7 @@ def test_a_job_past_the_las_wait_limit_is_never_preempted_by_las_and_goes_first(
     for preemption in decisions.preemptions:
         if preemption.reason.startswith("preempted by least attained service"):
             assert not was_overdue(snapshot, running[preemption.job_id]), preemption
-    started = decisions.started_ids()
-    waiting = [
-        job
-        for job in snapshot.queued
-        if is_overdue(snapshot, job)
-        and not job.interactive
-        and job.id not in started
-        and job.id not in decisions.claims
-    ]
-    for job in waiting:
-        overtaken = [
-            later.id
-            for later in snapshot.queued
-            if later.vc == job.vc
-            and later.shape == job.shape
-            and later.queued_at > job.queued_at
-            and not is_overdue(snapshot, later)
-            and later.id in started
-        ]
-        assert not overtaken, f"{overtaken} started before overdue job {job.id}"
+    assert_no_overdue_job_overtaken(snapshot, decisions)
 
 
 @st.composite
@@ -725,6 +706,12 @@ def test_under_fair_share_a_job_past_the_wait_limit_goes_before_lighter_users_jo
     submitted earlier waits on, however little the later job's user used."""
     decisions = schedule(snapshot)
 
+    assert_no_overdue_job_overtaken(snapshot, decisions)
+
+
+def assert_no_overdue_job_overtaken(snapshot, decisions) -> None:
+    """No job that is not overdue started before an overdue job of its VC and shape
+    submitted earlier, which still waits."""
     started = decisions.started_ids()
     waiting = [
         job

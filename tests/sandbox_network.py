@@ -9,6 +9,7 @@ firewall, the namespaces left on it and the containers' empty cgroup parents are
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import secrets
@@ -27,18 +28,47 @@ from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY
 SANDBOX_SUPERNET = ipaddress.ip_network("10.88.0.0/16")
 
 
-def unused_subnet() -> str:
-    """A /24 of 10.88.0.0/16 that no address of this host is in (other runs' bridges)."""
+# Claims of /24s among this host's test processes (xdist workers, parallel runs): a
+# subnet is a test's while it holds the flock of its file; a killed process's lock goes
+# with it.
+SUBNET_CLAIMS = Path("/run/lock/trainyard-test-subnets")
+
+
+def _subnets_on_host() -> set[ipaddress.IPv4Network]:
+    """The /24 of each 10.88.x.y address of this host (other runs' bridges; a bridge on all
+    of 10.88.0.0/16, as the default trainyard0 is, takes its own /24: a /24 route beside
+    it is the more specific one)."""
     shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    # The /24 of each address (a bridge on all of 10.88.0.0/16, as the default trainyard0
-    # is, takes its own /24: a /24 route beside it is the more specific one).
-    used = {
+    return {
         ipaddress.ip_network(f"{ipaddress.ip_interface(word).ip}/24", strict=False)
         for word in shown.split()
         if word.startswith("10.88.") and "/" in word
     }
-    free = [net for net in SANDBOX_SUPERNET.subnets(new_prefix=24) if net not in used][1:]
-    return str(secrets.choice(free))
+
+
+@contextlib.contextmanager
+def claimed_subnet() -> Iterator[str]:
+    """A /24 of 10.88.0.0/16 on no bridge of this host and claimed by no other test
+    process until the block ends (two bridges on one /24 make the host's route to a job
+    ambiguous: "No route to host")."""
+    directory = SUBNET_CLAIMS if os.geteuid() == 0 else Path(f"/tmp/ty-test-subnets-{os.geteuid()}")
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    used = _subnets_on_host()
+    candidates = [net for net in SANDBOX_SUPERNET.subnets(new_prefix=24) if net not in used][1:]
+    secrets.SystemRandom().shuffle(candidates)
+    for net in candidates:
+        claim = os.open(directory / f"{net.network_address}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(claim)
+            continue
+        try:
+            yield str(net)
+        finally:
+            os.close(claim)  # the lock goes with the descriptor
+        return
+    raise RuntimeError("every /24 of 10.88.0.0/16 is in use on this host")
 
 
 def _cgroup_parents() -> set[str]:
@@ -49,9 +79,9 @@ def _cgroup_parents() -> set[str]:
 def private_sandbox_network() -> Iterator[None]:
     """This process's jobs' bridge and subnet, the default while it lasts; removed at its
     end with what was left on it."""
-    bridge, subnet = f"tyt{secrets.token_hex(4)}", unused_subnet()
+    bridge = f"tyt{secrets.token_hex(4)}"
     parents_before = _cgroup_parents()
-    with pytest.MonkeyPatch.context() as patch:
+    with claimed_subnet() as subnet, pytest.MonkeyPatch.context() as patch:
         patch.setattr(sandbox_net, "DEFAULT_BRIDGE", bridge)
         patch.setattr(sandbox_net, "DEFAULT_SUBNET", subnet)
         patch.setenv("TRAINYARD_LOCAL_SANDBOX_BRIDGE", bridge)

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 
 @pytest.fixture
-def network() -> dict[str, object]:
-    return private_network()
+def network() -> Iterator[dict[str, object]]:
+    with private_network() as claimed:
+        yield claimed
 
 
 @pytest.fixture

@@ -41,8 +41,9 @@ def scripts() -> Iterator:
 
 
 @pytest.fixture
-def network() -> dict[str, object]:
-    return private_network()
+def network() -> Iterator[dict[str, object]]:
+    with private_network() as claimed:
+        yield claimed
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from jobmanager.backends.sandbox import available, container_name, remove_cgroup
 from jobmanager.retries import classify
 from tests.jobmanager.conftest import NODES
 from tests.jobmanager.test_local_backend import ended, launch, log_of, logged, wait_for
+from tests.sandbox_network import claimed_subnet
 from tests.spawner import running_spawner
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, require_root
 
@@ -45,20 +46,22 @@ def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
     require_root()
     if available():
         pytest.skip(f"no runc sandbox here: {available()}")
-    backend = LocalBackend(
-        directory / "state", directory / "logs", sandbox="runc",
-        **({"nodes": NODES, "cgroup_root": None, "kill_after_seconds": 1} | private_network()
-           | options),
-    )  # fmt: skip
-    try:
-        yield backend
-    finally:
-        for job_id in backend.reports():
-            backend.remove(job_id)
-        backend.finish_removals()
-        assert backend.sandbox is not None and backend._network is not None
-        backend._network.tear_down()
-        remove_cgroup_parent(backend.state_dir)
+    with contextlib.ExitStack() as stack:
+        if "sandbox_subnet" not in options:
+            options = stack.enter_context(private_network()) | options
+        backend = LocalBackend(
+            directory / "state", directory / "logs", sandbox="runc",
+            **({"nodes": NODES, "cgroup_root": None, "kill_after_seconds": 1} | options),
+        )  # fmt: skip
+        try:
+            yield backend
+        finally:
+            for job_id in backend.reports():
+                backend.remove(job_id)
+            backend.finish_removals()
+            assert backend.sandbox is not None and backend._network is not None
+            backend._network.tear_down()
+            remove_cgroup_parent(backend.state_dir)
 
 
 @pytest.fixture(params=["exec", "spawner"])
@@ -76,13 +79,16 @@ def sandboxed(request, host_tmp) -> Iterator[LocalBackend]:
         yield backend
 
 
-def private_network() -> dict[str, object]:
-    """A bridge and a /24 of 10.88.0.0/16 of the test's own (random), without egress."""
-    return {
-        "sandbox_bridge": f"tyt{secrets.token_hex(4)}",
-        "sandbox_subnet": f"10.88.{secrets.randbelow(254) + 1}.0/24",
-        "sandbox_egress_nat": False,
-    }
+@contextlib.contextmanager
+def private_network() -> Iterator[dict[str, object]]:
+    """A bridge and a /24 of 10.88.0.0/16 of the test's own (claimed while the block
+    lasts: tests/sandbox_network.py), without egress."""
+    with claimed_subnet() as subnet:
+        yield {
+            "sandbox_bridge": f"tyt{secrets.token_hex(4)}",
+            "sandbox_subnet": subnet,
+            "sandbox_egress_nat": False,
+        }
 
 
 def run_to_end(backend: LocalBackend, command: str, **fields) -> tuple[int | None, str, str]:

@@ -21,6 +21,11 @@ of its own, removed at the end), and runs the same workloads on all of them, int
 - sequential: ``--sequential`` jobs one at a time on the idle cluster, from the submit
   call to the command's own start timestamp (``date +%s.%N``, read from its output).
 
+For the burst and the array, each Trainyard's CPU time per job: what its processes (the
+web, Celery and job manager processes, the inits, ``runc``, ``ip``...: all in a cpuacct
+cgroup of its own) and its containers' cgroups were charged, over the jobs run (as root,
+on a host with the v1 cpuacct controller; kernel threads not counted).
+
 Prints each figure side by side with Slurm's as a ratio; ``--record`` puts the table at the
 top of the throughput section of docs/benchmarks.md. Needs root (Slurm, munged, the jobs'
 accounts).
@@ -29,6 +34,7 @@ accounts).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -48,7 +54,7 @@ from urllib.parse import urlparse
 import requests
 
 from bench.throughput.slurm import SlurmPeer
-from jobmanager.backends.sandbox import remove_cgroup_parent
+from jobmanager.backends.sandbox import cgroup_parent, remove_cgroup_parent
 from jobmanager.backends.sandbox_net import BridgeNetwork
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +62,7 @@ RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
 RECORD_MARK = "<!-- throughput results: newest first -->"
 CLIENTS = 4
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 TIMESTAMP = re.compile(r"^(\d{9,}\.\d+)$", re.MULTILINE)
 
 SETUP = """
@@ -131,6 +138,22 @@ class Trainyard:
         self.port = port
         self.base = f"http://127.0.0.1:{port}/api/v1"
         self.process: subprocess.Popen | None = None
+        # Every process of this Trainyard's, and its containers (their cgroups' parent).
+        self.cpu_cgroup = CPUACCT / f"trainyard-throughput-{self.var_dir.name}"
+        self.containers_cgroup = CPUACCT / cgroup_parent(self.var_dir / "local-backend")
+
+    def cpu_seconds(self) -> float:
+        """The CPU time charged so far to this Trainyard's processes and containers."""
+        total = 0.0
+        for cgroup in (self.cpu_cgroup, self.containers_cgroup):
+            with contextlib.suppress(OSError, ValueError):
+                total += int((cgroup / "cpuacct.usage").read_text()) / 1e9
+        return total
+
+    def _join_cpu_cgroup(self) -> None:
+        """In the server's process before it runs (so that all it forks is counted)."""
+        with contextlib.suppress(OSError):
+            (self.cpu_cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
     def manage(self, *arguments: str) -> str:
         return subprocess.run(
@@ -143,11 +166,14 @@ class Trainyard:
         self.manage("migrate", "--verbosity", "0")
         self.token = self.manage("shell", "-c", SETUP).strip().splitlines()[-1]
         self.log = self.var_dir / "trainyard.log"
+        with contextlib.suppress(OSError):  # no cpuacct here: CPU per job not reported
+            self.cpu_cgroup.mkdir()
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "manage.py", "run_trainyard", "--no-demo", "--port",
                  str(self.port)],
                 cwd=REPO_ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=self._join_cpu_cgroup,
             )  # fmt: skip
         wait_for(lambda: _answers(f"http://127.0.0.1:{self.port}/healthz"), 120, "Trainyard")
 
@@ -155,6 +181,13 @@ class Trainyard:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # once every process of it is gone (inits end)
+            with contextlib.suppress(OSError):
+                self.cpu_cgroup.rmdir()
+            if not self.cpu_cgroup.exists():
+                break
+            time.sleep(0.1)
         if self.sandbox != "none":
             BridgeNetwork(
                 self.network["TRAINYARD_LOCAL_SANDBOX_BRIDGE"],
@@ -310,13 +343,16 @@ def measure_round(trainyards: list[Trainyard], slurm: Slurm, jobs: int, count: i
         sessions = [trainyard.session() for _ in range(CLIENTS)]
         watcher = trainyard.session()
         print(f"burst: Trainyard ({trainyard.sandbox}) ...", file=sys.stderr)
-        figures[f"trainyard {trainyard.sandbox} burst"] = burst(
+        cpu_before = trainyard.cpu_seconds()
+        figure = burst(
             lambda n, sessions=sessions, trainyard=trainyard: trainyard.submit(
                 sessions[n % CLIENTS], "true"
             ),
             jobs,
             lambda trainyard=trainyard, watcher=watcher: trainyard.unfinished(watcher),
         )
+        figure["cpu_ms_per_job"] = cpu_per_job(trainyard, cpu_before, jobs)
+        figures[f"trainyard {trainyard.sandbox} burst"] = figure
     print("array: Slurm ...", file=sys.stderr)
     figures["slurm array"] = array(
         lambda: slurm.submit(f"--array=0-{jobs - 1}"), jobs, slurm.unfinished
@@ -330,11 +366,14 @@ def measure_round(trainyards: list[Trainyard], slurm: Slurm, jobs: int, count: i
             if len(answer.get("jobs", ())) != jobs:
                 raise RuntimeError("this Trainyard does not take job arrays")
 
-        figures[f"trainyard {trainyard.sandbox} array"] = array(
+        cpu_before = trainyard.cpu_seconds()
+        figure = array(
             submit_array, jobs, lambda trainyard=trainyard, watcher=watcher: (
                 trainyard.unfinished(watcher)
             ),
         )  # fmt: skip
+        figure["cpu_ms_per_job"] = cpu_per_job(trainyard, cpu_before, jobs)
+        figures[f"trainyard {trainyard.sandbox} array"] = figure
     print("sequential: Slurm ...", file=sys.stderr)
     figures["slurm sequential"] = sequential(
         lambda: slurm.submit(wrap="date +%s.%N", output=f"{slurm.out_dir}/%j.out"),
@@ -352,6 +391,12 @@ def measure_round(trainyards: list[Trainyard], slurm: Slurm, jobs: int, count: i
             count,
         )
     return figures
+
+
+def cpu_per_job(trainyard: Trainyard, cpu_before: float, jobs: int) -> float | str:
+    """The Trainyard's CPU time since ``cpu_before``, in ms a job ("-" where not counted)."""
+    spent = trainyard.cpu_seconds() - cpu_before
+    return round(1000 * spent / jobs, 1) if spent > 0 else "-"
 
 
 # --- report -------------------------------------------------------------------------------
@@ -384,10 +429,21 @@ def table(figures: dict, sandboxes: list[str]) -> list[str]:
         row(f"{jobs}-task array, jobs/s", "array", lambda f: f["jobs_per_s"],
             lambda f: ratio(f["jobs_per_s"], s["slurm array"]["jobs_per_s"])),
         row("array accepted in, s", "array", lambda f: f["accepted_in_s"]),
+        row("Trainyard's CPU a job, burst / array, ms", "burst",
+            lambda f: _cpu_cell(f, figures, sandboxes)),
         row("submit to command start, idle, p50 / p95 s", "sequential",
             lambda f: f"{f['p50_s']} / {f['p95_s']}",
             lambda f: f"{ratio(f['p95_s'], s['slurm sequential']['p95_s'])} (p95)"),
     ]  # fmt: skip
+
+
+def _cpu_cell(burst_figure: dict, figures: dict, sandboxes: list[str]) -> str:
+    """A Trainyard's CPU a job in the burst and the array ("" in Slurm's column)."""
+    for mode in sandboxes:
+        if figures[f"trainyard {mode} burst"] is burst_figure:
+            array_figure = figures[f"trainyard {mode} array"]
+            return f"{burst_figure['cpu_ms_per_job']} / {array_figure['cpu_ms_per_job']}"
+    return ""
 
 
 SANDBOX_NAMES = {"none": "bare processes", "runc": "runc sandbox"}

@@ -289,8 +289,8 @@ class SandboxedInit(Init):
     starts the container detached, so that the container's first process (``tini``, which
     forwards signals to the command's group) becomes its child; once that ends (and every
     other process of its pid namespace with it), it notes a kill for memory in the
-    container's cgroup and removes its cgroups; the backend's removal deletes the stopped
-    container."""
+    container's cgroup and removes its cgroups and runc's record of it (the stopped
+    container is deleted without a ``runc delete``)."""
 
     def __init__(
         self, argv: list[str], kill_after: float, confinement: confine.Confinement
@@ -350,10 +350,10 @@ class SandboxedInit(Init):
 
     def _clean_up(self) -> None:
         # The container stopped with its first process: the kernel killed every other
-        # process of its pid namespace then, so its cgroups are empty and go now. runc's
-        # record of it (``runc delete``, a process of tens of ms) is left to the backend's
-        # removal, once the end is recorded: the end is not held up by it.
+        # process of its pid namespace then, so its cgroups are empty and go now, and with
+        # them runc's record of it (what ``runc delete`` would do, without a runc process).
         runc.remove_cgroups(self.sandbox["cgroup"])
+        runc.forget_stopped(self.sandbox["root"], self.sandbox["container"])
         super()._clean_up()
 
 

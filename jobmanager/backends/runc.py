@@ -5,10 +5,11 @@ starts it detached (``runc run --detach``), so that its first process, whose par
 was, is reparented to the init (a child subreaper) and waited for as any child; forwards
 stops to it; and once it has ended (the kernel kills every other process of its pid
 namespace then), reads from its memory cgroup whether the kernel killed a process for
-memory and removes its cgroups. The backend's removal deletes the container
-(``runc delete --force``: whatever is left of one not stopped is SIGKILLed with its
-cgroup). A session into the worker is ``runc exec`` into the same container: its
-namespaces and cgroups.
+memory, removes its cgroups and runc's record of it (``forget_stopped``: what ``runc
+delete`` does for a stopped container, without a runc process). The backend's removal
+deletes a container that did not end so (``runc delete --force``: whatever is left of one
+not stopped is SIGKILLed with its cgroup). A session into the worker is ``runc exec`` into
+the same container: its namespaces and cgroups.
 
 Only the standard library is imported: the init and ``session_enter`` load this file by
 path while they run isolated (``python -I -S``).
@@ -87,6 +88,18 @@ def forget_unmade(root: str, container: str) -> None:
     directory = os.path.join(root, container)
     if os.path.exists(os.path.join(directory, "state.json")):
         return
+    _remove_state_directory(directory)
+
+
+def forget_stopped(root: str, container: str) -> None:
+    """Remove runc's record of a container that has stopped (its first process reaped, so
+    every process of its pid namespace gone) and whose cgroups are removed: all that
+    ``runc delete`` does then (no hooks here) is remove its state directory, and this does
+    it without starting runc, a Go process of some ms of CPU for every job."""
+    _remove_state_directory(os.path.join(root, container))
+
+
+def _remove_state_directory(directory: str) -> None:
     try:
         names = os.listdir(directory)
     except OSError:

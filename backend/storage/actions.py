@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.core import outbox
+from backend.storage import runs
 from backend.storage.models import (
     ExpiringFile,
     ExpiryNotice,
@@ -72,7 +73,7 @@ def _vcs_named(names: Iterable[str]) -> dict[str, VirtualCluster]:
 def scan(root: StorageRoot) -> Scan:
     """Walk the root, keeping the scan's progress up to date, then store its snapshot and
     alert the cluster admins if the root is over its threshold."""
-    record = Scan.objects.create(root=root)
+    record = runs.start_scan(root)
 
     def progress(files: int, size: int) -> None:
         Scan.objects.filter(pk=record.pk).update(files_seen=files, bytes_seen=size)
@@ -88,12 +89,16 @@ def scan(root: StorageRoot) -> Scan:
             progress_every=settings.TRAINYARD_STORAGE_PROGRESS_FILES,
         )
     except (OSError, ValueError) as error:
-        Scan.objects.filter(pk=record.pk).update(
-            status=RunStatus.FAILED, finished_at=timezone.now(), error=str(error)
-        )
+        runs.finish(record, RunStatus.FAILED, error=str(error))
         record.refresh_from_db()
         return record
-    _store_snapshot(record, result)
+    try:
+        _store_snapshot(record, result)
+    except runs.ForbiddenRunTransition as refused:
+        # Failed as abandoned meanwhile, and scanned again since: its snapshot is dropped.
+        logger.warning("Scan of %s finished too late: %s", root.name, refused)
+        record.refresh_from_db()
+        return record
     record.refresh_from_db()
     if check_usage_alert(root, record):
         outbox.send_pending_emails()  # run by a worker already: the alert goes out now
@@ -134,8 +139,9 @@ def _store_snapshot(record: Scan, result: ScanResult) -> None:
                     user=owners.get(large.uid), vc=vcs.get(large.vc))
         for large in result.largest
     )  # fmt: skip
-    Scan.objects.filter(pk=record.pk).update(
-        status=RunStatus.DONE,
+    runs.finish(
+        record,
+        RunStatus.DONE,
         finished_at=datetime.fromtimestamp(result.finished, UTC),
         files_seen=result.total.files,
         bytes_seen=result.total.bytes,
@@ -242,9 +248,7 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
     owners of files that expire within the warning days, then deletes file by file at
     the root's rate and removes the directories it emptied."""
     window = expiry_window(root, now)
-    run = ExpiryRun.objects.create(
-        root=root, dry_run=dry_run, expire_before=_dt(window.expire_before)
-    )
+    run = runs.start_expiry_run(root, dry_run, _dt(window.expire_before))
     try:
         candidates = expiry.iter_candidates(
             root.path, window.expire_before, window.warn_before, root.never_expire_patterns
@@ -271,12 +275,11 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
             run.deleted_directories, run.skipped = deletion.directories, len(deletion.skipped)
             for path, reason in deletion.skipped[:20]:
                 logger.warning("Expiry on %s kept %s: %s", root.name, path, reason)
-        run.status = RunStatus.DONE
-    except (OSError, ValueError) as error:
-        run.status, run.error = RunStatus.FAILED, str(error)
-    run.finished_at = timezone.now()
-    run.save()
-    return run
+        outcome, error = RunStatus.DONE, ""
+    except (OSError, ValueError) as failure:
+        outcome, error = RunStatus.FAILED, str(failure)
+    counts = {name: getattr(run, name) for name in runs.EXPIRY_COUNTS}
+    return runs.finish(run, outcome, error=error, **counts)
 
 
 @dataclass
@@ -326,7 +329,7 @@ def _record_listing(
             row.user = owners.get(row.uid)
             row.vc = vcs.get(root.vc_of(row.path))
         ExpiringFile.objects.bulk_create(rows, batch_size=1000)
-    run.save()
+    run.save(update_fields=["expired_files", "expired_bytes"])
     return dict(soon)
 
 

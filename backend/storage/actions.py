@@ -441,6 +441,49 @@ def delete_storage_root(root: StorageRoot) -> None:
     root.delete()
 
 
+@transaction.atomic
+def create_storage_account(user: User, uid: int) -> StorageAccount:
+    """Map the user to the uid their files carry on shared storage."""
+    return StorageAccount.objects.create(user=user, uid=uid)
+
+
+@transaction.atomic
+def update_storage_account(account: StorageAccount, changes: dict[str, object]) -> StorageAccount:
+    """Change the mapping's user or uid; the next scan counts the files under it."""
+    for name, value in changes.items():
+        setattr(account, name, value)
+    account.save(update_fields=list(changes))
+    return account
+
+
+@transaction.atomic
+def remove_storage_account(account: StorageAccount) -> None:
+    """Forget the mapping; the uid's files are counted under ``uid:N`` again."""
+    account.delete()
+
+
+@transaction.atomic
+def create_lustre_pool(**fields: object) -> LustrePool:
+    """Tie a VC's directory on a Lustre root to an OST pool (applied by the next quota
+    run)."""
+    return LustrePool.objects.create(**fields)
+
+
+@transaction.atomic
+def update_lustre_pool(pool: LustrePool, changes: dict[str, object]) -> LustrePool:
+    """Change a pool's name, OSTs, root or VC; the next quota run applies it."""
+    for name, value in changes.items():
+        setattr(pool, name, value)
+    pool.save(update_fields=list(changes))
+    return pool
+
+
+@transaction.atomic
+def remove_lustre_pool(pool: LustrePool) -> None:
+    """Forget the pool; the directory keeps the striping it has."""
+    pool.delete()
+
+
 def request_scan(root: StorageRoot) -> None:
     """Scan the root in the background once the caller's transaction commits (at once
     outside one). A broker that cannot be reached raises kombu's OperationalError."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
+from django.forms import ModelForm
 from django.http import HttpRequest
 
 from backend.accounts import actions
@@ -109,3 +112,22 @@ class SshSessionEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "login", "user", "address", "outcome", "message"]
     list_filter = ["outcome"]
     search_fields = ["login", "user__username", "job_id", "address"]
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class TrainyardUserAdmin(UserAdmin):
+    """Django's user admin (names, passwords, permissions), but a user is locked out by
+    ``deactivate_user``, which also stops their tokens, and never deleted: their jobs and
+    events stay on record."""
+
+    def save_model(self, request: HttpRequest, obj: User, form: ModelForm, change: bool) -> None:
+        deactivated = change and "is_active" in form.changed_data and not obj.is_active
+        super().save_model(request, obj, form, change)
+        if deactivated:
+            actions.deactivate_user(obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

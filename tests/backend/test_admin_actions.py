@@ -8,11 +8,19 @@ from typing import Any
 
 import pytest
 from django.contrib import admin
+from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
+from django.forms import MultiWidget
 from django.test import Client
 
-from backend.accounts.actions import add_allowed_ip
-from backend.accounts.models import AllowedIp, AllowedIpEvent, AllowedIpEventKind, SshKey
+from backend.accounts.actions import add_allowed_ip, create_api_token
+from backend.accounts.models import (
+    AllowedIp,
+    AllowedIpEvent,
+    AllowedIpEventKind,
+    ApiToken,
+    SshKey,
+)
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.core.admin import ActionAdmin, ReadOnlyAdmin
 from backend.jobs.models import Job, JobEvent, JobStatus
@@ -56,7 +64,13 @@ def form_data(site: Client, url: str, **changes: Any) -> dict[str, Any]:
     page = site.get(url)
     assert page.status_code == 200
     form = page.context["adminform"].form
-    data = {name: form[name].value() for name in form.fields}
+    data: dict[str, Any] = {}
+    for name, field in form.fields.items():
+        if isinstance(field.widget, MultiWidget):  # a date and a time: posted apart
+            parts = field.widget.decompress(form[name].value())
+            data |= {f"{name}_{index}": part for index, part in enumerate(parts)}
+        else:
+            data[name] = form[name].value()
     for inline in page.context["inline_admin_formsets"]:
         management = inline.formset.management_form
         prefix = management.prefix
@@ -247,6 +261,15 @@ def test_a_bad_ssh_key_added_in_the_admin_is_refused_as_the_api_refuses_it(world
     assert not SshKey.objects.exists()
 
 
+def test_a_user_deactivated_in_the_admin_loses_their_tokens(world, site):
+    create_api_token(world.member, "ci")
+
+    site.post(change_url(world.member), form_data(site, change_url(world.member), is_active=""))
+
+    assert not User.objects.get(pk=world.member.pk).is_active
+    assert not ApiToken.objects.filter(user=world.member).exists()
+
+
 def test_an_allowed_network_removed_in_the_admin_leaves_its_event(world, site):
     allowed = add_allowed_ip(world.member, "10.1.2.3")
 
@@ -286,7 +309,8 @@ def test_scans_are_shown_only(world, site, tmp_path):
 
 
 def test_every_admin_writes_through_actions_or_only_shows():
-    # Django's own users and groups, and axes' lockout records, are not Trainyard's models.
+    # Django's user admin (deactivation goes through deactivate_user, deletion is off) and
+    # group admin, and axes' lockout records: Django's and axes' models, with no action.
     outside = {"auth.User", "auth.Group", "axes.AccessAttempt", "axes.AccessLog",
                "axes.AccessFailureLog"}  # fmt: skip
     bypassing = sorted(

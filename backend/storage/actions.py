@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.core import outbox
+from backend.core.exceptions import ActionRefused
 from backend.storage import runs
 from backend.storage.models import (
     ExpiringFile,
@@ -492,7 +493,10 @@ def request_scan(root: StorageRoot) -> None:
 
 def request_expiry_dry_run(root: StorageRoot) -> None:
     """List in the background what the root's expiry policy (it has one) would delete
-    now, deleting nothing, once the caller's transaction commits."""
+    now, deleting nothing, once the caller's transaction commits. ActionRefused where the
+    root has no policy."""
+    if root.expiry_days is None:
+        raise ActionRefused(f"Storage root {root.name} has no expiry policy.")
     _queue_on_commit(EXPIRE_TASK, root.pk, dry_run=True)
 
 

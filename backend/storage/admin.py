@@ -24,7 +24,7 @@ from backend.storage.models import (
 class StorageRootAdmin(ActionAdmin):
     list_display = ["name", "path", "kind", "expiry_days", "scan_interval_minutes", "alerted_at"]
     readonly_fields = ["alerted_at", "created_at"]
-    actions = ["scan_now"]
+    actions = ["scan_now", "expiry_dry_run"]
 
     def create(self, request: HttpRequest, fields: dict[str, Any]) -> StorageRoot:
         return actions.create_storage_root(**fields)
@@ -40,6 +40,12 @@ class StorageRootAdmin(ActionAdmin):
     @admin.action(description="Scan the selected roots now")
     def scan_now(self, request: HttpRequest, queryset: QuerySet[StorageRoot]) -> None:
         run_each(self, request, queryset, actions.request_scan, "queued a scan of")
+
+    @admin.action(description="List what the selected roots' expiry would delete now")
+    def expiry_dry_run(self, request: HttpRequest, queryset: QuerySet[StorageRoot]) -> None:
+        run_each(
+            self, request, queryset, actions.request_expiry_dry_run, "queued an expiry dry run of"
+        )
 
 
 @admin.register(StorageAccount)

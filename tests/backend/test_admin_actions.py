@@ -24,9 +24,16 @@ from backend.accounts.models import (
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.core.admin import ActionAdmin, ReadOnlyAdmin
 from backend.jobs.models import Job, JobEvent, JobStatus
-from backend.storage.models import RunStatus, Scan, StorageAccount, StorageRoot
+from backend.storage.models import (
+    ExpiryRun,
+    RunStatus,
+    Scan,
+    StorageAccount,
+    StorageRoot,
+)
 from backend.vcs.models import Membership, Quota, VirtualCluster
 from tests.backend.jobs_support import make_job
+from tests.storagemanager.trees import make_files
 
 GIB = 1024
 
@@ -296,6 +303,37 @@ def test_storage_roots_and_accounts_are_written_through_the_storage_actions(worl
 
     assert StorageRoot.objects.get(pk=root.pk).expiry_days == 30
     assert StorageAccount.objects.get(user=world.member).uid == 4242
+
+
+def test_scans_and_dry_runs_asked_for_in_the_admin_run_through_the_storage_actions(
+    world, site, tmp_path, django_capture_on_commit_callbacks
+):
+    import backend.storage.tasks  # noqa: F401  (a worker knows the tasks by their names)
+    from backend.celery import app
+
+    make_files(tmp_path / "data", 2, size=1_000)
+    aged = StorageRoot.objects.create(name="aged", path=str(tmp_path), expiry_days=30)
+    no_policy = StorageRoot.objects.create(name="kept", path=str(tmp_path / "data"))
+    app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            scanned = run_admin_action(site, StorageRoot, "scan_now", aged)
+        with django_capture_on_commit_callbacks(execute=True):
+            listed = run_admin_action(site, StorageRoot, "expiry_dry_run", aged, no_policy)
+    finally:
+        app.conf.task_always_eager = False
+
+    assert messages_of(scanned) == ["Queued a scan of 1 storage root."]
+    assert messages_of(listed) == [
+        "Storage root kept has no expiry policy.",
+        "Queued an expiry dry run of 1 storage root.",
+    ]
+    assert list(Scan.objects.values_list("root__name", "status", "files_seen")) == [
+        ("aged", RunStatus.DONE, 2)
+    ]
+    assert list(ExpiryRun.objects.values_list("root__name", "dry_run", "status")) == [
+        ("aged", True, RunStatus.DONE)
+    ]
 
 
 def test_scans_are_shown_only(world, site, tmp_path):

@@ -83,25 +83,22 @@ def scan(root: StorageRoot) -> Scan:
     if vc_parent == ".":
         vc_parent = ""
     try:
-        result = scan_root(
-            root.path,
-            vc_parent=vc_parent,
-            progress=progress,
-            progress_every=settings.TRAINYARD_STORAGE_PROGRESS_FILES,
-        )
-    except (OSError, ValueError) as error:
-        runs.finish(record, RunStatus.FAILED, error=str(error))
-        record.refresh_from_db()
-        return record
-    try:
-        _store_snapshot(record, result)
+        try:
+            result = scan_root(
+                root.path,
+                vc_parent=vc_parent,
+                progress=progress,
+                progress_every=settings.TRAINYARD_STORAGE_PROGRESS_FILES,
+            )
+        except (OSError, ValueError) as error:
+            runs.finish(record, RunStatus.FAILED, error=str(error))
+        else:
+            _store_snapshot(record, result)
     except runs.ForbiddenRunTransition as refused:
         # Failed as abandoned meanwhile, and scanned again since: its snapshot is dropped.
-        logger.warning("Scan of %s finished too late: %s", root.name, refused)
-        record.refresh_from_db()
-        return record
+        logger.warning("Scan of %s ended too late: %s", root.name, refused)
     record.refresh_from_db()
-    if check_usage_alert(root, record):
+    if record.status == RunStatus.DONE and check_usage_alert(root, record):
         outbox.send_pending_emails()  # run by a worker already: the alert goes out now
     return record
 
@@ -492,9 +489,8 @@ def request_scan(root: StorageRoot) -> None:
 
 
 def request_expiry_dry_run(root: StorageRoot) -> None:
-    """List in the background what the root's expiry policy (it has one) would delete
-    now, deleting nothing, once the caller's transaction commits. ActionRefused where the
-    root has no policy."""
+    """List in the background what the root's expiry policy would delete now, deleting
+    nothing, once the caller's transaction commits. ActionRefused where it has none."""
     if root.expiry_days is None:
         raise ActionRefused(f"Storage root {root.name} has no expiry policy.")
     _queue_on_commit(EXPIRE_TASK, root.pk, dry_run=True)

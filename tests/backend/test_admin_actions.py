@@ -359,3 +359,15 @@ def test_every_admin_writes_through_actions_or_only_shows():
     )
 
     assert bypassing == []
+
+
+def test_every_admin_page_opens_for_a_superuser(world, site):
+    make_job(world)
+    for model, model_admin in admin.site._registry.items():
+        assert site.get(list_url(model)).status_code == 200, model
+        request = site.get(list_url(model)).wsgi_request
+        adds = model_admin.has_add_permission(request)
+        assert site.get(f"{list_url(model)}add/").status_code == (200 if adds else 403), model
+        first = model.objects.first()
+        if first is not None:
+            assert site.get(change_url(first)).status_code == 200, model

@@ -14,7 +14,8 @@ from jobmanager.backends.base import BackendNode
 
 
 @transaction.atomic
-def create_gpu_type(name: str, cpus_per_gpu: Decimal, memory_per_gpu: int) -> GpuType:
+def create_gpu_type(name: str, cpus_per_gpu: Decimal | float, memory_per_gpu: int) -> GpuType:
+    """Add a GPU type (SKU) with its t-shirt size."""
     return GpuType.objects.create(
         name=name, cpus_per_gpu=cpus_per_gpu, memory_per_gpu=memory_per_gpu
     )
@@ -32,6 +33,7 @@ def update_gpu_type(gpu_type: GpuType, changes: dict[str, object]) -> GpuType:
 
 @transaction.atomic
 def register_node(**fields: object) -> Node:
+    """Add a node to the inventory; the job manager looks at what now fits."""
     node = Node.objects.create(**fields)
     _job_manager_after_commit()
     return node
@@ -43,12 +45,10 @@ def register_reported_node(reported: BackendNode, ready: bool, seen_at: datetime
     of its name (made from the node's size per GPU when there is none yet). Called by the
     job manager's pass, which schedules onto it in the same pass."""
     units = max(reported.gpus, 1)
-    gpu_type, _ = GpuType.objects.get_or_create(
-        name=reported.gpu_type,
-        defaults={
-            "cpus_per_gpu": reported.millicpus / 1000 / units,
-            "memory_per_gpu": reported.memory // units,
-        },
+    gpu_type = GpuType.objects.filter(name=reported.gpu_type).first() or create_gpu_type(
+        reported.gpu_type,
+        cpus_per_gpu=reported.millicpus / 1000 / units,
+        memory_per_gpu=reported.memory // units,
     )
     return Node.objects.create(
         name=reported.name,
@@ -64,6 +64,15 @@ def register_reported_node(reported: BackendNode, ready: bool, seen_at: datetime
     )
 
 
+def record_node_readiness(node: Node, ready: bool, reason: str, heartbeat: datetime | None) -> bool:
+    """Store what the cluster backend says of the node: ready or not (and why), seen at
+    ``heartbeat``. The one writer of ``Node.ready``. Returns whether readiness changed."""
+    Node.objects.filter(pk=node.pk).update(
+        ready=ready, ready_reason=reason, last_heartbeat=heartbeat
+    )
+    return ready != node.ready
+
+
 def record_reported_place(node: Node, reported: BackendNode) -> None:
     """The switch and rack the cluster backend reports (from node labels, or Slurm's
     topology) replace the node's; where it reports none, what a cluster admin set stays."""
@@ -77,6 +86,7 @@ def record_reported_place(node: Node, reported: BackendNode) -> None:
 
 @transaction.atomic
 def update_node(node: Node, changes: dict[str, object]) -> Node:
+    """Change a node's settings; the job manager looks at what now fits."""
     for name, value in changes.items():
         setattr(node, name, value)
     node.save(update_fields=list(changes))

@@ -21,7 +21,11 @@ from django.utils import timezone
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.clusters.actions import record_reported_place, register_reported_node
+from backend.clusters.actions import (
+    record_node_readiness,
+    record_reported_place,
+    register_reported_node,
+)
 from backend.clusters.models import Node
 from backend.core.bulk import insert_rows
 from backend.jobs.logs import job_log_dir
@@ -493,10 +497,7 @@ def sync_nodes(backend: ClusterBackend) -> list[str]:
         stale = node.last_heartbeat is None or now - node.last_heartbeat > HEARTBEAT_EVERY
         if (ready, reason) != (node.ready, node.ready_reason) or (ready and stale):
             heartbeat = now if seen is not None else node.last_heartbeat
-            Node.objects.filter(pk=node.pk).update(
-                ready=ready, ready_reason=reason, last_heartbeat=heartbeat
-            )
-            if ready != node.ready:
+            if record_node_readiness(node, ready, reason, heartbeat):
                 changed.append(node.name)
         if seen is not None:
             record_reported_place(node, seen)

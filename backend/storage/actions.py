@@ -19,6 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.core import outbox
+from backend.core.exceptions import ActionRefused
+from backend.storage import runs
 from backend.storage.models import (
     ExpiringFile,
     ExpiryNotice,
@@ -72,7 +74,7 @@ def _vcs_named(names: Iterable[str]) -> dict[str, VirtualCluster]:
 def scan(root: StorageRoot) -> Scan:
     """Walk the root, keeping the scan's progress up to date, then store its snapshot and
     alert the cluster admins if the root is over its threshold."""
-    record = Scan.objects.create(root=root)
+    record = runs.start_scan(root)
 
     def progress(files: int, size: int) -> None:
         Scan.objects.filter(pk=record.pk).update(files_seen=files, bytes_seen=size)
@@ -81,21 +83,22 @@ def scan(root: StorageRoot) -> Scan:
     if vc_parent == ".":
         vc_parent = ""
     try:
-        result = scan_root(
-            root.path,
-            vc_parent=vc_parent,
-            progress=progress,
-            progress_every=settings.TRAINYARD_STORAGE_PROGRESS_FILES,
-        )
-    except (OSError, ValueError) as error:
-        Scan.objects.filter(pk=record.pk).update(
-            status=RunStatus.FAILED, finished_at=timezone.now(), error=str(error)
-        )
-        record.refresh_from_db()
-        return record
-    _store_snapshot(record, result)
+        try:
+            result = scan_root(
+                root.path,
+                vc_parent=vc_parent,
+                progress=progress,
+                progress_every=settings.TRAINYARD_STORAGE_PROGRESS_FILES,
+            )
+        except (OSError, ValueError) as error:
+            runs.finish(record, RunStatus.FAILED, error=str(error))
+        else:
+            _store_snapshot(record, result)
+    except runs.ForbiddenRunTransition as refused:
+        # Failed as abandoned meanwhile, and scanned again since: its snapshot is dropped.
+        logger.warning("Scan of %s ended too late: %s", root.name, refused)
     record.refresh_from_db()
-    if check_usage_alert(root, record):
+    if record.status == RunStatus.DONE and check_usage_alert(root, record):
         outbox.send_pending_emails()  # run by a worker already: the alert goes out now
     return record
 
@@ -134,8 +137,9 @@ def _store_snapshot(record: Scan, result: ScanResult) -> None:
                     user=owners.get(large.uid), vc=vcs.get(large.vc))
         for large in result.largest
     )  # fmt: skip
-    Scan.objects.filter(pk=record.pk).update(
-        status=RunStatus.DONE,
+    runs.finish(
+        record,
+        RunStatus.DONE,
         finished_at=datetime.fromtimestamp(result.finished, UTC),
         files_seen=result.total.files,
         bytes_seen=result.total.bytes,
@@ -242,9 +246,7 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
     owners of files that expire within the warning days, then deletes file by file at
     the root's rate and removes the directories it emptied."""
     window = expiry_window(root, now)
-    run = ExpiryRun.objects.create(
-        root=root, dry_run=dry_run, expire_before=_dt(window.expire_before)
-    )
+    run = runs.start_expiry_run(root, dry_run, _dt(window.expire_before))
     try:
         candidates = expiry.iter_candidates(
             root.path, window.expire_before, window.warn_before, root.never_expire_patterns
@@ -271,12 +273,11 @@ def run_expiry(root: StorageRoot, dry_run: bool, now: datetime | None = None) ->
             run.deleted_directories, run.skipped = deletion.directories, len(deletion.skipped)
             for path, reason in deletion.skipped[:20]:
                 logger.warning("Expiry on %s kept %s: %s", root.name, path, reason)
-        run.status = RunStatus.DONE
-    except (OSError, ValueError) as error:
-        run.status, run.error = RunStatus.FAILED, str(error)
-    run.finished_at = timezone.now()
-    run.save()
-    return run
+        outcome, error = RunStatus.DONE, ""
+    except (OSError, ValueError) as failure:
+        outcome, error = RunStatus.FAILED, str(failure)
+    counts = {name: getattr(run, name) for name in runs.EXPIRY_COUNTS}
+    return runs.finish(run, outcome, error=error, **counts)
 
 
 @dataclass
@@ -326,7 +327,7 @@ def _record_listing(
             row.user = owners.get(row.uid)
             row.vc = vcs.get(root.vc_of(row.path))
         ExpiringFile.objects.bulk_create(rows, batch_size=1000)
-    run.save()
+    run.save(update_fields=["expired_files", "expired_bytes"])
     return dict(soon)
 
 
@@ -438,6 +439,49 @@ def delete_storage_root(root: StorageRoot) -> None:
     root.delete()
 
 
+@transaction.atomic
+def create_storage_account(user: User, uid: int) -> StorageAccount:
+    """Map the user to the uid their files carry on shared storage."""
+    return StorageAccount.objects.create(user=user, uid=uid)
+
+
+@transaction.atomic
+def update_storage_account(account: StorageAccount, changes: dict[str, object]) -> StorageAccount:
+    """Change the mapping's user or uid; the next scan counts the files under it."""
+    for name, value in changes.items():
+        setattr(account, name, value)
+    account.save(update_fields=list(changes))
+    return account
+
+
+@transaction.atomic
+def remove_storage_account(account: StorageAccount) -> None:
+    """Forget the mapping; the uid's files are counted under ``uid:N`` again."""
+    account.delete()
+
+
+@transaction.atomic
+def create_lustre_pool(**fields: object) -> LustrePool:
+    """Tie a VC's directory on a Lustre root to an OST pool (applied by the next quota
+    run)."""
+    return LustrePool.objects.create(**fields)
+
+
+@transaction.atomic
+def update_lustre_pool(pool: LustrePool, changes: dict[str, object]) -> LustrePool:
+    """Change a pool's name, OSTs, root or VC; the next quota run applies it."""
+    for name, value in changes.items():
+        setattr(pool, name, value)
+    pool.save(update_fields=list(changes))
+    return pool
+
+
+@transaction.atomic
+def remove_lustre_pool(pool: LustrePool) -> None:
+    """Forget the pool; the directory keeps the striping it has."""
+    pool.delete()
+
+
 def request_scan(root: StorageRoot) -> None:
     """Scan the root in the background once the caller's transaction commits (at once
     outside one). A broker that cannot be reached raises kombu's OperationalError."""
@@ -445,8 +489,10 @@ def request_scan(root: StorageRoot) -> None:
 
 
 def request_expiry_dry_run(root: StorageRoot) -> None:
-    """List in the background what the root's expiry policy (it has one) would delete
-    now, deleting nothing, once the caller's transaction commits."""
+    """List in the background what the root's expiry policy would delete now, deleting
+    nothing, once the caller's transaction commits. ActionRefused where it has none."""
+    if root.expiry_days is None:
+        raise ActionRefused(f"Storage root {root.name} has no expiry policy.")
     _queue_on_commit(EXPIRE_TASK, root.pk, dry_run=True)
 
 

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db.models import Max
 from django.utils import timezone
 
-from backend.storage import actions
+from backend.storage import actions, runs
 from backend.storage.models import ExpiryRun, RootKind, RunStatus, Scan, StorageRoot
 
 EXPIRY_EVERY = timedelta(days=1)
@@ -23,9 +23,7 @@ def queue_due_scans() -> list[int]:
     """Queue a scan of every root whose last scan started longer ago than its interval
     (and that has none running)."""
     now = timezone.now()
-    Scan.objects.filter(status=RunStatus.RUNNING, started_at__lt=now - ABANDONED_AFTER).update(
-        status=RunStatus.FAILED, finished_at=now, error="abandoned: its worker stopped"
-    )
+    runs.fail_abandoned_scans(started_before=now - ABANDONED_AFTER, now=now)
     last = dict(Scan.objects.values("root_id").annotate(at=Max("started_at")).values_list(
         "root_id", "at"))  # fmt: skip
     running = set(Scan.objects.filter(status=RunStatus.RUNNING).values_list("root_id", flat=True))

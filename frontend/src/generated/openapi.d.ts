@@ -2543,7 +2543,7 @@ export interface components {
             gpus_per_worker: number;
             priority: number;
             preemptible: boolean;
-            status: string;
+            status: components["schemas"]["JobStatusEnum"];
             status_message: string;
             /** @description Why it waits, in the scheduler's words. */
             insight_message: string;

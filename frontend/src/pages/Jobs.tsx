@@ -6,11 +6,8 @@ import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
 import { actOnJobArray, actOnJobs, type JobAction, useJobs } from "../endpoints";
 import { duration, when } from "../format";
 import { timeLeft } from "../format";
+import { JOB_STATUSES } from "../jobStatuses";
 
-export const STATUSES = [
-  "unapproved", "queued", "scheduling", "running", "pausing", "paused",
-  "killing", "killed", "finished", "failed", "timeout",
-];
 const TYPES = ["batch", "distributed", "interactive", "inference"];
 const SORTS: [string, string][] = [
   ["-submitted_at", "newest first"],
@@ -170,7 +167,7 @@ export function JobsPage() {
           Status
           <select value={params.get("status") ?? ""} onChange={(e) => filter("status", e.target.value)}>
             <option value="">all</option>
-            {STATUSES.map((status) => (
+            {JOB_STATUSES.map((status) => (
               <option key={status}>{status}</option>
             ))}
           </select>

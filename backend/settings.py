@@ -292,6 +292,11 @@ SPECTACULAR_SETTINGS = {
         "RoleEnum": "backend.vcs.models.Role",
         "StorageRunStatusEnum": "backend.storage.models.RunStatus",
     },
+    # The job status groups as components of their own (the dashboard's types use them).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "backend.jobs.api.schema.add_job_status_groups",
+    ],
 }
 
 LOGGING = {

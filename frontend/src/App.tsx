@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useState } from "react";
 import { NavLink, Navigate, Route, Routes, useLocation, useNavigate } from "react-router";
-import type { Me, Tenancy } from "./api";
+import type { Session } from "./api";
 import { SessionContext, useMe, useSession } from "./auth";
 import { ErrorBox, Loading, TenancyNotice } from "./components/common";
 import { getSession, logOut, useVcs } from "./endpoints";
@@ -18,22 +18,21 @@ import { UsagePage } from "./pages/Usage";
 import { VcPage } from "./pages/Vc";
 
 export function App() {
-  const [me, setMe] = useState<Me | null>(null);
-  const [tenancy, setTenancy] = useState<Tenancy | null>(null);
+  // The session as the server last said it, with `me` cleared on signing out.
+  const [session, setSession] = useState<Session | null>(null);
   const [checked, setChecked] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const navigate = useNavigate();
 
   const load = useCallback(() => {
     getSession()
-      .then((session) => {
-        setMe(session.me);
-        setTenancy(session.tenancy ?? null);
+      .then((answer) => {
+        setSession(answer);
         setError(null);
       })
       .catch((reason) => {
         setError(reason);
-        setMe(null);
+        setSession((current) => current && { ...current, me: null });
       })
       .finally(() => setChecked(true));
   }, []);
@@ -41,24 +40,24 @@ export function App() {
 
   const signOut = useCallback(() => {
     logOut().finally(() => {
-      setMe(null);
+      setSession((current) => current && { ...current, me: null });
       navigate("/login");
     });
   }, [navigate]);
 
   if (!checked) return <Loading what="Trainyard" />;
-  if (error && !me) return <ErrorBox error={error} retry={load} />;
-  if (!me) {
+  if (error && !session?.me) return <ErrorBox error={error} retry={load} />;
+  if (!session?.me) {
     return (
       <Routes>
-        <Route path="/login" element={<LoginPage onSignedIn={(signedIn) => { setMe(signedIn); load(); }} />} />
+        <Route path="/login" element={<LoginPage onSignedIn={(signedIn) => { setSession((current) => current && { ...current, me: signedIn }); load(); }} />} />
         <Route path="*" element={<RedirectToLogin />} />
       </Routes>
     );
   }
   return (
-    <SessionContext.Provider value={{ me, signOut }}>
-      <Layout tenancy={tenancy}>
+    <SessionContext.Provider value={{ ...session, me: session.me, signOut }}>
+      <Layout>
         <Routes>
           <Route path="/" element={<Navigate to="/jobs" replace />} />
           <Route path="/login" element={<AfterLogin />} />
@@ -103,8 +102,8 @@ function NotFound() {
   );
 }
 
-function Layout({ children, tenancy }: { children: React.ReactNode; tenancy: Tenancy | null }) {
-  const me = useMe();
+function Layout({ children }: { children: React.ReactNode }) {
+  const { me, tenancy } = useSession();
   const vcs = useVcs("page_size=100");
   const notices = (vcs.data?.results ?? []).filter((vc) => vc.notification?.trim());
   return (

@@ -115,6 +115,8 @@ export type RequestSchemas = AllSchemas;
 
 export type Tenancy = Schemas["Tenancy"];
 export type Me = Schemas["Me"];
+/** Who is signed in (`me` null when no one is), and how tenants are kept apart (said to a
+ * signed-in user only, although Present marks it always there). */
 export type Session = Schemas["Session"];
 export type GpuType = Schemas["GpuType"];
 

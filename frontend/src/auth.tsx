@@ -1,14 +1,13 @@
 import { createContext, useContext } from "react";
-import type { Me } from "./api";
+import type { Me, Session } from "./api";
 
-export interface Session {
-  me: Me;
-  signOut: () => void;
-}
+/** The session as the signed-in pages read it: the API's Session (who is signed in, how
+ * tenants are kept apart), its user known, and how to end it. */
+export type SignedInSession = Session & { me: Me; signOut: () => void };
 
-export const SessionContext = createContext<Session | null>(null);
+export const SessionContext = createContext<SignedInSession | null>(null);
 
-export function useSession(): Session {
+export function useSession(): SignedInSession {
   const session = useContext(SessionContext);
   if (!session) throw new Error("useSession outside a signed-in page");
   return session;

@@ -10,7 +10,7 @@ describe("formatting", () => {
 
   it("counts the time left only for jobs that run", () => {
     const now = Date.parse("2026-11-29T12:00:00Z");
-    const running = { status: "running", started_at: "2026-11-29T11:30:00Z", max_wall_time: 3600 };
+    const running = { status: "running" as const, started_at: "2026-11-29T11:30:00Z", max_wall_time: 3600 };
     expect(timeLeft(running, now)).toBe(1800);
     expect(timeLeft({ ...running, status: "finished" }, now)).toBeNull();
     expect(timeLeft({ ...running, status: "queued", started_at: null }, now)).toBeNull();

@@ -1,4 +1,5 @@
 // How numbers, sizes and times read on screen.
+import { isIn, type JobStatus, RUNNING_OR_STOPPING_STATUSES } from "./jobStatuses";
 
 /** Seconds as "2d 3h", "1h 05m", "4m 10s". */
 export function duration(seconds: number): string {
@@ -27,10 +28,10 @@ export function when(iso: string | null | undefined): string {
 
 /** Seconds left before a running job's wall-time limit; null when it does not apply. */
 export function timeLeft(
-  job: { status: string; started_at: string | null; max_wall_time: number },
+  job: { status: JobStatus; started_at: string | null; max_wall_time: number },
   now: number = Date.now(),
 ): number | null {
-  if (!job.started_at || !["running", "pausing", "killing"].includes(job.status)) return null;
+  if (!job.started_at || !isIn(job.status, RUNNING_OR_STOPPING_STATUSES)) return null;
   return (Date.parse(job.started_at) + job.max_wall_time * 1000 - now) / 1000;
 }
 

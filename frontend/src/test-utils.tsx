@@ -3,7 +3,7 @@ import { render } from "@testing-library/react";
 import type { ReactElement } from "react";
 import { MemoryRouter, Route, Routes, useLocation } from "react-router";
 import { vi } from "vitest";
-import type { Me } from "./api";
+import type { Me, Tenancy } from "./api";
 import { SessionContext } from "./auth";
 
 export type Handler = (body: unknown, url: URL) => [number, unknown];
@@ -49,6 +49,8 @@ export const MEMBER: Me = {
   unix_account: null,
 };
 
+export const MULTI_TENANT: Tenancy = { mode: "multi-tenant", message: "Every job runs as its owner's account." };
+
 export let currentLocation = "";
 
 function LocationProbe() {
@@ -60,7 +62,7 @@ function LocationProbe() {
 /** Render `element` at `url` for a signed-in `me`, as the route `path`. */
 export function renderPage(element: ReactElement, url: string, path = "*", me: Me = MEMBER) {
   return render(
-    <SessionContext.Provider value={{ me, signOut: () => undefined }}>
+    <SessionContext.Provider value={{ me, tenancy: MULTI_TENANT, signOut: () => undefined }}>
       <MemoryRouter initialEntries={[url]}>
         <LocationProbe />
         <Routes>

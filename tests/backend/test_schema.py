@@ -7,6 +7,8 @@ import io
 import pytest
 from django.core.management import call_command
 
+from backend.jobs.models import ACTIVE_STATUSES, PENDING_STATUSES, TERMINAL_STATUSES
+
 pytestmark = pytest.mark.django_db
 
 
@@ -52,3 +54,20 @@ def test_the_docs_page_is_served(anonymous):
 
     assert response.status_code == 200
     assert b"swagger-ui" in response.content
+
+
+@pytest.mark.parametrize(
+    ("component", "statuses"),
+    [
+        ("ActiveStatusEnum", ACTIVE_STATUSES),
+        ("PendingStatusEnum", PENDING_STATUSES),
+        ("TerminalStatusEnum", TERMINAL_STATUSES),
+    ],
+)
+def test_the_schema_groups_job_statuses_as_the_backend_does(anonymous, component, statuses):
+    # The dashboard's status groups are typed from these components (src/jobStatuses.ts).
+    response = anonymous.get("/api/schema/", {"format": "json"})
+
+    schemas = response.json()["components"]["schemas"]
+    assert schemas[component]["enum"] == list(statuses)
+    assert set(schemas[component]["enum"]) <= set(schemas["JobStatusEnum"]["enum"])

@@ -9,6 +9,7 @@ from rest_framework import serializers
 from backend.clusters.api.serializers import FragmentSerializer
 from backend.clusters.models import GpuType
 from backend.core.fields import MemoryField
+from backend.jobs.models import JobStatus
 from backend.vcs.models import (
     InfeasibleDeadlines,
     Membership,
@@ -248,7 +249,7 @@ class QueuedJobSerializer(serializers.Serializer):
     gpus_per_worker = serializers.IntegerField()
     priority = serializers.IntegerField()
     preemptible = serializers.BooleanField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=JobStatus.choices)
     status_message = serializers.CharField()
     insight_message = serializers.CharField(help_text="Why it waits, in the scheduler's words.")
     submitted_at = serializers.DateTimeField()

@@ -1,7 +1,8 @@
 import { useCallback, useEffect, useRef, useState, type ReactNode } from "react";
 import { ApiError, type Tenancy, api } from "../api";
+import type { JobStatus } from "../jobStatuses";
 
-const BADGE: Record<string, string> = {
+const BADGE: Record<JobStatus, string> = {
   running: "green",
   finished: "blue",
   queued: "amber",
@@ -15,7 +16,7 @@ const BADGE: Record<string, string> = {
   timeout: "red",
 };
 
-export function StatusBadge({ status }: { status: string }) {
+export function StatusBadge({ status }: { status: JobStatus }) {
   return <span className={`badge badge-${BADGE[status] ?? "grey"}`}>{status}</span>;
 }
 

@@ -1244,6 +1244,11 @@ export interface components {
          */
         ActionEnum: "kill" | "pause" | "resume" | "approve";
         /**
+         * @description ACTIVE_STATUSES: the job holds cluster resources.
+         * @enum {string}
+         */
+        ActiveStatusEnum: "scheduling" | "running" | "pausing" | "killing";
+        /**
          * @description * `meets` - Meets its deadline
          *     * `best_effort` - Cannot meet it: accepted best-effort
          *     * `flagged` - Cannot meet it: accepted and flagged
@@ -2510,6 +2515,11 @@ export interface components {
             wait_limit_hours?: number | null;
         };
         /**
+         * @description PENDING_STATUSES: the job waits for resources.
+         * @enum {string}
+         */
+        PendingStatusEnum: "unapproved" | "queued";
+        /**
          * @description * `FIFO` - First in, first out
          *     * `RF` - Runnable first
          *     * `BF` - Backfill with reservations
@@ -2533,7 +2543,7 @@ export interface components {
             gpus_per_worker: number;
             priority: number;
             preemptible: boolean;
-            status: string;
+            status: components["schemas"]["JobStatusEnum"];
             status_message: string;
             /** @description Why it waits, in the scheduler's words. */
             insight_message: string;
@@ -2761,6 +2771,11 @@ export interface components {
             mode: components["schemas"]["ModeEnum"];
             message: string;
         };
+        /**
+         * @description TERMINAL_STATUSES: the job is over.
+         * @enum {string}
+         */
+        TerminalStatusEnum: "killed" | "finished" | "failed" | "timeout";
         /**
          * @description * `batch` - Batch
          *     * `distributed` - Distributed

@@ -1,6 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { ApiError, type FieldErrors, type RequestSchemas, type Schemas } from "../api";
-import { Empty, ErrorBox, Field, Loading } from "../components/common";
+import { ErrorBox, Field } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import { addAllowedIp, removeAllowedIp, useAllowedIps } from "../endpoints";
 import { when } from "../format";
 
@@ -49,41 +50,39 @@ export function AllowedIpsPage() {
     <section>
       <h1>My allowed IPs</h1>
       <p className="hint">Your jobs' SSH and web endpoints accept connections only from these networks.</p>
-      <ErrorBox error={ips.error} retry={ips.reload} />
-      {ips.loading && !ips.data ? (
-        <Loading what="your allowed IPs" />
-      ) : !ips.data?.length ? (
-        <Empty>No allowed IP yet: add the address you connect from.</Empty>
-      ) : (
-        <table aria-label="Allowed IPs">
-          <thead>
-            <tr>
-              <th>Network</th>
-              <th>Description</th>
-              <th>Added</th>
-              <th>Expires</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {ips.data.map((ip) => (
-              <tr key={ip.id} className={ip.expired ? "expired" : ""}>
-                <td>
-                  <code>{ip.network}</code>
-                </td>
-                <td>{ip.description}</td>
-                <td>{when(ip.created_at)}</td>
-                <td>{ip.expires_at ? `${when(ip.expires_at)}${ip.expired ? " (expired)" : ""}` : "never"}</td>
-                <td>
-                  <button type="button" className="link" onClick={() => remove(ip)}>
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        label="Allowed IPs"
+        what="your allowed IPs"
+        rows={ips.data ?? []}
+        loading={ips.loading && !ips.data}
+        error={ips.error}
+        retry={ips.reload}
+        empty="No allowed IP yet: add the address you connect from."
+        columns={
+          <>
+            <th>Network</th>
+            <th>Description</th>
+            <th>Added</th>
+            <th>Expires</th>
+            <th />
+          </>
+        }
+        row={(ip) => (
+          <tr key={ip.id} className={ip.expired ? "expired" : ""}>
+            <td>
+              <code>{ip.network}</code>
+            </td>
+            <td>{ip.description}</td>
+            <td>{when(ip.created_at)}</td>
+            <td>{ip.expires_at ? `${when(ip.expires_at)}${ip.expired ? " (expired)" : ""}` : "never"}</td>
+            <td>
+              <button type="button" className="link" onClick={() => remove(ip)}>
+                Delete
+              </button>
+            </td>
+          </tr>
+        )}
+      />
       <form onSubmit={add} aria-label="Add an allowed IP" noValidate>
         <h2>Add an address</h2>
         <div className="row">

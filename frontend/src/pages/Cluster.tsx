@@ -1,4 +1,5 @@
-import { Empty, ErrorBox, Loading } from "../components/common";
+import { ErrorBox, Loading } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import { useClusterSummary, useNodes, useVcUsage } from "../endpoints";
 import { FragmentationChart } from "../components/FragmentationChart";
 import { memory, when } from "../format";
@@ -17,55 +18,51 @@ export function ClusterPage() {
           {summary.data.tenancy.message}
         </p>
       )}
-      <ErrorBox error={summary.error} retry={summary.reload} />
-      {summary.loading && !summary.data ? (
-        <Loading what="the cluster" />
-      ) : rows.length === 0 ? (
-        <Empty>No worker nodes are registered yet. A cluster admin adds them with the nodes API.</Empty>
-      ) : (
-        <>
-          <div className="table-wrap">
-            <table aria-label="GPU types">
-              <thead>
-                <tr>
-                  <th>GPU type</th>
-                  <th>Worker nodes</th>
-                  <th>Schedulable</th>
-                  <th>GPUs total</th>
-                  <th>Used</th>
-                  <th>Free</th>
-                  <th>CPUs used / total</th>
-                  <th>Memory used / total</th>
-                </tr>
-              </thead>
-              <tbody>
-                {rows.map((row) => (
-                  <tr key={row.gpu_type}>
-                    <td>{row.gpu_type}</td>
-                    <td>{row.nodes}</td>
-                    <td>{row.schedulable_nodes}</td>
-                    <td>{row.gpus_total}</td>
-                    <td>{row.gpus_used}</td>
-                    <td>{row.gpus_free}</td>
-                    <td>
-                      {Number(row.cpus_used)} / {Number(row.cpus_total)}
-                    </td>
-                    <td>
-                      {memory(row.memory_used)} / {memory(row.memory_total)}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-          <div className="charts">
-            {rows
-              .filter((row) => row.gpus_total > 0)
-              .map((row) => (
-                <FragmentationChart key={row.gpu_type} gpuType={row.gpu_type} histogram={row.fragmentation} />
-              ))}
-          </div>
-        </>
+      <DataTable
+        label="GPU types"
+        what="the cluster"
+        rows={rows}
+        loading={summary.loading && !summary.data}
+        error={summary.error}
+        retry={summary.reload}
+        empty="No worker nodes are registered yet. A cluster admin adds them with the nodes API."
+        columns={
+          <>
+            <th>GPU type</th>
+            <th>Worker nodes</th>
+            <th>Schedulable</th>
+            <th>GPUs total</th>
+            <th>Used</th>
+            <th>Free</th>
+            <th>CPUs used / total</th>
+            <th>Memory used / total</th>
+          </>
+        }
+        row={(row) => (
+          <tr key={row.gpu_type}>
+            <td>{row.gpu_type}</td>
+            <td>{row.nodes}</td>
+            <td>{row.schedulable_nodes}</td>
+            <td>{row.gpus_total}</td>
+            <td>{row.gpus_used}</td>
+            <td>{row.gpus_free}</td>
+            <td>
+              {Number(row.cpus_used)} / {Number(row.cpus_total)}
+            </td>
+            <td>
+              {memory(row.memory_used)} / {memory(row.memory_total)}
+            </td>
+          </tr>
+        )}
+      />
+      {rows.length > 0 && (
+        <div className="charts">
+          {rows
+            .filter((row) => row.gpus_total > 0)
+            .map((row) => (
+              <FragmentationChart key={row.gpu_type} gpuType={row.gpu_type} histogram={row.fragmentation} />
+            ))}
+        </div>
       )}
       <h2>Per-VC usage</h2>
       {usage.error ? (

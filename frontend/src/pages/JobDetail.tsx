@@ -10,13 +10,12 @@ import { hours } from "./Usage";
 import { admissionAnswer, elasticSize } from "./jobElastic";
 import { LogViewer } from "../components/LogViewer";
 import { duration, memory, timeLeft, when } from "../format";
-
-const ACTIVE = ["unapproved", "queued", "scheduling", "running", "pausing", "killing"];
+import { isIn, PAUSABLE_STATUSES, PENDING_OR_ACTIVE_STATUSES, TERMINAL_STATUSES } from "../jobStatuses";
 
 export function JobDetailPage() {
   const { id = "" } = useParams();
   const job = useJob(id, 3000);
-  const active = job.data ? ACTIVE.includes(job.data.status) : true;
+  const active = job.data ? isIn(job.data.status, PENDING_OR_ACTIVE_STATUSES) : true;
   const events = useJobEvents(id, active ? 3000 : 0);
   const attempts = useJobAttempts(id, active ? 5000 : 0);
   // GPU utilisation, once the job has run, while metrics exist (the chart is left out otherwise).
@@ -84,7 +83,7 @@ export function JobDetailPage() {
           <Link className="button" to={`/submit?clone=${j.id}`}>
             Clone
           </Link>
-          {["running", "queued", "scheduling", "unapproved"].includes(j.status) && (
+          {isIn(j.status, PAUSABLE_STATUSES) && (
             <button type="button" onClick={() => act("pause")}>
               Pause
             </button>
@@ -94,7 +93,7 @@ export function JobDetailPage() {
               Resume
             </button>
           )}
-          {ACTIVE.includes(j.status) || j.status === "paused" ? (
+          {!isIn(j.status, TERMINAL_STATUSES) ? (
             <button type="button" className="danger" onClick={() => act("kill")}>
               Kill
             </button>
@@ -278,7 +277,7 @@ export function JobDetailPage() {
               )}
             </div>
           )}
-          {isVcAdmin(me, j.vc) && ACTIVE.includes(j.status) && (
+          {isVcAdmin(me, j.vc) && isIn(j.status, PENDING_OR_ACTIVE_STATUSES) && (
             <>
               <h2>Change (VC admins)</h2>
               <JobChangeForm key={j.id} job={j} onChanged={() => { job.reload(); events.reload(); }} />

@@ -2,15 +2,13 @@ import { useEffect, useState } from "react";
 import { Link, useSearchParams } from "react-router";
 import type { BatchResult, JobSummary as Job } from "../api";
 import { useMe } from "../auth";
-import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
+import { ErrorBox, StatusBadge } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import { actOnJobArray, actOnJobs, type JobAction, useJobs } from "../endpoints";
 import { duration, when } from "../format";
 import { timeLeft } from "../format";
+import { JOB_STATUSES } from "../jobStatuses";
 
-export const STATUSES = [
-  "unapproved", "queued", "scheduling", "running", "pausing", "paused",
-  "killing", "killed", "finished", "failed", "timeout",
-];
 const TYPES = ["batch", "distributed", "interactive", "inference"];
 const SORTS: [string, string][] = [
   ["-submitted_at", "newest first"],
@@ -170,7 +168,7 @@ export function JobsPage() {
           Status
           <select value={params.get("status") ?? ""} onChange={(e) => filter("status", e.target.value)}>
             <option value="">all</option>
-            {STATUSES.map((status) => (
+            {JOB_STATUSES.map((status) => (
               <option key={status}>{status}</option>
             ))}
           </select>
@@ -240,88 +238,87 @@ export function JobsPage() {
           </button>
         </div>
       )}
-      <ErrorBox error={jobs.error} retry={jobs.reload} />
-      {jobs.loading && !jobs.data ? (
-        <Loading what="jobs" />
-      ) : rows.length === 0 ? (
-        <Empty>
-          No jobs match. <Link to="/submit">Submit one</Link>
-          {params.toString() && (
-            <>
-              {" "}
-              or <Link to="/jobs">clear the filters</Link>
-            </>
-          )}
-          .
-        </Empty>
-      ) : (
-        <div className="table-wrap">
-          <table className="jobs" aria-label="Jobs">
-            <thead>
-              <tr>
-                <th>
-                  <input
-                    type="checkbox"
-                    aria-label="Select all jobs on this page"
-                    checked={allSelected}
-                    onChange={() => setSelected(allSelected ? new Set() : new Set(rows.map((job) => job.id)))}
-                  />
-                </th>
-                <th>Job</th>
-                <th>Name</th>
-                <th>Owner</th>
-                <th>VC</th>
-                <th>Type</th>
-                <th>Status</th>
-                <th>Resources</th>
-                <th>Submitted</th>
-                <th>Time left</th>
-              </tr>
-            </thead>
-            <tbody>
-              {(arrayId ? rows : groupByArray(rows)).map((entry) => {
-                if (!("tasks" in entry)) return jobRow(entry);
-                const open = expanded.has(entry.array);
-                const first = entry.tasks[0];
-                return [
-                  <tr key={`array-${entry.array}`} className="array-group">
-                    <td>
-                      <button
-                        type="button"
-                        className="link"
-                        aria-expanded={open}
-                        aria-label={`${open ? "Hide" : "Show"} the tasks of array ${entry.array}`}
-                        onClick={() => {
-                          const next = new Set(expanded);
-                          if (open) next.delete(entry.array);
-                          else next.add(entry.array);
-                          setExpanded(next);
-                        }}
-                      >
-                        {open ? "▾" : "▸"}
-                      </button>
-                    </td>
-                    <td>
-                      <Link to={`/jobs?array=${entry.array}`}>array {entry.array}</Link>
-                    </td>
-                    <td className="name">{first.name}</td>
-                    <td>{first.owner}</td>
-                    <td>{first.vc}</td>
-                    <td>{first.type}</td>
-                    <td>{statusCounts(entry.tasks)}</td>
-                    <td>
-                      {entry.tasks.length} tasks here x {first.workers} x {first.gpus_per_worker} {first.gpu_type}
-                    </td>
-                    <td>{when(first.submitted_at)}</td>
-                    <td>—</td>
-                  </tr>,
-                  ...(open ? entry.tasks.map(jobRow) : []),
-                ];
-              })}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <DataTable
+        className="jobs"
+        label="Jobs"
+        what="jobs"
+        rows={arrayId ? rows : groupByArray(rows)}
+        loading={jobs.loading && !jobs.data}
+        error={jobs.error}
+        retry={jobs.reload}
+        empty={
+          <>
+            No jobs match. <Link to="/submit">Submit one</Link>
+            {params.toString() && (
+              <>
+                {" "}
+                or <Link to="/jobs">clear the filters</Link>
+              </>
+            )}
+            .
+          </>
+        }
+        columns={
+          <>
+            <th>
+              <input
+                type="checkbox"
+                aria-label="Select all jobs on this page"
+                checked={allSelected}
+                onChange={() => setSelected(allSelected ? new Set() : new Set(rows.map((job) => job.id)))}
+              />
+            </th>
+            <th>Job</th>
+            <th>Name</th>
+            <th>Owner</th>
+            <th>VC</th>
+            <th>Type</th>
+            <th>Status</th>
+            <th>Resources</th>
+            <th>Submitted</th>
+            <th>Time left</th>
+          </>
+        }
+        row={(entry) => {
+          if (!("tasks" in entry)) return jobRow(entry);
+          const open = expanded.has(entry.array);
+          const first = entry.tasks[0];
+          return [
+            <tr key={`array-${entry.array}`} className="array-group">
+              <td>
+                <button
+                  type="button"
+                  className="link"
+                  aria-expanded={open}
+                  aria-label={`${open ? "Hide" : "Show"} the tasks of array ${entry.array}`}
+                  onClick={() => {
+                    const next = new Set(expanded);
+                    if (open) next.delete(entry.array);
+                    else next.add(entry.array);
+                    setExpanded(next);
+                  }}
+                >
+                  {open ? "▾" : "▸"}
+                </button>
+              </td>
+              <td>
+                <Link to={`/jobs?array=${entry.array}`}>array {entry.array}</Link>
+              </td>
+              <td className="name">{first.name}</td>
+              <td>{first.owner}</td>
+              <td>{first.vc}</td>
+              <td>{first.type}</td>
+              <td>{statusCounts(entry.tasks)}</td>
+              <td>
+                {entry.tasks.length} tasks here x {first.workers} x {first.gpus_per_worker} {first.gpu_type}
+              </td>
+              <td>{when(first.submitted_at)}</td>
+              <td>—</td>
+            </tr>,
+            ...(open ? entry.tasks.map(jobRow) : []),
+          ];
+        }}
+      />
       {jobs.data && jobs.data.count > 0 && (
         <nav className="pager" aria-label="Pages">
           <button type="button" disabled={page <= 1} onClick={() => filter("page", String(page - 1))}>

@@ -1,6 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { ApiError, type FieldErrors, type Schemas } from "../api";
-import { Empty, ErrorBox, Field, Loading } from "../components/common";
+import { ErrorBox, Field } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import { addSshKey, removeSshKey, useSshKeys } from "../endpoints";
 import { when } from "../format";
 
@@ -45,44 +46,42 @@ export function SshKeysPage() {
     <section>
       <h1>My SSH keys</h1>
       <p className="hint">These public keys are installed in every job you start, for SSH and VS Code.</p>
-      <ErrorBox error={keys.error} retry={keys.reload} />
-      {keys.loading && !keys.data ? (
-        <Loading what="your keys" />
-      ) : !keys.data?.length ? (
-        <Empty>No SSH key yet: add one below to reach your running jobs.</Empty>
-      ) : (
-        <table aria-label="SSH keys">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Type</th>
-              <th>Fingerprint</th>
-              <th>Added</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {keys.data.map((key) => (
-              <tr key={key.id}>
-                <td>{key.name}</td>
-                <td>
-                  {key.key_type}
-                  {key.bits ? ` (${key.bits} bits)` : ""}
-                </td>
-                <td>
-                  <code>{key.fingerprint}</code>
-                </td>
-                <td>{when(key.created_at)}</td>
-                <td>
-                  <button type="button" className="link" onClick={() => remove(key)}>
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        label="SSH keys"
+        what="your keys"
+        rows={keys.data ?? []}
+        loading={keys.loading && !keys.data}
+        error={keys.error}
+        retry={keys.reload}
+        empty="No SSH key yet: add one below to reach your running jobs."
+        columns={
+          <>
+            <th>Name</th>
+            <th>Type</th>
+            <th>Fingerprint</th>
+            <th>Added</th>
+            <th />
+          </>
+        }
+        row={(key) => (
+          <tr key={key.id}>
+            <td>{key.name}</td>
+            <td>
+              {key.key_type}
+              {key.bits ? ` (${key.bits} bits)` : ""}
+            </td>
+            <td>
+              <code>{key.fingerprint}</code>
+            </td>
+            <td>{when(key.created_at)}</td>
+            <td>
+              <button type="button" className="link" onClick={() => remove(key)}>
+                Delete
+              </button>
+            </td>
+          </tr>
+        )}
+      />
       <form onSubmit={add} aria-label="Add an SSH key" noValidate>
         <h2>Add a key</h2>
         <Field label="Name" name="name" errors={errors}>

@@ -3,6 +3,7 @@ import { useSearchParams } from "react-router";
 import type { Schemas } from "../api";
 import { useMe } from "../auth";
 import { Empty, ErrorBox, Loading } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import {
   actOnStorageRoot,
   useExpiringFiles,
@@ -144,43 +145,38 @@ function UsageTable({ root, kind, title, latest, previous }: { root: string; kin
   return (
     <>
       <h2>{title}</h2>
-      <ErrorBox error={now.error || before.error} />
-      {now.loading && !now.data ? (
-        <Loading what={title.toLowerCase()} />
-      ) : rows.length === 0 ? (
-        <Empty>Nothing of yours in this snapshot.</Empty>
-      ) : (
-        <div className="table-wrap">
-          <table aria-label={title}>
-            <thead>
-              <tr>
-                <th>{kind === "vc" ? "VC" : "User"}</th>
-                <th>Size</th>
-                <th>Files</th>
-                <th>{previous ? `Change since ${when(previous.finished_at)}` : "Change"}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((row) => (
-                <tr key={row.key}>
-                  <td>{row.key}</td>
-                  <td>{size(row.bytes)}</td>
-                  <td>{row.files.toLocaleString()}</td>
-                  <td>{previous ? change(row.bytes, earlier.get(row.key)) : "first snapshot"}</td>
-                </tr>
-              ))}
-            </tbody>
-            <tfoot>
-              <tr>
-                <th>Total</th>
-                <th>{size(total)}</th>
-                <th />
-                <th>{previous && totalBefore !== undefined ? change(total, totalBefore) : ""}</th>
-              </tr>
-            </tfoot>
-          </table>
-        </div>
-      )}
+      <DataTable
+        label={title}
+        what={title.toLowerCase()}
+        rows={rows}
+        loading={now.loading && !now.data}
+        error={now.error || before.error}
+        empty="Nothing of yours in this snapshot."
+        columns={
+          <>
+            <th>{kind === "vc" ? "VC" : "User"}</th>
+            <th>Size</th>
+            <th>Files</th>
+            <th>{previous ? `Change since ${when(previous.finished_at)}` : "Change"}</th>
+          </>
+        }
+        row={(row) => (
+          <tr key={row.key}>
+            <td>{row.key}</td>
+            <td>{size(row.bytes)}</td>
+            <td>{row.files.toLocaleString()}</td>
+            <td>{previous ? change(row.bytes, earlier.get(row.key)) : "first snapshot"}</td>
+          </tr>
+        )}
+        footer={
+          <tr>
+            <th>Total</th>
+            <th>{size(total)}</th>
+            <th />
+            <th>{previous && totalBefore !== undefined ? change(total, totalBefore) : ""}</th>
+          </tr>
+        }
+      />
     </>
   );
 }

@@ -1,7 +1,8 @@
 import { Link, NavLink, useParams } from "react-router";
 import type { Schemas, Vc } from "../api";
 import { isVcAdmin, useMe } from "../auth";
-import { Empty, ErrorBox, Loading, StatusBadge } from "../components/common";
+import { ErrorBox, Loading, StatusBadge } from "../components/common";
+import { DataTable } from "../components/DataTable";
 import { useJobs, useVc, useVcDeadlines, useVcQueue } from "../endpoints";
 import { duration, memory, when } from "../format";
 import { VcSettings } from "./VcSettings";
@@ -117,50 +118,45 @@ function VcOverview({ vc }: { vc: Vc }) {
       </div>
       <DeadlineFigure vc={vc.name} />
       <h2>Queue</h2>
-      {queue.loading && fallback.loading ? (
-        <Loading what="the queue" />
-      ) : entries.length === 0 ? (
-        <Empty>No job is waiting in this VC.</Empty>
-      ) : (
-        <div className="table-wrap">
-          <table aria-label="Queue">
-            <thead>
-              <tr>
-                <th>#</th>
-                <th>Job</th>
-                <th>Owner</th>
-                <th>Resources</th>
-                <th>Priority</th>
-                <th>Submitted</th>
-                <th>Status</th>
-                <th>Why it waits</th>
-                <th>Estimated start</th>
-              </tr>
-            </thead>
-            <tbody>
-              {entries.map((entry) => (
-                <tr key={entry.job_id}>
-                  <td>{entry.position}</td>
-                  <td>
-                    <Link to={`/jobs/${entry.job_id}`}>{entry.name}</Link>
-                  </td>
-                  <td>{entry.owner}</td>
-                  <td>
-                    {entry.workers} x {entry.gpus_per_worker} {entry.gpu_type}
-                  </td>
-                  <td>{entry.priority}</td>
-                  <td>{when(entry.submitted_at)}</td>
-                  <td>
-                    <StatusBadge status={entry.status} />
-                  </td>
-                  <td>{entry.insight_message || entry.status_message}</td>
-                  <td>{when(entry.estimated_start_at)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <DataTable
+        label="Queue"
+        what="the queue"
+        rows={entries}
+        loading={queue.loading && fallback.loading}
+        empty="No job is waiting in this VC."
+        columns={
+          <>
+            <th>#</th>
+            <th>Job</th>
+            <th>Owner</th>
+            <th>Resources</th>
+            <th>Priority</th>
+            <th>Submitted</th>
+            <th>Status</th>
+            <th>Why it waits</th>
+            <th>Estimated start</th>
+          </>
+        }
+        row={(entry) => (
+          <tr key={entry.job_id}>
+            <td>{entry.position}</td>
+            <td>
+              <Link to={`/jobs/${entry.job_id}`}>{entry.name}</Link>
+            </td>
+            <td>{entry.owner}</td>
+            <td>
+              {entry.workers} x {entry.gpus_per_worker} {entry.gpu_type}
+            </td>
+            <td>{entry.priority}</td>
+            <td>{when(entry.submitted_at)}</td>
+            <td>
+              <StatusBadge status={entry.status} />
+            </td>
+            <td>{entry.insight_message || entry.status_message}</td>
+            <td>{when(entry.estimated_start_at)}</td>
+          </tr>
+        )}
+      />
     </>
   );
 }

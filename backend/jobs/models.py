@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
     from backend.core.querysets import Action
+    from backend.jobs.job_request import JobRequest
 
 JOB_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 JOB_ID_LENGTH = 10
@@ -341,6 +342,54 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} ({self.name})"
+
+    @classmethod
+    def from_request(
+        cls, owner: User, request: JobRequest, approval_reason: str = "", **fields: Any
+    ) -> Job:
+        """An unsaved job of the request, queued, or waiting for a VC admin's approval when
+        there is an ``approval_reason``; ``fields`` set the rest (an array's, for one)."""
+        now = timezone.now()
+        return cls(
+            job_id=new_job_id(),
+            owner=owner,
+            vc=request.vc,
+            name=request.name,
+            type=request.type,
+            image=request.image,
+            command=request.command,
+            working_dir=request.working_dir,
+            env=dict(request.env),
+            workers=request.workers,
+            min_workers=request.min_workers,
+            max_workers=request.max_workers,
+            gpus_per_worker=request.gpus_per_worker,
+            cpus_per_worker=request.cpus_per_worker,
+            memory_per_worker=request.memory_per_worker,
+            gpu_type=request.gpu_type,
+            preemptible=request.preemptible,
+            priority=request.priority,
+            max_retries=request.max_retries,
+            retry_on=request.retry_on,
+            max_wall_time=request.max_wall_time,
+            data_path=request.data_path,
+            output_path=request.output_path,
+            node_selector=dict(request.node_selector),
+            whole_nodes=request.whole_nodes,
+            same_switch=request.same_switch,
+            ports=[dict(port) for port in request.ports],
+            deadline=request.deadline,
+            throughput=list(request.throughput),
+            work=request.work,
+            admission=request.admission,
+            admission_share=request.admission_share,
+            earliest_finish=request.earliest_finish,
+            status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
+            status_message=approval_reason,
+            submitted_at=now,
+            queued_at=now,
+            **fields,
+        )
 
     @property
     def total_gpus(self) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +65,12 @@ def millicpus(cpus: Decimal | float | int) -> int:
     return int(Decimal(str(cpus)) * 1000)
 
 
+# The placement codec: the one reader and writer of Job.placement (and
+# reserved_placement), one entry per worker in rank order, {"rank", "node", "gpus": [device
+# indices], "cpus", "memory"}, and of JobAttempt.gpus, {"node", "gpus": [device indices]}
+# per worker. Every writer stores the GPUs as a list of indices, never as a count.
+
+
 def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, ...]:
     """A stored placement (one entry per worker, in rank order), typed."""
     return tuple(
@@ -74,6 +82,41 @@ def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, 
         )
         for worker in placement or []
     )
+
+
+def placement_to_json(placement: Iterable[WorkerPlacement]) -> list[dict]:
+    """A placement as stored (the inverse of ``placement_from_json``)."""
+    return [
+        {
+            "rank": rank,
+            "node": worker.node,
+            "gpus": list(worker.gpus),
+            "cpus": worker.millicpus / 1000,
+            "memory": worker.memory,
+        }
+        for rank, worker in enumerate(placement)
+    ]
+
+
+@dataclass(frozen=True)
+class WorkerGpus:
+    """The GPUs one worker of an attempt held: its node and their device indices."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+def attempt_gpus_from_json(stored: list[dict] | None) -> tuple[WorkerGpus, ...]:
+    """An attempt's stored GPUs (one entry per worker, in rank order), typed."""
+    return tuple(
+        WorkerGpus(node=worker["node"], gpus=tuple(worker.get("gpus") or ()))
+        for worker in stored or []
+    )
+
+
+def attempt_gpus_to_json(placement: Iterable[WorkerPlacement]) -> list[dict]:
+    """The GPUs a placement holds, as an attempt stores them."""
+    return [{"node": worker.node, "gpus": list(worker.gpus)} for worker in placement]
 
 
 class FailureClass(models.TextChoices):
@@ -459,6 +502,16 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.number}"
+
+    @property
+    def placed_gpus(self) -> tuple[WorkerGpus, ...]:
+        """Each worker's node and GPU indices, in rank order."""
+        return attempt_gpus_from_json(self.gpus)
+
+    @property
+    def gpu_count(self) -> int:
+        """How many GPUs it held, all workers together."""
+        return sum(len(worker.gpus) for worker in self.placed_gpus)
 
 
 class JobEvent(models.Model):

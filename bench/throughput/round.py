@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         reset_queries()
         with CaptureQueriesContext(connection) as queries:
             began = time.perf_counter()
-            summary = manager.run_job_manager(backend, lambda pk, attempt: None)
+            summary = manager.run_job_manager(backend, lambda deployments: None)
             elapsed = time.perf_counter() - began
         print(
             f"{what:<34} {elapsed:7.3f} s {len(queries):6} queries  "

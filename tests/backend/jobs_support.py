@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.jobs import lifecycle, manager
+from backend.jobs import manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import ClusterBackend
 from tests.factories import JobFactory
@@ -36,7 +36,4 @@ class JobManager:
         self.backend = backend
 
     def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self._deploy)
-
-    def _deploy(self, job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(self.backend, job_pk, attempt)
+        return manager.run_job_manager(self.backend, manager.deploy_in_turn(self.backend))

@@ -433,9 +433,7 @@ class JobSubmitSerializer(serializers.Serializer):
         if job_request.deadline is None or job_request.work is None:
             return job_request
         if not job_request.throughput:
-            curve = learned_curve(
-                user, job_request.vc, job_request.name, job_request.max_workers or 1
-            )
+            curve = learned_curve(user, job_request.vc, job_request.name, job_request.max_workers)
             job_request = replace(job_request, throughput=curve)
         answer = admission_answer(job_request)
         if answer is None:

@@ -32,8 +32,11 @@ def make_job(world, owner=None, status: str = JobStatus.QUEUED, **fields) -> Job
 class JobManager:
     """Runs the job manager by hand, deploying at once, as a Celery worker would."""
 
-    def __init__(self, backend: ClusterBackend) -> None:
+    def __init__(
+        self, backend: ClusterBackend, deploy_round: manager.DeployRound | None = None
+    ) -> None:
         self.backend = backend
+        self.deploy_round = deploy_round or manager.deploy_in_turn(backend)
 
     def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, manager.deploy_in_turn(self.backend))
+        return manager.run_job_manager(self.backend, self.deploy_round)

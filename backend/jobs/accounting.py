@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from backend.jobs.metrics import attempt_selector
 from backend.jobs.models import TERMINAL_STATUSES, JobAttempt
-from backend.jobs.usage import worker_gpu_count
 from repairmanager.prometheus import PrometheusClient, PrometheusUnavailable
 
 GROUPS = ("cluster", "vc", "user", "job", "gpu_type")
@@ -118,7 +117,7 @@ def attempt_end(attempt: JobAttempt, now: datetime) -> datetime:
 
 
 def gpu_count(attempt: JobAttempt) -> int:
-    return sum(worker_gpu_count(worker) for worker in attempt.gpus or [])
+    return attempt.gpu_count
 
 
 class Utilisation:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import Decimal
-
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from backend.clusters.models import GpuType
 from backend.core.bulk import insert_rows
 from backend.core.exceptions import ActionRefused
+from backend.jobs.job_request import JobRequest, RequestedResources
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -20,11 +16,10 @@ from backend.jobs.models import (
     JobArray,
     JobEvent,
     JobStatus,
-    RetryOn,
     StopOutcome,
     new_job_id,
 )
-from backend.jobs.submission import Request, approval_message, duration_text, needs_approval
+from backend.jobs.submission import approval_message, duration_text, needs_approval
 from backend.jobs.transitions import (
     bulk_transition,
     record_event,
@@ -33,59 +28,19 @@ from backend.jobs.transitions import (
 )
 from backend.jobs.triggers import run_job_manager_after_commit
 from backend.jobs.usage import user_guaranteed_gpus
-from backend.vcs.models import Membership, Role, VirtualCluster
+from backend.vcs.models import Membership, Role
 
 MAX_EXPOSED_PORTS = 8
 PENDING_OR_PAUSED = (JobStatus.QUEUED, JobStatus.UNAPPROVED, JobStatus.PAUSED)
-
-
-@dataclass
-class JobSpec:
-    """A validated submission with every default filled in."""
-
-    vc: VirtualCluster
-    gpu_type: GpuType
-    name: str
-    type: str
-    command: str
-    workers: int
-    gpus_per_worker: int
-    cpus_per_worker: Decimal
-    memory_per_worker: int
-    max_retries: int
-    max_wall_time: int
-    retry_on: str = RetryOn.INFRASTRUCTURE
-    image: str = ""
-    working_dir: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    data_path: str = ""
-    output_path: str = ""
-    node_selector: dict[str, str] = field(default_factory=dict)
-    whole_nodes: bool = False
-    same_switch: bool = False
-    ports: list[dict] = field(default_factory=list)
-    preemptible: bool = False
-    priority: int = 0
-    deadline: datetime | None = None
-    min_workers: int | None = None  # None: workers (a job of fixed size)
-    max_workers: int | None = None
-    # Deadlines that scale (backend/jobs/admission.py): work per second at 1, 2, ...
-    # workers, the work it needs, and the admission answer it got.
-    throughput: tuple[float, ...] = ()
-    work: float | None = None
-    admission: str = ""
-    admission_share: int | None = None
-    earliest_finish: datetime | None = None
-
-    def as_request(self) -> Request:
-        return Request.of(self)
 
 
 def find_idempotent_submission(owner: User, key: str) -> Job | None:
     return Job.objects.filter(owner=owner, idempotency_key=key).first()
 
 
-def submit_job(owner: User, spec: JobSpec, idempotency_key: str | None = None) -> tuple[Job, bool]:
+def submit_job(
+    owner: User, request: JobRequest, idempotency_key: str | None = None
+) -> tuple[Job, bool]:
     """Store a job, queued or waiting for approval; return it and whether it is new.
 
     With an idempotency key, a repeated submission returns the job the first one created.
@@ -97,7 +52,7 @@ def submit_job(owner: User, spec: JobSpec, idempotency_key: str | None = None) -
             return existing, False
     try:
         with transaction.atomic():
-            job = _create_job(owner, spec, idempotency_key)
+            job = _create_job(owner, request, idempotency_key)
             if job.status == JobStatus.QUEUED:
                 run_job_manager_after_commit()
     except IntegrityError:
@@ -109,61 +64,16 @@ def submit_job(owner: User, spec: JobSpec, idempotency_key: str | None = None) -
     return job, True
 
 
-def _create_job(owner: User, spec: JobSpec, idempotency_key: str | None) -> Job:
-    approval_reason = _approval_reason(owner, spec.as_request())
-    job = _new_job(owner, spec, approval_reason)
+def _create_job(owner: User, request: JobRequest, idempotency_key: str | None) -> Job:
+    approval_reason = _approval_reason(owner, request)
+    job = Job.from_request(owner, request, approval_reason)
     job.idempotency_key = idempotency_key or None
     job.save(force_insert=True)
     record_submission(job, owner, approval_reason or "submitted")
     return job
 
 
-def _new_job(owner: User, spec: JobSpec, approval_reason: str, **fields: object) -> Job:
-    """An unsaved job of the spec, queued or waiting for approval."""
-    now = timezone.now()
-    return Job(
-        job_id=new_job_id(),
-        owner=owner,
-        vc=spec.vc,
-        name=spec.name,
-        type=spec.type,
-        image=spec.image,
-        command=spec.command,
-        working_dir=spec.working_dir,
-        env=spec.env,
-        workers=spec.workers,
-        min_workers=spec.min_workers or spec.workers,
-        max_workers=spec.max_workers or spec.workers,
-        gpus_per_worker=spec.gpus_per_worker,
-        cpus_per_worker=spec.cpus_per_worker,
-        memory_per_worker=spec.memory_per_worker,
-        gpu_type=spec.gpu_type,
-        preemptible=spec.preemptible,
-        priority=spec.priority,
-        max_retries=spec.max_retries,
-        retry_on=spec.retry_on,
-        max_wall_time=spec.max_wall_time,
-        data_path=spec.data_path,
-        output_path=spec.output_path,
-        node_selector=spec.node_selector,
-        whole_nodes=spec.whole_nodes,
-        same_switch=spec.same_switch,
-        ports=spec.ports,
-        deadline=spec.deadline,
-        throughput=list(spec.throughput),
-        work=spec.work,
-        admission=spec.admission,
-        admission_share=spec.admission_share,
-        earliest_finish=spec.earliest_finish,
-        status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
-        status_message=approval_reason,
-        submitted_at=now,
-        queued_at=now,
-        **fields,
-    )
-
-
-def _approval_reason(owner: User, request: Request) -> str:
+def _approval_reason(owner: User, request: RequestedResources) -> str:
     """Why a job must wait for a VC admin (the per-user GPU limit), or '' when it need not."""
     if request.vc.user_gpu_limit is None or request.preemptible:
         return ""
@@ -275,7 +185,7 @@ def resume_job(job: Job, actor: User | None, reason: str = "") -> Job:
     approved = job.events.filter(
         from_status=JobStatus.UNAPPROVED, to_status=JobStatus.QUEUED
     ).exists()
-    approval_reason = "" if approved else _approval_reason(job.owner, Request.of(job))
+    approval_reason = "" if approved else _approval_reason(job.owner, job)
     if approval_reason:
         return transition(
             job, JobStatus.UNAPPROVED, actor=actor, reason=reason, status_message=approval_reason
@@ -339,9 +249,9 @@ BULK_BATCH = 1000
 
 
 def submit_job_array(
-    owner: User, spec: JobSpec, task_envs: list[dict[str, str]]
+    owner: User, request: JobRequest, task_envs: list[dict[str, str]]
 ) -> tuple[JobArray, list[str]]:
-    """Store one job per task (the spec, with the task's environment over the spec's), all
+    """Store one job per task (the request, with the task's environment over its own), all
     in one transaction; return the array and its job ids in index order.
 
     Each task counts against the per-user GPU limit as a single job would: the tasks past
@@ -349,9 +259,8 @@ def submit_job_array(
     """
     with transaction.atomic():
         array = JobArray.objects.create(
-            owner=owner, vc=spec.vc, name=spec.name, size=len(task_envs)
+            owner=owner, vc=request.vc, name=request.name, size=len(task_envs)
         )
-        request = spec.as_request()
         held = _held_for_limit(owner, request)
         tasks = []  # (job id, index, status, message) of each task
         for index, task_env in enumerate(task_envs):
@@ -359,8 +268,8 @@ def submit_job_array(
             if held is not None and not reason:
                 held += request.workers * request.gpus_per_worker
             status = JobStatus.UNAPPROVED if reason else JobStatus.QUEUED
-            tasks.append((new_job_id(), index, status, reason, {**spec.env, **task_env}))
-        template = _new_job(owner, spec, "", array=array)
+            tasks.append((new_job_id(), index, status, reason, {**request.env, **task_env}))
+        template = Job.from_request(owner, request, array=array)
         insert_rows(
             template,
             (
@@ -383,7 +292,7 @@ def submit_job_array(
     return array, [job_id for job_id, *_ in tasks]
 
 
-def _held_for_limit(owner: User, request: Request) -> int | None:
+def _held_for_limit(owner: User, request: RequestedResources) -> int | None:
     """The guaranteed GPUs the owner holds in the VC, where the per-user limit applies to
     them (None where it does not: no limit, preemptible, or a VC admin)."""
     if request.vc.user_gpu_limit is None or request.preemptible:

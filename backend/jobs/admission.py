@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from backend.jobs.actions import JobSpec
+from backend.jobs.job_request import JobRequest
 from backend.jobs.models import Admission, JobType
 from backend.jobs.scheduling import load_snapshot, millicpus
 from backend.vcs.models import InfeasibleDeadlines
@@ -20,29 +20,31 @@ from jobmanager.core.snapshot import Elastic, JobShape, QueuedJob, Resources
 ADMISSION_ID = "(admission)"  # no real job id has parentheses
 
 
-def spec_as_queued(spec: JobSpec, job_id: str, now: datetime) -> QueuedJob:
+def request_as_queued(request: JobRequest, job_id: str, now: datetime) -> QueuedJob:
     """The job a submission would be, as the scheduler sees a waiting job."""
-    low, high = spec.min_workers or spec.workers, spec.max_workers or spec.workers
+    low, high = request.min_workers, request.max_workers
     return QueuedJob(
         id=job_id,
-        vc=spec.vc.name,
+        vc=request.vc.name,
         shape=JobShape(
-            gpu_type=spec.gpu_type.name,
-            workers=spec.workers,
+            gpu_type=request.gpu_type.name,
+            workers=request.workers,
             per_worker=Resources(
-                spec.gpus_per_worker, millicpus(spec.cpus_per_worker), spec.memory_per_worker
+                request.gpus_per_worker,
+                millicpus(request.cpus_per_worker),
+                request.memory_per_worker,
             ),
-            node_selector=tuple(sorted(spec.node_selector.items())),
-            whole_nodes=spec.whole_nodes or spec.vc.whole_nodes_for_distributed,
-            same_switch=spec.same_switch,
+            node_selector=tuple(sorted(request.node_selector.items())),
+            whole_nodes=request.whole_nodes or request.vc.whole_nodes_for_distributed,
+            same_switch=request.same_switch,
         ),
         queued_at=now.timestamp(),
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        interactive=spec.type == JobType.INTERACTIVE,
-        max_wall_time=float(min(spec.max_wall_time, spec.vc.max_wall_time)),
-        due=None if spec.deadline is None else spec.deadline.timestamp(),
-        elastic=Elastic(low, high, throughput=spec.throughput, work=spec.work)
+        priority=request.priority,
+        preemptible=request.preemptible,
+        interactive=request.type == JobType.INTERACTIVE,
+        max_wall_time=float(min(request.max_wall_time, request.vc.max_wall_time)),
+        due=None if request.deadline is None else request.deadline.timestamp(),
+        elastic=Elastic(low, high, throughput=request.throughput, work=request.work)
         if low < high
         else None,
     )
@@ -66,14 +68,14 @@ class AdmissionAnswer:
         return f"Cannot be met: the earliest finish is {when}."
 
 
-def admission_answer(spec: JobSpec) -> AdmissionAnswer | None:
+def admission_answer(request: JobRequest) -> AdmissionAnswer | None:
     """The admission answer for a submission with a deadline, a curve and its work (None
     without them)."""
-    if spec.deadline is None or not spec.throughput or spec.work is None:
+    if request.deadline is None or not request.throughput or request.work is None:
         return None
     now = timezone.now()
-    candidate = spec_as_queued(spec, ADMISSION_ID, now)
-    answer = admit(load_snapshot(now), candidate, spec.throughput, spec.work)
+    candidate = request_as_queued(request, ADMISSION_ID, now)
+    answer = admit(load_snapshot(now), candidate, request.throughput, request.work)
     finish = (
         datetime.fromtimestamp(answer.earliest_finish, tz=UTC).replace(microsecond=0)
         if answer.earliest_finish != float("inf")
@@ -81,7 +83,7 @@ def admission_answer(spec: JobSpec) -> AdmissionAnswer | None:
     )
     if answer.feasible:
         return AdmissionAnswer(Admission.MEETS, answer.share, finish, refused=False)
-    choice = spec.vc.infeasible_deadlines
+    choice = request.vc.infeasible_deadlines
     admission = (
         Admission.BEST_EFFORT if choice == InfeasibleDeadlines.BEST_EFFORT else Admission.FLAGGED
     )

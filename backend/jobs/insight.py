@@ -10,9 +10,9 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from backend.jobs.actions import JobSpec
-from backend.jobs.admission import spec_as_queued
+from backend.jobs.admission import request_as_queued
 from backend.jobs.forecast import forecast
+from backend.jobs.job_request import JobRequest
 from backend.jobs.models import Job, JobStatus
 from backend.jobs.scheduling import JOB_COLUMNS, load_snapshot, queued_job
 from backend.jobs.submission import needs_approval
@@ -62,14 +62,14 @@ class StartPreview:
     estimated_start_at: datetime | None
 
 
-def preview_start(spec: JobSpec, user_id: int) -> StartPreview:
+def preview_start(request: JobRequest, user_id: int) -> StartPreview:
     """Whether the job, submitted now, would start on the next scheduling pass, and if not
     why and when it is likely to. Nothing is stored."""
-    approval = needs_approval(spec.as_request(), user_id)
+    approval = needs_approval(request, user_id)
     if approval:
         return StartPreview(False, approval, None)
     now = timezone.now()
-    candidate = replace(spec_as_queued(spec, PREVIEW_ID, now), due=None, elastic=None)
+    candidate = replace(request_as_queued(request, PREVIEW_ID, now), due=None, elastic=None)
     snapshot = load_snapshot(now)
     snapshot = replace(snapshot, queued=(*snapshot.queued, candidate))
     decisions = schedule(snapshot)

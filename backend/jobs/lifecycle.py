@@ -35,6 +35,7 @@ from backend.jobs.models import (
     JobAttempt,
     JobStatus,
     StopOutcome,
+    attempt_gpus_to_json,
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.transitions import bulk_transition, transition, transition_all
@@ -337,7 +338,7 @@ def _mark_all_running(
             job.deploy_failures = 0
             job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
             nodes = job.placed_nodes
-            gpus = [{"node": w.node, "gpus": list(w.gpus)} for w in job.placed_workers]
+            gpus = attempt_gpus_to_json(job.placed_workers)
             if (job.pk, job.attempt) in existing:
                 JobAttempt.objects.filter(job=job, number=job.attempt).update(
                     started_at=now, nodes=nodes, gpus=gpus, borrowing=job.borrowing
@@ -395,7 +396,7 @@ def _mark_running(job: Job, isolation: Isolation) -> None:
         run_as=isolation.run_as[:200],
         limits=isolation.limits[:300],
     )
-    gpus = [{"node": worker.node, "gpus": list(worker.gpus)} for worker in job.placed_workers]
+    gpus = attempt_gpus_to_json(job.placed_workers)
     JobAttempt.objects.update_or_create(
         job=job,
         number=job.attempt,

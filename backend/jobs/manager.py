@@ -11,10 +11,11 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from django.conf import settings
 from django.db import transaction
@@ -23,8 +24,8 @@ from django.utils import timezone
 from backend.clusters.removal import remove_drained_nodes
 from backend.core.redis import redis_client
 from backend.jobs.forecast import refresh_forecasts
-from backend.jobs.lease import LeaseLost, acquire_lease
-from backend.jobs.lifecycle import reconcile, resize, sync_nodes
+from backend.jobs.lease import Lease, LeaseLost, acquire_lease
+from backend.jobs.lifecycle import Reconciled, deploy, reconcile, resize, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job
 from backend.jobs.scheduling import schedule_pass
 from backend.jobs.triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
@@ -39,8 +40,33 @@ LEASE_TTL_MS = 5_000
 MAX_ROUNDS = 5
 
 
+# A placed attempt to hand to the backend: (the job's pk, its attempt number).
+Deployment = tuple[int, int]
+
+
+class DeployRound(Protocol):
+    """What the job manager calls once per round, after the round's decisions are
+    committed, with every attempt it placed (or found placed but not deployed); never with
+    none. Production queues one task for them all (``backend.jobs.tasks``)."""
+
+    def __call__(self, deployments: list[Deployment], /) -> object: ...
+
+
+def deploy_in_turn(backend: ClusterBackend) -> DeployRound:
+    """Deploy a round's attempts one after another in this thread, as the ``deploy_jobs``
+    task would in threads: for the management command, and for tests whose database is
+    one transaction that other threads cannot see."""
+
+    def deploy_round(deployments: Sequence[Deployment]) -> list[str]:
+        return [deploy(backend, job_pk, attempt) for job_pk, attempt in deployments]
+
+    return deploy_round
+
+
 @dataclass
 class RunSummary:
+    """What a run did, all its rounds together."""
+
     rounds: int = 0
     started: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
@@ -56,14 +82,21 @@ class RunSummary:
     preempted_last_round: bool = False
     over_budget: bool = False  # stopped going round with a request left
 
+    def add_reconciled(self, reconciled: Reconciled) -> None:
+        """Count what a round's reconcile ended; ``stopping`` is the latest round's."""
+        self.finished += reconciled.finished
+        self.failed += reconciled.failed
+        self.retried += reconciled.retried
+        self.stopped += reconciled.stopped
+        self.lost += reconciled.lost
+        self.orphans += reconciled.orphans
+        self.stopping = list(reconciled.stopping)
 
-def run_job_manager(
-    backend: ClusterBackend, enqueue_deployment, enqueue_deployments=None
-) -> RunSummary:
+
+def run_job_manager(backend: ClusterBackend, deploy_round: DeployRound) -> RunSummary:
     """Run (a few rounds) unless another job manager is running; then leave it a request
-    to go round once more. ``enqueue_deployment(job_pk, attempt)`` is called for each
-    placed job after the decisions are committed, or, when given,
-    ``enqueue_deployments([(job_pk, attempt), ...])`` once per round for them all.
+    to go round once more. ``deploy_round`` is called once per round with the attempts it
+    placed, after its decisions are committed.
 
     A run stops going round after ``TRAINYARD_JOB_MANAGER_BUDGET_SECONDS``, leaving the
     request for the next run (queued behind other work): it never holds a worker long.
@@ -90,7 +123,7 @@ def run_job_manager(
                     if not requested and not summary.preempted_last_round:
                         break
                     with _collector_paused():
-                        _one_round(backend, lease, enqueue_deployment, summary, enqueue_deployments)
+                        _one_round(backend, lease, deploy_round, summary)
                     if lease.lost.is_set():
                         break
         except LeaseLost:
@@ -122,16 +155,14 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _one_round(
-    backend, lease, enqueue_deployment, summary: RunSummary, enqueue_deployments=None
+    backend: ClusterBackend, lease: Lease, deploy_round: DeployRound, summary: RunSummary
 ) -> None:
     summary.rounds += 1
     crash_point("jobmanager-round")
     remove_drained_nodes()
     sync_nodes(backend)
     reconciled = reconcile(backend)
-    summary.stopping = reconciled.stopping
-    for name in ("finished", "failed", "retried", "stopped", "lost", "orphans"):
-        getattr(summary, name).extend(getattr(reconciled, name))
+    summary.add_reconciled(reconciled)
     decisions, applied = schedule_pass(lease, elastic=backend.resizes)
     grace = settings.TRAINYARD_STOP_GRACE_SECONDS
     for job_id in applied.preempted:
@@ -139,12 +170,8 @@ def _one_round(
     for job_pk in applied.resized:
         resize(backend, job_pk)
     deployments = [*applied.deployments, *reconciled.redeployed]
-    if enqueue_deployments is not None:
-        if deployments:
-            enqueue_deployments(deployments)
-    else:
-        for job_pk, attempt in deployments:
-            enqueue_deployment(job_pk, attempt)
+    if deployments:
+        deploy_round(deployments)
     summary.started.extend(start.job_id for start in decisions.starts)
     summary.preempted.extend(applied.preempted)
     # A shrink frees GPUs as a preemption does: the job waiting for them starts next round.

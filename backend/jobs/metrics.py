@@ -42,8 +42,8 @@ def attempt_selector(attempt: JobAttempt) -> str:
     if settings.TRAINYARD_BACKEND == "kubernetes":
         return _pods_selector(attempt)
     gpus_by_node: dict[str, set[int]] = {}
-    for worker in attempt.gpus:
-        gpus_by_node.setdefault(worker["node"], set()).update(worker.get("gpus") or [])
+    for worker in attempt.placed_gpus:
+        gpus_by_node.setdefault(worker.node, set()).update(worker.gpus)
     parts = [
         f'{GPU_UTIL}{{Hostname="{_quoted(node)}",gpu=~"{"|".join(map(str, sorted(gpus)))}"}}'
         for node, gpus in sorted(gpus_by_node.items())
@@ -56,8 +56,9 @@ def _pods_selector(attempt: JobAttempt) -> str:
     """The series of the GPUs held by the attempt's pods that have GPUs."""
     from backend.jobs.kubernetes import attempt_pods
 
-    pods = attempt_pods(attempt.job.job_id, attempt.number, len(attempt.gpus))
-    with_gpus = [pod for pod, worker in zip(pods, attempt.gpus, strict=True) if worker.get("gpus")]
+    workers = attempt.placed_gpus
+    pods = attempt_pods(attempt.job.job_id, attempt.number, len(workers))
+    with_gpus = [pod for pod, worker in zip(pods, workers, strict=True) if worker.gpus]
     if not with_gpus:
         return ""
     namespace = settings.TRAINYARD_K8S_NAMESPACE

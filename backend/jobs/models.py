@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
     from backend.core.querysets import Action
+    from backend.jobs.job_request import JobRequest
 
 JOB_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 JOB_ID_LENGTH = 10
@@ -62,6 +65,12 @@ def millicpus(cpus: Decimal | float | int) -> int:
     return int(Decimal(str(cpus)) * 1000)
 
 
+# The placement codec: the one reader and writer of Job.placement (and
+# reserved_placement), one entry per worker in rank order, {"rank", "node", "gpus": [device
+# indices], "cpus", "memory"}, and of JobAttempt.gpus, {"node", "gpus": [device indices]}
+# per worker. Every writer stores the GPUs as a list of indices, never as a count.
+
+
 def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, ...]:
     """A stored placement (one entry per worker, in rank order), typed."""
     return tuple(
@@ -73,6 +82,41 @@ def placement_from_json(placement: list[dict] | None) -> tuple[WorkerPlacement, 
         )
         for worker in placement or []
     )
+
+
+def placement_to_json(placement: Iterable[WorkerPlacement]) -> list[dict]:
+    """A placement as stored (the inverse of ``placement_from_json``)."""
+    return [
+        {
+            "rank": rank,
+            "node": worker.node,
+            "gpus": list(worker.gpus),
+            "cpus": worker.millicpus / 1000,
+            "memory": worker.memory,
+        }
+        for rank, worker in enumerate(placement)
+    ]
+
+
+@dataclass(frozen=True)
+class WorkerGpus:
+    """The GPUs one worker of an attempt held: its node and their device indices."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+def attempt_gpus_from_json(stored: list[dict] | None) -> tuple[WorkerGpus, ...]:
+    """An attempt's stored GPUs (one entry per worker, in rank order), typed."""
+    return tuple(
+        WorkerGpus(node=worker["node"], gpus=tuple(worker.get("gpus") or ()))
+        for worker in stored or []
+    )
+
+
+def attempt_gpus_to_json(placement: Iterable[WorkerPlacement]) -> list[dict]:
+    """The GPUs a placement holds, as an attempt stores them."""
+    return [{"node": worker.node, "gpus": list(worker.gpus)} for worker in placement]
 
 
 class FailureClass(models.TextChoices):
@@ -342,6 +386,54 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.job_id} ({self.name})"
 
+    @classmethod
+    def from_request(
+        cls, owner: User, request: JobRequest, approval_reason: str = "", **fields: Any
+    ) -> Job:
+        """An unsaved job of the request, queued, or waiting for a VC admin's approval when
+        there is an ``approval_reason``; ``fields`` set the rest (an array's, for one)."""
+        now = timezone.now()
+        return cls(
+            job_id=new_job_id(),
+            owner=owner,
+            vc=request.vc,
+            name=request.name,
+            type=request.type,
+            image=request.image,
+            command=request.command,
+            working_dir=request.working_dir,
+            env=dict(request.env),
+            workers=request.workers,
+            min_workers=request.min_workers,
+            max_workers=request.max_workers,
+            gpus_per_worker=request.gpus_per_worker,
+            cpus_per_worker=request.cpus_per_worker,
+            memory_per_worker=request.memory_per_worker,
+            gpu_type=request.gpu_type,
+            preemptible=request.preemptible,
+            priority=request.priority,
+            max_retries=request.max_retries,
+            retry_on=request.retry_on,
+            max_wall_time=request.max_wall_time,
+            data_path=request.data_path,
+            output_path=request.output_path,
+            node_selector=dict(request.node_selector),
+            whole_nodes=request.whole_nodes,
+            same_switch=request.same_switch,
+            ports=[dict(port) for port in request.ports],
+            deadline=request.deadline,
+            throughput=list(request.throughput),
+            work=request.work,
+            admission=request.admission,
+            admission_share=request.admission_share,
+            earliest_finish=request.earliest_finish,
+            status=JobStatus.UNAPPROVED if approval_reason else JobStatus.QUEUED,
+            status_message=approval_reason,
+            submitted_at=now,
+            queued_at=now,
+            **fields,
+        )
+
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
@@ -410,6 +502,16 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.number}"
+
+    @property
+    def placed_gpus(self) -> tuple[WorkerGpus, ...]:
+        """Each worker's node and GPU indices, in rank order."""
+        return attempt_gpus_from_json(self.gpus)
+
+    @property
+    def gpu_count(self) -> int:
+        """How many GPUs it held, all workers together."""
+        return sum(len(worker.gpus) for worker in self.placed_gpus)
 
 
 class JobEvent(models.Model):

@@ -28,6 +28,7 @@ from backend.jobs.models import (
     StopOutcome,
     millicpus,
     placement_from_json,
+    placement_to_json,
 )
 from backend.jobs.transitions import bulk_transition, record_event
 from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
@@ -302,19 +303,6 @@ def queued_job(
         waiting_since=None if attained is None else epoch(attained.last_ended),
         elastic=_elastic(row, elastic),
     )
-
-
-def placement_to_json(placement: tuple[WorkerPlacement, ...]) -> list[dict]:
-    return [
-        {
-            "rank": rank,
-            "node": worker.node,
-            "gpus": list(worker.gpus),
-            "cpus": worker.millicpus / 1000,
-            "memory": worker.memory,
-        }
-        for rank, worker in enumerate(placement)
-    ]
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
-from dataclasses import dataclass, fields
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, TypedDict
@@ -14,6 +13,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
 from backend.clusters.models import GpuType, Node
+from backend.jobs.job_request import BIDI_CONTROLS, RequestedResources
 from backend.jobs.models import JobType
 from backend.jobs.usage import user_guaranteed_gpus
 from backend.vcs.models import Quota, VirtualCluster
@@ -40,11 +40,6 @@ MAX_ARGUMENT_BYTES = 128 * 1024 - 1
 # The command and the environment together, well under the kernel's ARG_MAX (2 MiB with
 # the usual 8 MiB stack), leaving room for what Trainyard sets.
 MAX_LAUNCH_BYTES = 1024 * 1024
-# Directional formatting (embeddings, overrides, isolates, marks): text shown in another
-# order than it is stored, as in "Trojan Source".
-BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
 # registry[:port]/path[:tag][@digest], as the OCI distribution spec names references.
 IMAGE_REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -196,27 +191,7 @@ def check_path(path: str) -> list[str]:
     return []
 
 
-@dataclass
-class Request:
-    """A submission's resources after defaults were filled in."""
-
-    vc: VirtualCluster
-    gpu_type: GpuType
-    type: str
-    workers: int
-    gpus_per_worker: int
-    cpus_per_worker: Decimal
-    memory_per_worker: int
-    preemptible: bool
-    max_wall_time: int
-
-    @classmethod
-    def of(cls, source: object) -> Request:
-        """The request made by a job spec or a stored job (they share these field names)."""
-        return cls(**{field.name: getattr(source, field.name) for field in fields(cls)})
-
-
-def fitting_nodes(request: Request) -> QuerySet:
+def fitting_nodes(request: RequestedResources) -> QuerySet:
     """Nodes of the job's GPU type that one of its workers fits on."""
     return Node.objects.filter(
         gpu_type=request.gpu_type,
@@ -226,7 +201,7 @@ def fitting_nodes(request: Request) -> QuerySet:
     )
 
 
-def explain_no_fit(request: Request) -> FieldErrors:
+def explain_no_fit(request: RequestedResources) -> FieldErrors:
     """Why no node fits a worker, naming the resource that is short."""
     nodes = Node.objects.filter(gpu_type=request.gpu_type)
     if not nodes.exists():
@@ -261,7 +236,7 @@ def explain_no_fit(request: Request) -> FieldErrors:
     }
 
 
-def quota_errors(request: Request, quota: Quota | None) -> FieldErrors:
+def quota_errors(request: RequestedResources, quota: Quota | None) -> FieldErrors:
     """A non-preemptible job must fit in its VC's quota, which is all it can ever be given."""
     name, vc_name = request.gpu_type.name, request.vc.name
     borrow = "Submit it as preemptible to borrow idle capacity."
@@ -289,7 +264,7 @@ def quota_errors(request: Request, quota: Quota | None) -> FieldErrors:
     return errors
 
 
-def check_vc_limits(request: Request) -> FieldErrors:
+def check_vc_limits(request: RequestedResources) -> FieldErrors:
     errors: FieldErrors = {}
     if request.max_wall_time > request.vc.max_wall_time:
         limit, asked = request.vc.max_wall_time, request.max_wall_time
@@ -334,7 +309,9 @@ def quota_with_worker_fit(
     )
 
 
-def check_request(request: Request, quota: WithAnnotations[Quota, WorkerFit] | None) -> FieldErrors:
+def check_request(
+    request: RequestedResources, quota: WithAnnotations[Quota, WorkerFit] | None
+) -> FieldErrors:
     """All resource rules (VC limits, then the largest node, then the quota); the first
     error per field wins. ``quota`` is what ``quota_with_worker_fit`` found: None for a
     preemptible job, or when the VC has no quota of that GPU type."""
@@ -349,7 +326,7 @@ def check_request(request: Request, quota: WithAnnotations[Quota, WorkerFit] | N
     return errors
 
 
-def needs_approval(request: Request, user_id: int) -> str:
+def needs_approval(request: RequestedResources, user_id: int) -> str:
     """Why the job waits for a VC admin (the per-user GPU limit), or '' when it need not."""
     limit = request.vc.user_gpu_limit
     if limit is None or request.preemptible:
@@ -357,7 +334,7 @@ def needs_approval(request: Request, user_id: int) -> str:
     return approval_message(request, user_guaranteed_gpus(user_id, request.vc.id))
 
 
-def approval_message(request: Request, held: int) -> str:
+def approval_message(request: RequestedResources, held: int) -> str:
     """Why the job waits for a VC admin when its owner already holds ``held`` guaranteed
     GPUs in its VC, or '' when it need not."""
     limit = request.vc.user_gpu_limit

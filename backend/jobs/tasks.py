@@ -19,7 +19,7 @@ FOLLOW_UP_SECONDS = 0.5
 @shared_task(ignore_result=True)
 def run_job_manager() -> dict:
     redis_client().delete(job_manager_requested_key())
-    summary = manager.run_job_manager(get_backend(), deploy_job.delay, _enqueue_deployments)
+    summary = manager.run_job_manager(get_backend(), _enqueue_deployments)
     if summary.over_budget:
         request_job_manager_run()  # behind the work queued meanwhile
     elif summary.stopping or summary.preempted:
@@ -34,7 +34,7 @@ def run_job_manager() -> dict:
     return {"rounds": summary.rounds, "started": summary.started}
 
 
-def _enqueue_deployments(deployments: list[tuple[int, int]]) -> None:
+def _enqueue_deployments(deployments: list[manager.Deployment]) -> None:
     """A round's placed jobs, deployed together by one task (in threads)."""
     deploy_jobs.delay([list(pair) for pair in deployments])
 

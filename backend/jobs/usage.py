@@ -28,12 +28,6 @@ class JobTotals:
     jobs: int = 0
 
 
-def worker_gpu_count(worker: dict) -> int:
-    """A placement entry names its GPUs as a list of device indices (or just a count)."""
-    gpus = worker.get("gpus", 0)
-    return len(gpus) if isinstance(gpus, list) else int(gpus)
-
-
 def _totals_by_gpu_type(jobs, workers=None) -> dict[str, JobTotals]:
     """What the jobs hold, per GPU type; ``workers``: how many workers of each to count
     (an expression; all of them by default)."""

@@ -22,8 +22,8 @@ from backend.jobs.models import (
     Job,
     JobStatus,
     SchedulerFence,
+    placement_from_json,
 )
-from backend.jobs.usage import worker_gpu_count
 from backend.repairs.manager import HELD_BACK
 from backend.repairs.models import NodeFault
 from backend.storage.models import RunStatus, Scan, StorageRoot
@@ -97,8 +97,8 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     )
     for vc_id, gpu_type_id, borrowing, workers, gpus_per_worker, placement in active:
         held["borrowed" if borrowing else "used", gpu_type_id, vc_id] += workers * gpus_per_worker
-        for worker in placement or []:
-            held_on[worker["node"]] += worker_gpu_count(worker)
+        for worker in placement_from_json(placement):
+            held_on[worker.node] += len(worker.gpus)
     for (state, gpu_type_id, vc_id), gpus in sorted(held.items()):
         family.add_metric([state, gpu_types.get(gpu_type_id, ""), vcs.get(vc_id, "")], gpus)
     # Free: what the in-service nodes have beyond what the jobs placed on them hold (a job

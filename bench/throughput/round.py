@@ -38,18 +38,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from backend.core.redis import redis_client
     from backend.jobs import lifecycle, manager, triggers
-    from backend.jobs.actions import JobSpec, submit_job_array
+    from backend.jobs.actions import submit_job_array
+    from backend.jobs.job_request import JobRequest
     from backend.jobs.models import Job, JobStatus
     from jobmanager.backends.memory import MemoryBackend
 
     a100, vc, user = declare_cluster()
-    spec = JobSpec(
+    job_request = JobRequest(
         vc=vc, gpu_type=a100, name="sweep", type="batch", command="true", workers=1,
-        gpus_per_worker=1, cpus_per_worker=Decimal(1), memory_per_worker=256,
-        max_retries=0, max_wall_time=3600,
+        min_workers=1, max_workers=1, gpus_per_worker=1, cpus_per_worker=Decimal(1),
+        memory_per_worker=256, max_retries=0, max_wall_time=3600,
     )  # fmt: skip
     began = time.perf_counter()
-    submit_job_array(user, spec, [{} for _ in range(args.queued)])
+    submit_job_array(user, job_request, [{} for _ in range(args.queued)])
     print(f"{args.queued} queued jobs stored in {time.perf_counter() - began:.2f} s")
     backend = MemoryBackend(log_dir=tempfile.mkdtemp())
     redis_client().delete(triggers.job_manager_rerun_key())
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         reset_queries()
         with CaptureQueriesContext(connection) as queries:
             began = time.perf_counter()
-            summary = manager.run_job_manager(backend, lambda pk, attempt: None)
+            summary = manager.run_job_manager(backend, lambda deployments: None)
             elapsed = time.perf_counter() - began
         print(
             f"{what:<34} {elapsed:7.3f} s {len(queries):6} queries  "

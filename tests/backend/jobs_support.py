@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.jobs import lifecycle, manager
+from backend.jobs import manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import ClusterBackend
 from tests.factories import JobFactory
@@ -32,11 +32,11 @@ def make_job(world, owner=None, status: str = JobStatus.QUEUED, **fields) -> Job
 class JobManager:
     """Runs the job manager by hand, deploying at once, as a Celery worker would."""
 
-    def __init__(self, backend: ClusterBackend) -> None:
+    def __init__(
+        self, backend: ClusterBackend, deploy_round: manager.DeployRound | None = None
+    ) -> None:
         self.backend = backend
+        self.deploy_round = deploy_round or manager.deploy_in_turn(backend)
 
     def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self._deploy)
-
-    def _deploy(self, job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(self.backend, job_pk, attempt)
+        return manager.run_job_manager(self.backend, self.deploy_round)

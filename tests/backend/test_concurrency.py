@@ -12,6 +12,7 @@ from django.db import connection, transaction
 
 from backend.accounts.actions import create_api_token
 from backend.jobs import actions
+from backend.jobs.job_request import JobRequest
 from backend.jobs.models import Job, JobStatus
 from tests.servers import kill_process_group, start_gunicorn
 
@@ -76,14 +77,14 @@ def test_a_submission_waits_while_another_of_the_same_user_is_being_stored(world
     world.vision.user_gpu_limit = 2
     world.vision.save()
     spec_fields = {"vc": world.vision, "gpu_type": world.a100, "name": "j", "type": "batch",
-                   "command": "true", "workers": 1, "gpus_per_worker": 2,
-                   "cpus_per_worker": 16, "memory_per_worker": 1024, "max_retries": 0,
-                   "max_wall_time": 3600}  # fmt: skip
+                   "command": "true", "workers": 1, "min_workers": 1, "max_workers": 1,
+                   "gpus_per_worker": 2, "cpus_per_worker": 16, "memory_per_worker": 1024,
+                   "max_retries": 0, "max_wall_time": 3600}  # fmt: skip
     first_stored, second_done = Event(), Event()
 
     def first() -> None:
         with transaction.atomic():
-            actions._create_job(world.member, actions.JobSpec(**spec_fields), None)
+            actions._create_job(world.member, JobRequest(**spec_fields), None)
             first_stored.set()
             # Hold the transaction open; the second submission must not finish meanwhile.
             second_done.wait(timeout=2)
@@ -91,7 +92,7 @@ def test_a_submission_waits_while_another_of_the_same_user_is_being_stored(world
 
     def second() -> Job:
         first_stored.wait(timeout=30)
-        job, _ = actions.submit_job(world.member, actions.JobSpec(**spec_fields))
+        job, _ = actions.submit_job(world.member, JobRequest(**spec_fields))
         second_done.set()
         connection.close()
         return job

@@ -85,6 +85,11 @@ class CrashingWorkers:
         with tasks.deploy_job.app.connection_for_write(self.redis_url) as connection:
             tasks.deploy_job.apply_async((job_pk, attempt), queue=queue, connection=connection)
 
+    def enqueue_round(self, deployments: list[tuple[int, int]]) -> None:
+        """A round's deployments, one task each, as the worker is to crash in one."""
+        for job_pk, attempt in deployments:
+            self.enqueue(job_pk, attempt)
+
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
             kill_process_group(self.process)
@@ -153,8 +158,7 @@ def test_a_worker_killed_at_each_step_of_a_deployment_leaves_no_job_stuck(
 def crash_each_time_at(world, workers: CrashingWorkers, backend: LocalBackend, point: str):
     """Twice over: a job whose deployment crashed at ``point`` finishes exactly once, and
     one killed after such a crash ends, leaving no process."""
-    jobs = JobManager(backend)
-    jobs._deploy = workers.enqueue
+    jobs = JobManager(backend, workers.enqueue_round)
     for _ in range(2):  # repeated: the same step, twice over
         job = crash_a_deployment(world, workers, jobs, point, "echo ran; sleep 1")
 

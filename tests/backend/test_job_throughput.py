@@ -34,7 +34,7 @@ def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, red
     job_ids = submit_many(world, 12)
     batches: list[list[tuple[int, int]]] = []
 
-    summary = manager.run_job_manager(backend, None, batches.append)
+    summary = manager.run_job_manager(backend, batches.append)
 
     assert len(summary.started) == 12
     assert [len(batch) for batch in batches] == [12]
@@ -51,7 +51,7 @@ def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, red
 def test_a_failed_deployment_among_many_is_retried_alone(world, backend, redis_namespace):
     submit_many(world, 3)
     batches: list[list[tuple[int, int]]] = []
-    manager.run_job_manager(backend, None, batches.append)
+    manager.run_job_manager(backend, batches.append)
     backend.fail_next_deploys(1)
 
     outcomes = lifecycle.deploy_many(backend, batches[0])
@@ -66,12 +66,12 @@ def test_jobs_ending_together_are_finished_together_none_skipping_running(
     world, backend, redis_namespace
 ):
     job_ids = submit_many(world, 6)
-    manager.run_job_manager(backend, None, lambda batch: lifecycle.deploy_many(backend, batch))
+    manager.run_job_manager(backend, lambda batch: lifecycle.deploy_many(backend, batch))
     for job_id in job_ids[:5]:
         backend.finish(job_id)
     backend.finish(job_ids[5], exit_code=1)
 
-    summary = manager.run_job_manager(backend, None, lambda batch: None)
+    summary = manager.run_job_manager(backend, lambda batch: None)
 
     assert sorted(summary.finished) == sorted(job_ids[:5])
     for job in Job.objects.filter(job_id__in=job_ids[:5]):
@@ -94,12 +94,12 @@ def test_jobs_ending_before_their_deploy_task_records_them_run_and_finish_in_bul
         of the job manager run that finds them."""
         job_ids = submit_many(world, count)
         batches: list[list[tuple[int, int]]] = []
-        manager.run_job_manager(backend, None, batches.append)
+        manager.run_job_manager(backend, batches.append)
         for job in Job.objects.filter(pk__in=[pk for pk, _ in batches[0]]):
             backend.deploy(lifecycle.launch_for(job))  # the backend's part of the task only
             backend.finish(job.job_id)
         with CaptureQueriesContext(connection) as queries:
-            summary = manager.run_job_manager(backend, None, lambda batch: None)
+            summary = manager.run_job_manager(backend, lambda batch: None)
         assert sorted(summary.finished) == sorted(job_ids)
         return job_ids, len(queries)
 
@@ -121,7 +121,7 @@ def test_a_round_applies_its_decisions_in_a_bounded_number_of_queries(
     def queries_of_a_round(jobs: int) -> int:
         submit_many(world, jobs)
         with CaptureQueriesContext(connection) as queries:
-            summary = manager.run_job_manager(backend, None, lambda batch: None)
+            summary = manager.run_job_manager(backend, lambda batch: None)
         assert len(summary.started) == jobs
         Job.objects.filter(status=JobStatus.SCHEDULING).update(status=JobStatus.KILLED)
         return len(queries)
@@ -146,7 +146,7 @@ def test_waiting_jobs_reasons_are_written_to_exactly_their_rows_in_few_queries(
     ]
     assert sorted(matched) == chosen
 
-    summary = manager.run_job_manager(backend, None, lambda batch: None)
+    summary = manager.run_job_manager(backend, lambda batch: None)
     waiting = Job.objects.filter(status=JobStatus.QUEUED)
     assert summary.waiting == waiting.count() > 0
     assert all(
@@ -164,12 +164,12 @@ def test_a_run_past_its_budget_leaves_its_request_for_the_next(
     settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = 0
     submit_many(world, 2)
 
-    summary = manager.run_job_manager(backend, None, lambda batch: None)
+    summary = manager.run_job_manager(backend, lambda batch: None)
 
     assert summary.over_budget and summary.rounds == 0
     assert redis_client().exists(triggers.job_manager_rerun_key())
     settings.TRAINYARD_JOB_MANAGER_BUDGET_SECONDS = 5
-    assert len(manager.run_job_manager(backend, None, lambda batch: None).started) == 2
+    assert len(manager.run_job_manager(backend, lambda batch: None).started) == 2
 
 
 @pytest.fixture
@@ -195,7 +195,7 @@ def test_submissions_while_a_run_goes_round_queue_no_task_and_that_run_starts_th
         if not during:  # submitted while the run holds its lease
             during.extend(submit_many(world, 3))
 
-    summary = manager.run_job_manager(backend, None, deploy)
+    summary = manager.run_job_manager(backend, deploy)
 
     assert queued_tasks == [1]
     assert sorted(summary.started) == sorted(first + during)
@@ -205,7 +205,7 @@ def test_submissions_while_a_run_goes_round_queue_no_task_and_that_run_starts_th
 def test_a_request_just_after_a_run_let_its_lease_go_queues_a_task(
     world, backend, redis_namespace, queued_tasks
 ):
-    manager.run_job_manager(backend, None, lambda batch: None)
+    manager.run_job_manager(backend, lambda batch: None)
 
     triggers.request_job_manager_run()
 

@@ -54,7 +54,7 @@ import django
 django.setup()
 from backend.jobs import manager
 from jobmanager.backends.memory import MemoryBackend
-manager.run_job_manager(MemoryBackend(), lambda job_pk, attempt: None)
+manager.run_job_manager(MemoryBackend(), lambda deployments: None)
 """
 
 

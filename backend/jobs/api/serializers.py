@@ -17,15 +17,16 @@ from rest_framework import serializers
 
 from backend.accounts.actions import unix_account_of
 from backend.accounts.unix import NoUnixAccount, accounts_required, home_of, run_as_of
-from backend.clusters.models import CPU_ONLY_GPU_TYPE, GpuType
+from backend.clusters.models import GpuType
 from backend.core.fields import MemoryField, StringListJSONField, StringMapJSONField
 from backend.core.permissions import administers
 from backend.core.representation import CompiledRepresentationMixin
 from backend.jobs.accounting import BUCKETS, GROUPS
-from backend.jobs.actions import MAX_EXPOSED_PORTS, JobSpec
+from backend.jobs.actions import MAX_EXPOSED_PORTS
 from backend.jobs.admission import admission_answer, late_warning
 from backend.jobs.commands import command_errors, runs_on_host
 from backend.jobs.elastic import resize_warning, worker_range_errors
+from backend.jobs.job_request import JobRequest, gpus_per_worker, job_request_of, worker_range
 from backend.jobs.models import (
     Admission,
     FailureClass,
@@ -38,7 +39,6 @@ from backend.jobs.models import (
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.submission import (
-    BIDI_CONTROLS,
     FieldErrors,
     check_command,
     check_env,
@@ -339,20 +339,6 @@ class JobSubmitSerializer(serializers.Serializer):
             errors["command"] = messages
         return errors
 
-    def _gpus(self, attrs: dict, gpu_type_name: str | None, errors: FieldErrors) -> int:
-        """GPUs per worker with the default filled in; a wrong count is reported and the
-        nearest valid one returned, so that the other rules still run."""
-        gpus = attrs.get("gpus_per_worker")
-        if gpu_type_name == CPU_ONLY_GPU_TYPE:
-            if gpus:
-                errors["gpus_per_worker"] = ["CPU-only nodes have no GPUs; ask for 0."]
-            return 0
-        if gpus == 0:
-            errors["gpus_per_worker"] = [
-                f"Ask for at least 1 GPU, or use gpu_type {CPU_ONLY_GPU_TYPE!r}."
-            ]
-        return gpus or 1
-
     def to_internal_value(self, data: object) -> dict:
         """The fields, each checked; when some are wrong, the rules across fields are run
         on the others too, so that one answer names every mistake."""
@@ -379,7 +365,7 @@ class JobSubmitSerializer(serializers.Serializer):
         if size_errors := check_launch_size(attrs["command"], attrs["env"]):
             errors["env"] = size_errors
         errors.update(self._owner_and_path_errors(user, attrs))
-        workers, min_workers, max_workers = _worker_range(attrs)
+        workers, min_workers, max_workers = worker_range(attrs)
         errors.update(worker_range_errors(workers, min_workers, max_workers))
         curve = tuple(attrs.get("throughput") or ())
         if "throughput" in attrs and (curve_problems := curve_errors(curve, max_workers)):
@@ -387,7 +373,9 @@ class JobSubmitSerializer(serializers.Serializer):
         if curve and "work" not in attrs:
             errors["work"] = ["Give the work the job needs with its throughput."]
         gpu_type_name = self._gpu_type_name(attrs, errors)
-        gpus = self._gpus(attrs, gpu_type_name, errors)
+        gpus, gpu_count_errors = gpus_per_worker(attrs.get("gpus_per_worker"), gpu_type_name)
+        if gpu_count_errors:
+            errors["gpus_per_worker"] = gpu_count_errors
         priority = attrs["priority"]
         if priority > MEMBER_MAX_PRIORITY and not administers(user, vc):
             errors["priority"] = [
@@ -407,45 +395,13 @@ class JobSubmitSerializer(serializers.Serializer):
         gpu_type = quota.gpu_type if quota is not None else self._gpu_type(gpu_type_name, errors)
         if gpu_type is None:
             raise serializers.ValidationError(errors)
-        units = max(gpus, 1)  # CPU-only workers get one t-shirt size
-        cpus = attrs.get("cpus_per_worker", gpu_type.cpus_per_gpu * units)
-        memory = attrs.get("memory_per_worker", gpu_type.memory_per_gpu * units)
-        selector = attrs.get("node_selector") or {}
-        if selector and not nodes_with_labels(gpu_type, selector):
+        job_request = job_request_of(attrs, gpu_type, gpus)
+        selector = job_request.node_selector
+        if selector and not nodes_with_labels(gpu_type, dict(selector)):
             wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
             errors["node_selector"] = [f"No {gpu_type.name} node has the labels {wanted}."]
-        spec = JobSpec(
-            vc=vc,
-            gpu_type=gpu_type,
-            name=attrs.get("name") or _default_name(attrs["command"]),
-            type=attrs["type"],
-            command=attrs["command"],
-            image=attrs["image"],
-            workers=workers,
-            min_workers=min_workers,
-            max_workers=max_workers,
-            gpus_per_worker=gpus,
-            cpus_per_worker=cpus,
-            memory_per_worker=memory,
-            env=attrs["env"],
-            working_dir=attrs.get("working_dir", ""),
-            data_path=attrs.get("data_path", ""),
-            output_path=attrs.get("output_path", ""),
-            node_selector=selector,
-            whole_nodes=attrs["whole_nodes"],
-            same_switch=attrs["same_switch"],
-            ports=attrs.get("ports", []),
-            preemptible=attrs["preemptible"],
-            priority=priority,
-            max_retries=attrs.get("max_retries", vc.default_max_retries),
-            retry_on=attrs["retry_on"],
-            max_wall_time=attrs.get("max_wall_time", _default_wall_time(vc, attrs["type"])),
-            deadline=attrs.get("deadline"),
-            throughput=curve,
-            work=attrs.get("work"),
-        )
         # The quota guarantees an elastic job its min_workers; the rest it borrows.
-        guaranteed = replace(spec.as_request(), workers=min_workers)
+        guaranteed = replace(job_request, workers=job_request.min_workers)
         for name, messages in check_request(guaranteed, quota).items():
             errors.setdefault(name, messages)
         task_envs = None
@@ -455,54 +411,41 @@ class JobSubmitSerializer(serializers.Serializer):
                 str(index): size_errors
                 for index, task_env in enumerate(task_envs)
                 if task_env
-                and (size_errors := check_launch_size(spec.command, spec.env | task_env))
+                and (
+                    size_errors := check_launch_size(
+                        job_request.command, {**job_request.env, **task_env}
+                    )
+                )
             }
             if task_errors:
                 errors["array"] = {"tasks": task_errors}  # type: ignore[assignment]
         if errors:
             raise serializers.ValidationError(errors)
-        self._admit(user, spec)
-        return {"spec": spec} if task_envs is None else {"spec": spec, "task_envs": task_envs}
+        job_request = self._admitted(user, job_request)
+        if task_envs is None:
+            return {"job_request": job_request}
+        return {"job_request": job_request, "task_envs": task_envs}
 
     @staticmethod
-    def _admit(user: User, spec: JobSpec) -> None:
-        """Learn the curve when none is given, and give a job with a deadline its
-        admission answer; a 400 naming ``deadline`` when its VC refuses it."""
-        if spec.deadline is None or spec.work is None:
-            return
-        if not spec.throughput:
-            spec.throughput = learned_curve(user, spec.vc, spec.name, spec.max_workers or 1)
-        answer = admission_answer(spec)
+    def _admitted(user: User, job_request: JobRequest) -> JobRequest:
+        """The request with its curve learned when none is given and, for a job with a
+        deadline, its admission answer; a 400 naming ``deadline`` when its VC refuses it."""
+        if job_request.deadline is None or job_request.work is None:
+            return job_request
+        if not job_request.throughput:
+            curve = learned_curve(user, job_request.vc, job_request.name, job_request.max_workers)
+            job_request = replace(job_request, throughput=curve)
+        answer = admission_answer(job_request)
         if answer is None:
-            return
+            return job_request
         if answer.refused:
             raise serializers.ValidationError({"deadline": [answer.refusal]})
-        spec.admission = answer.admission
-        spec.admission_share = answer.share
-        spec.earliest_finish = answer.earliest_finish
-
-
-def _worker_range(attrs: dict) -> tuple[int, int, int]:
-    """Workers, min_workers and max_workers with their defaults: the range defaults to
-    workers at both ends, and workers to max_workers (else 1)."""
-    workers = attrs.get("workers") or attrs.get("max_workers") or 1
-    return workers, attrs.get("min_workers", workers), attrs.get("max_workers", workers)
-
-
-def _default_wall_time(vc: VirtualCluster, job_type: str) -> int:
-    """A job's wall time when it gives none: the VC's maximum, or for an interactive job
-    (a shell, a notebook, which nobody ends) the VC's interactive default, 8 h unless set."""
-    if job_type == JobType.INTERACTIVE:
-        return min(vc.interactive_wall_time, vc.max_wall_time)
-    return vc.max_wall_time
-
-
-def _default_name(command: str) -> str:
-    """The command's program, without what check_name refuses."""
-    first_word = command.split()[0] if command.split() else "job"
-    name = first_word.rsplit("/", 1)[-1][:200]
-    kept = "".join(char for char in name if char.isprintable() and char not in BIDI_CONTROLS)
-    return kept or "job"
+        return replace(
+            job_request,
+            admission=answer.admission,
+            admission_share=answer.share,
+            earliest_finish=answer.earliest_finish,
+        )
 
 
 class JobSerializer(CompiledRepresentationMixin, serializers.ModelSerializer):

@@ -150,7 +150,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 )
             array, job_ids = actions.submit_job_array(
                 acting_user(request),
-                submission.validated_data["spec"],
+                submission.validated_data["job_request"],
                 submission.validated_data["task_envs"],
             )
             return Response(
@@ -158,7 +158,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 status=status.HTTP_201_CREATED,
             )
         job, created = actions.submit_job(
-            acting_user(request), submission.validated_data["spec"], idempotency_key=key
+            acting_user(request), submission.validated_data["job_request"], idempotency_key=key
         )
         if created and job.deadline is not None and job.status == JobStatus.QUEUED:
             # The answer says whether it is predicted to make its deadline.
@@ -172,7 +172,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         would: the submission's body, validated as a submission; nothing is stored."""
         submission = JobSubmitSerializer(data=request.data, context={"request": request})
         submission.is_valid(raise_exception=True)
-        preview = preview_start(submission.validated_data["spec"], acting_user(request).id)
+        preview = preview_start(submission.validated_data["job_request"], acting_user(request).id)
         return Response(StartPreviewSerializer(preview).data)
 
     @extend_schema(responses=JobDetailSerializer)

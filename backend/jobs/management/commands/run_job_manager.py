@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from backend.jobs import lifecycle, manager
+from backend.jobs import manager
 from backend.jobs.backends import get_backend
 
 
@@ -24,9 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: Any) -> None:
         backend = get_backend()
         for _ in range(int(options["runs"])):
-            summary = manager.run_job_manager(
-                backend, lambda job_pk, attempt: lifecycle.deploy(backend, job_pk, attempt)
-            )
+            summary = manager.run_job_manager(backend, manager.deploy_in_turn(backend))
             self.stdout.write(
                 json.dumps(
                     {

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
 
-# The rank of an overdue job: before the first LAS queue and before any user's usage; under
-# least attained service a preemptor of every level.
+# The rank of an overdue job: before the first LAS queue and before any user's usage.
 OVERDUE = -1
 
 

@@ -37,6 +37,12 @@ class Policy(StrEnum):
 
 # Least attained service: GPU-seconds at which a job moves to the next queue.
 LAS_THRESHOLDS = (16 * 3600.0,)  # one queue boundary, at 16 GPU-hours: the best measured
+# A preempted job goes back to the first LAS queue after waiting this many times what it
+# ran, and at least the starvation guard (Tiresias's STARVE_LIMIT). 0: after the guard
+# alone (an hour): with 1.0, long jobs preempted on a congested cluster (cluster02) sat
+# behind the first queue for as long as they had run, and came back, as whole gangs, into
+# a queue that had since filled up (docs/benchmarks.md, 2026-12-04).
+LAS_STARVE_FACTOR = 0.0
 # The default (docs/benchmarks.md, 2026-12-03 evening): without preemption it orders as fair
 # share on traces with users and as backfill on the ITP traces, the best mean wait or within
 # 5 % of it on each; with preemptible jobs it also preempts by attained service.
@@ -316,7 +322,7 @@ class Snapshot:
     las_quantum: float = 1800.0
     # A preempted job waits at most this many times what it ran (and at least the
     # starvation guard) before it goes back to the first queue (Tiresias's STARVE_LIMIT).
-    las_starve_factor: float = 1.0
+    las_starve_factor: float = LAS_STARVE_FACTOR
     # A job that has spent this long queued since its submission, over all its waits,
     # goes before every other and may preempt any job that has not (and has run a
     # quantum); once started it is not preempted by least attained service again. None:

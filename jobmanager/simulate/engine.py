@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from jobmanager.core.estimates import RunTimeEstimator
-from jobmanager.core.snapshot import LAS_THRESHOLDS, JobShape, Placement, Policy, QueuedJob
+from jobmanager.core.snapshot import (
+    LAS_STARVE_FACTOR,
+    LAS_THRESHOLDS,
+    JobShape,
+    Placement,
+    Policy,
+    QueuedJob,
+)
 from jobmanager.core.timeline import SimulatedCluster
 from jobmanager.simulate.bursts import BurstService
 from jobmanager.simulate.cluster import ClusterSpec, vc_states
@@ -48,7 +55,7 @@ class ReplayOptions:
     oracle: bool = False  # backfill knows each duration in advance (no real scheduler does)
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     las_quantum: float = 1800.0
-    las_starve_factor: float = 1.0
+    las_starve_factor: float = LAS_STARVE_FACTOR
     las_wait_limit: float | None = None  # seconds queued in all before a job is overdue
     las_wait_factor: float | None = None  # or this many times its expected wait
     las_limit_preempted_only: bool = False  # the wait limit binds preempted jobs only

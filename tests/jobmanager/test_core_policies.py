@@ -126,6 +126,61 @@ def test_las_runs_the_job_that_has_run_least_first_and_preempts_a_long_runner():
     assert schedule(replace(base, queued=(as_much,))).preemptions == []
 
 
+def test_an_overdue_las_job_preempts_only_a_long_runner_not_a_job_of_its_own_queue():
+    """Two 4-GPU nodes: a short job of LAS's first queue, started last (the cheapest
+    victim), and a job past 16 GPU-hours. A job queued past the wait limit preempts the
+    long runner, as any job of the first queue would, not the short job; with only the
+    short job running it preempts nothing and keeps its place by a reservation instead
+    (an overdue job that preempted any job left victims that, once overdue in turn,
+    preempted others: on congested traces most of the queue)."""
+    cluster = nodes(2)
+    short = running(
+        "short", "a", ("n00", (0, 1, 2, 3)), started_at=5000.0, preemptible=True,
+        queued_at=4000.0, attained=4 * 2200.0,
+    )  # fmt: skip
+    long_runner = running(
+        "long", "a", ("n01", (0, 1, 2, 3)), started_at=0.0, preemptible=True,
+        queued_at=0.0, attained=4 * 20_000.0,
+    )  # fmt: skip
+    overdue = queued("overdue", gpus=4, at=0.0, preemptible=True)
+    base = Snapshot(
+        now=7200.0,
+        nodes=cluster,
+        vcs=(vc("a", 8, Policy.LAS),),
+        running=(short, long_runner),
+        queued=(overdue,),
+        las_wait_limit=3600.0,
+    )
+
+    decisions = schedule(base)
+
+    assert [(p.job_id, p.for_job) for p in decisions.preemptions] == [("long", "overdue")]
+    alone = schedule(replace(base, nodes=cluster[:1], running=(short,)))
+    assert alone.preemptions == []
+    assert "overdue" in alone.reservations
+
+
+def test_a_preempted_las_job_goes_back_to_the_first_queue_after_the_starvation_guard():
+    """A job that ran past LAS's threshold and was preempted waits behind a newer job of
+    the first queue, until it has waited the starvation guard (an hour by default,
+    however long it ran): then it is first again, by its earlier submission."""
+    cluster = nodes(1)
+    preempted = queued(
+        "preempted", gpus=4, at=0.0, preemptible=True, attained=4 * 20_000.0,
+        waiting_since=20_000.0,
+    )  # fmt: skip
+    newer = queued("newer", gpus=4, at=19_000.0, preemptible=True)
+    base = Snapshot(
+        now=20_000.0 + 1800.0,
+        nodes=cluster,
+        vcs=(vc("a", 4, Policy.LAS),),
+        queued=(preempted, newer),
+    )
+
+    assert started(schedule(base)) == ["newer"]
+    assert started(schedule(replace(base, now=20_000.0 + 3600.0))) == ["preempted"]
+
+
 def test_las_within_queue_gives_a_job_moved_down_back_its_gpus_from_later_jobs():
     """One 4-GPU node held by a preemptible job of LAS's second queue (18,800 GPU-seconds
     at 7,200), submitted at 100.
@@ -497,14 +552,14 @@ def test_every_job_of_a_stream_that_leaves_capacity_starts_within_bounds(policy)
     st.lists(st.sampled_from((0.0, 0.0, 3000.0, 9000.0)), min_size=10, max_size=10),
     st.booleans(),
 )
-def test_an_overdue_job_goes_first_and_preempts_only_jobs_that_were_not(
+def test_an_overdue_job_goes_first_and_preempts_only_as_its_queue_does(
     gpus, runs, waited, preempted_only
 ):
     """Least attained service with a wait limit, on a busy node pair: a job queued past the
-    limit in all (with ``preempted_only``: and that has run before) may preempt a job of
-    any queue, but never one that was itself overdue when it started; a job not overdue
-    preempts only as its queue does; no GPU is given twice; and while an overdue job
-    waits, no job that is not overdue starts unless it is smaller."""
+    limit in all (with ``preempted_only``: and that has run before) goes first but, like
+    every job, preempts only jobs of a later LAS queue, never one that was itself overdue
+    when it started; no GPU is given twice; and while an overdue job waits, no job that
+    is not overdue starts unless it is smaller."""
     cluster = nodes(2)
     thresholds = (1000.0, 20_000.0)
     limit = 5000.0
@@ -549,10 +604,9 @@ def test_an_overdue_job_goes_first_and_preempts_only_jobs_that_were_not(
         held = victim.attained / victim.shape.total.gpus
         started_overdue = victim.started_at - victim.queue_position - held >= limit
         assert not started_overdue or (preempted_only and victim.attained <= 0)
-        if not overdue(beneficiary):
-            assert las_level(victim.attained_at(snapshot.now), thresholds) > las_level(
-                beneficiary.attained, thresholds
-            )
+        assert las_level(victim.attained_at(snapshot.now), thresholds) > las_level(
+            beneficiary.attained, thresholds
+        )
     assert_no_gpu_given_twice(decisions, busy)
     overdue_waiting = [
         job

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import insort
 
 from jobmanager.core.pass_state import PassState, VcQueue, others_holds
-from jobmanager.core.reservations import Reservation, effective_end, reserve
+from jobmanager.core.reservations import Ends, Reservation, reserve
 from jobmanager.core.snapshot import JobShape, QueuedJob, WorkerPlacement
 
 # Jobs of a shape that waits for a reservation still read in one pass, looking for one
@@ -94,16 +94,11 @@ def note_end(state: PassState, job: QueuedJob, placement: tuple[WorkerPlacement,
         insort(state.ends, (now + duration, -len(state.started_ends), placement))
 
 
-def running_ends(state: PassState) -> list[tuple[float, int, tuple[WorkerPlacement, ...]]]:
-    """What holds resources, in order of expected end (built once a pass)."""
+def running_ends(state: PassState) -> Ends:
+    """What holds resources, in order of expected end (built once a pass): the running
+    jobs not preempted in the pass (state.summary.ends), then the jobs it started."""
     if state.ends is None:
-        now = state.snapshot.now
-        preempted = state.preempted
-        ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] = []
-        for job in state.snapshot.running:
-            if job.releasing or job.id in preempted:
-                continue  # pending already: free for reservations
-            ends.append((effective_end(job, now), len(ends), job.placement))
+        ends = state.summary.ends.at(state.snapshot.now, state.preempted)
         for index, (end, placement) in enumerate(state.started_ends, 1):
             ends.append((end, -index, placement))
         ends.sort()

@@ -97,9 +97,12 @@ class FreeNode:
         )
 
 
+MOST_WORKERS = 1_000_000
+
+
 def workers_fitting(per_worker: Resources, gpus: int, millicpus: int, memory: int) -> int:
-    """How many workers of this size fit in these free resources (at most 1,000,000)."""
-    fitting = 1_000_000
+    """How many workers of this size fit in these free resources (at most MOST_WORKERS)."""
+    fitting = MOST_WORKERS
     need = per_worker.gpus
     if need > 0:
         fitting = min(fitting, gpus // need if gpus > 0 else 0)
@@ -124,6 +127,9 @@ class ClusterState:
         self._pending: dict[str, set[str]] = {}  # GPU type -> nodes with pending resources
         self.version = 0  # changes whenever free capacity does
         self._explained: dict[JobShape, tuple[int, str]] = {}
+        # Schedulable nodes of a shape's type, capacity and labels, in order of name
+        # (jobmanager.core.reservations; nodes' states and labels never change here).
+        self.eligible_nodes: dict[JobShape, list[FreeNode]] = {}
         # While a trial runs: each node's state before the trial first changed it.
         self._journal: dict[str, tuple[Any, ...]] | None = None
         self.has_dedicated = False  # some node is bound to a VC

@@ -15,10 +15,14 @@ long again as it has so far, so that a reservation is never planned in the past.
 
 from __future__ import annotations
 
+import heapq
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobmanager.core.placement import ClusterState, FreeNode, workers_fitting
+from jobmanager.core.placement import MOST_WORKERS, ClusterState, FreeNode, workers_fitting
 from jobmanager.core.snapshot import JobShape, QueuedJob, Resources, RunningJob, WorkerPlacement
 from jobmanager.core.topology import nodes_by_switch
 
@@ -26,19 +30,25 @@ Amounts = tuple[int, int, int]  # GPUs, millicores, MiB
 SHORT_MARGIN = 1.5
 OVERRUN_SECONDS = 600.0
 OVERRUN_SHARE = 0.1
+UNKNOWN_SECONDS = 60.0
+
+
+def known_end(job: RunningJob) -> float | None:
+    """The earlier of a running job's expected end and its deadline (None: neither)."""
+    end, deadline = job.expected_end, job.deadline
+    if end is None or (deadline is not None and deadline < end):
+        end = deadline
+    return end
 
 
 def effective_end(job: RunningJob, now: float) -> float:
     """When a running job is taken to end, for reservations."""
     if job.releasing:
         return now
-    # The earlier of its expected end and its deadline (read once a running job a pass).
-    end, deadline = job.expected_end, job.deadline
-    if end is None or (deadline is not None and deadline < end):
-        end = deadline
+    end = known_end(job)
     if end is None:
         # None known: it is taken to run as long again as it has so far.
-        return now + max(60.0, now - job.started_at)
+        return now + max(UNKNOWN_SECONDS, now - job.started_at)
     if end > now:
         return end
     # Past its expected end (its wall time not enforced yet): soon, rather than late, so
@@ -46,6 +56,70 @@ def effective_end(job: RunningJob, now: float) -> float:
     # (a reservation planned too early costs some backfill; one planned too late lets
     # short jobs fill the nodes it needs and slips when the job does end).
     return now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - job.started_at))
+
+
+Ends = list[tuple[float, int, tuple[WorkerPlacement, ...]]]  # (end, tie-breaker, placement)
+
+
+class RunningEnds:
+    """The running jobs that hold resources (not releasing), kept in order of their known
+    ends as they start and stop, so that a pass orders them by effective end without
+    computing it for each one: only those past their known end, or with none, move with
+    the clock. Ties go by the order the jobs were added in (a snapshot's running order)."""
+
+    def __init__(self) -> None:
+        self._added = 0
+        self._known: Ends = []  # (known end, order added, placement), sorted
+        self._started: dict[int, float] = {}  # order added -> start, of those in _known
+        # Jobs with no known end, in order: order added -> (start, placement).
+        self._unknown: dict[int, tuple[float, tuple[WorkerPlacement, ...]]] = {}
+        self._key: dict[str, tuple[float | None, int]] = {}  # job id -> (known end, order)
+
+    def add(self, job: RunningJob) -> None:
+        if job.releasing:
+            return  # pending already: free for reservations
+        order = self._added
+        self._added += 1
+        end = known_end(job)
+        self._key[job.id] = (end, order)
+        if end is None:
+            self._unknown[order] = (job.started_at, job.placement)
+        else:
+            self._started[order] = job.started_at
+            insort(self._known, (end, order, job.placement))
+
+    def remove(self, job: RunningJob) -> None:
+        key = self._key.pop(job.id, None)
+        if key is None:
+            return
+        end, order = key
+        if end is None:
+            del self._unknown[order]
+        else:
+            del self._started[order]
+            del self._known[bisect_left(self._known, (end, order))]
+
+    def at(self, now: float, skip: set[str]) -> Ends:
+        """(effective end at ``now``, tie-breaker, placement) of every job but those in
+        ``skip``, in order: ``effective_end`` of each job, sorted (the same sums, written
+        out, since most running jobs of a replay are past their expected end)."""
+        known = self._known
+        past = bisect_right(known, (now, math.inf))  # known[:past] end by now: overrun
+        started = self._started
+        ends = known[past:]
+        ends += [
+            (now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - started[order])), order, placement)
+            for _, order, placement in known[:past]
+        ]
+        ends += [
+            (now + max(UNKNOWN_SECONDS, now - started_at), order, placement)
+            for order, (started_at, placement) in self._unknown.items()
+        ]
+        if skip:
+            orders = {self._key[job_id][1] for job_id in skip if job_id in self._key}
+            ends = [item for item in ends if item[1] not in orders]
+        ends.sort()
+        return ends
 
 
 @dataclass
@@ -106,6 +180,15 @@ def _eligible(node: FreeNode, shape: JobShape) -> bool:
     )
 
 
+def _eligible_nodes(cluster: ClusterState, shape: JobShape) -> list[FreeNode]:
+    """The nodes that could ever hold a worker of the shape, in the cluster's order."""
+    nodes = cluster.eligible_nodes.get(shape)
+    if nodes is None:
+        nodes = [node for node in cluster.nodes.values() if _eligible(node, shape)]
+        cluster.eligible_nodes[shape] = nodes
+    return nodes
+
+
 NEVER = "never"
 
 
@@ -120,6 +203,27 @@ def _workers_in(
     return workers_fitting(shape.per_worker, gpus, millicpus, memory)
 
 
+def _fitting(shape: JobShape) -> Callable[[Resources, int, int, int], int]:
+    """``_workers_in`` for one shape: a job asking GPUs, CPU and memory, of less than a
+    whole node, counts its workers in three divisions (a reservation asks this of every
+    eligible node and every end it walks)."""
+    need = shape.per_worker
+    gpus_each, millicpus_each, memory_each = need.gpus, need.millicpus, need.memory
+    if shape.takes_whole_nodes or min(gpus_each, millicpus_each, memory_each) <= 0:
+        return lambda capacity, gpus, millicpus, memory: _workers_in(
+            shape, capacity, gpus, millicpus, memory
+        )
+
+    def fitting(capacity: Resources, gpus: int, millicpus: int, memory: int) -> int:
+        if gpus <= 0 or millicpus <= 0 or memory <= 0:
+            return 0
+        return min(
+            MOST_WORKERS, gpus // gpus_each, millicpus // millicpus_each, memory // memory_each
+        )
+
+    return fitting
+
+
 def fits_when_empty(
     cluster: ClusterState, shape: JobShape, within: frozenset[str] | None = None
 ) -> bool:
@@ -129,8 +233,8 @@ def fits_when_empty(
         groups = nodes_by_switch(cluster, shape).values()
         return any(fits_when_empty(cluster, shape, group) for group in groups)
     ever = 0
-    for node in cluster.nodes.values():
-        if (within is None or node.name in within) and _eligible(node, shape):
+    for node in _eligible_nodes(cluster, shape):
+        if within is None or node.name in within:
             capacity = node.state.capacity
             ever += _workers_in(shape, capacity, capacity.gpus, capacity.millicpus, capacity.memory)
             if ever >= shape.workers:
@@ -172,15 +276,17 @@ def _reserve(
     amounts: dict[str, list[int]] = {}
     fitting: dict[str, int] = {}
     total = 0
-    for name, node in cluster.nodes.items():
-        if (within is None or name in within) and _eligible(node, shape):
+    workers_in = _fitting(shape)
+    for node in _eligible_nodes(cluster, shape):
+        name = node.name
+        if within is None or name in within:
             here = [
                 len(node.free_gpus) + len(node.pending_gpus),
                 node.free_millicpus + node.pending_millicpus,
                 node.free_memory + node.pending_memory,
             ]
             amounts[name] = here
-            fitting[name] = _workers_in(shape, node.state.capacity, *here)
+            fitting[name] = workers_in(node.state.capacity, *here)
             total += fitting[name]
     # (What fits in free and pending resources fits an empty cluster: no need to ask.)
     if total < shape.workers and not fits_when_empty(cluster, shape, within):
@@ -198,7 +304,7 @@ def _reserve(
                 freed[1] += worker.millicpus
                 freed[2] += worker.memory
                 capacity = cluster.nodes[worker.node].state.capacity
-                now_fitting = _workers_in(shape, capacity, *freed)
+                now_fitting = workers_in(capacity, *freed)
                 total += now_fitting - fitting[worker.node]
                 fitting[worker.node] = now_fitting
             if total >= shape.workers:
@@ -216,8 +322,10 @@ def _reserve(
         node = cluster.nodes[name]
         return (-fitting[name], -len(node.free_gpus), -node.free_millicpus, name)
 
-    for name in sorted(fitting, key=preference):
-        if left <= 0 or fitting[name] <= 0:
+    # (At most one node a worker: the first ``workers`` of those with room, in order.)
+    room = [name for name, count in fitting.items() if count > 0]
+    for name in heapq.nsmallest(shape.workers, room, key=preference):
+        if left <= 0:
             break
         count = min(left, fitting[name])
         needed[name] = (

@@ -1,7 +1,8 @@
 """What a pass needs to know of the running jobs, summed: each VC's guaranteed use of its
-quota, interactive and borrowed GPUs, the jobs that may be preempted, and each user's
-GPUs for fair share. The live system builds it from a snapshot; the simulator keeps one
-up to date as jobs start and stop, so that a pass does not read every running job.
+quota, interactive and borrowed GPUs, the jobs that may be preempted, each user's GPUs
+for fair share, and the jobs in order of expected end for reservations. The live system
+builds it from a snapshot; the simulator keeps one up to date as jobs start and stop, so
+that a pass does not read every running job.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from jobmanager.core.reservations import RunningEnds
 from jobmanager.core.snapshot import NO_RESOURCES, JobShape, RunningJob, VcState
 
 
@@ -57,6 +59,9 @@ class RunningSummary:
         # they ran so far at ``now`` are gpus * now - gpu_starts.
         self.gpus: dict[tuple[str, str], float] = defaultdict(float)
         self.gpu_starts: dict[tuple[str, str], float] = defaultdict(float)
+        # For reservations: the jobs by expected end, in the order they were added (the
+        # snapshot's running order, which breaks ties between equal ends).
+        self.ends = RunningEnds()
 
     @classmethod
     def of(cls, running: Iterable[RunningJob]) -> RunningSummary:
@@ -82,6 +87,10 @@ class RunningSummary:
                 jobs[job.id] = job
             elif member:
                 jobs.pop(job.id, None)
+        if sign > 0:
+            self.ends.add(job)
+        else:
+            self.ends.remove(job)
         key = (job.vc, job.user)
         self.gpus[key] += sign * gpus
         self.gpu_starts[key] += sign * gpus * job.started_at

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.queues import QueueBook
+from jobmanager.core.reservations import RunningEnds, effective_end
 from jobmanager.core.scheduler import schedule
-from jobmanager.core.snapshot import Snapshot
+from jobmanager.core.snapshot import JobShape, Resources, RunningJob, Snapshot, WorkerPlacement
 from tests.jobmanager.test_core_properties import EXAMPLES, snapshots
 
 
@@ -43,3 +44,54 @@ def test_phase_one_stopping_after_the_last_job_not_preemptible_decides_as_readin
 
     assert decided == schedule(snapshot, book=reading_all)
     assert decided == schedule(snapshot)
+
+
+# Times on a coarse grid, so that ends tie (broken by running order) and jobs reach their
+# expected ends exactly at ``now``.
+_times = st.integers(0, 40).map(lambda tenth: tenth * 600.0)
+
+
+@st.composite
+def _running_job(draw, number: int) -> RunningJob:
+    started_at = draw(_times)
+    return RunningJob(
+        id=f"job-{number}",
+        vc="vc",
+        shape=JobShape("a100", 1, Resources(gpus=1)),
+        placement=(WorkerPlacement(f"node-{number}", (0,), 0, 0),),
+        started_at=started_at,
+        releasing=draw(st.booleans()) and draw(st.booleans()),
+        expected_end=draw(st.none() | _times.map(lambda time: started_at + time)),
+        deadline=draw(st.none() | _times.map(lambda time: started_at + time)),
+    )
+
+
+@EXAMPLES
+@given(st.data(), _times, st.integers(1, 12))
+def test_running_jobs_kept_in_order_of_end_give_each_ones_effective_end_in_order(data, now, jobs):
+    """RunningEnds, kept up to date as jobs start and stop (a stopped job that starts
+    again comes last, as in a snapshot's running jobs), gives at any time what sorting
+    every running job's effective end would, ties in running order, less the jobs a pass
+    preempted."""
+    kept = RunningEnds()
+    running: dict[str, RunningJob] = {}
+    for number in data.draw(st.lists(st.integers(0, jobs - 1), max_size=30)):
+        job_id = f"job-{number}"
+        if job_id in running:
+            kept.remove(running.pop(job_id))
+        else:
+            running[job_id] = data.draw(_running_job(number))
+            kept.add(running[job_id])
+    preempted = set(data.draw(st.lists(st.sampled_from(sorted(running)))) if running else [])
+
+    in_order = sorted(
+        (effective_end(job, now), index, job.placement)
+        for index, job in enumerate(
+            job for job in running.values() if not job.releasing and job.id not in preempted
+        )
+    )
+
+    given_ends = kept.at(now, preempted)
+    assert [(end, placement) for end, _, placement in given_ends] == [
+        (end, placement) for end, _, placement in in_order
+    ]

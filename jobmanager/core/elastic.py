@@ -317,16 +317,18 @@ def _hand_out(
             elastic.min_workers, elastic.max_workers,
         )  # fmt: skip
         _add_workers(cluster, grower, placements[grower.job_id], share or 0)
+    # Each job's ways to grow, worked out again only when it grows.
+    steps_of = {g.job_id: _growth_steps(g, placements) for g in growers if g.scales}
     candidates = [grower for grower in growers if grower.scales]
     while candidates:
-        choices = [(_growth_steps(grower, placements), grower) for grower in candidates]
-        steps, best = max(choices, key=lambda choice: _best_gain(choice[0]), default=([], None))
-        if best is None or _best_gain(steps) <= 0:
+        best = max(candidates, key=lambda grower: _best_gain(steps_of[grower.job_id]))
+        if _best_gain(steps_of[best.job_id]) <= 0:
             break
-        for _, added in steps:  # the best step that fits, as one gang or not at all
+        for _, added in steps_of[best.job_id]:  # the best step that fits, as one gang
             placed = cluster.place(with_workers(best.shape, added))
             if placed:
                 placements[best.job_id].extend(placed)
+                steps_of[best.job_id] = _growth_steps(best, placements)
                 break
         else:
             candidates.remove(best)  # no room where it may go

@@ -393,7 +393,7 @@ def chart(results: list[tuple[Trace, list[Outcome]]], path: Path) -> None:
             jct.set_ylabel("mean JCT (h)")
         for panel in (met, jct):
             panel.tick_params(axis="x", labelsize=7, rotation=60)
-    figure.suptitle("ElasticFlow's artifact and Trainyard on the traces of its figures")
+    figure.suptitle("ElasticFlow's artifact (grey) and Trainyard (blue)", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 

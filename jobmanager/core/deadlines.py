@@ -74,12 +74,27 @@ def satisfactory_share(
     return None
 
 
-def time_saved(curve: Sequence[float], work: float, workers: int) -> float:
-    """Seconds one more worker takes off the job's remaining run (diminishing returns)."""
-    now_rate, next_rate = rate(curve, workers), rate(curve, workers + 1)
-    if next_rate <= now_rate or work <= 0:
-        return 0.0
-    return (work / now_rate if now_rate else math.inf) - work / next_rate
+def growth_steps(
+    curve: Sequence[float], work: float, workers: int, most: int
+) -> list[tuple[float, int]]:
+    """The ways to grow a job of ``workers`` workers (up to ``most``): (seconds taken off
+    its remaining run per added worker, workers added), best first, fewer workers first
+    among equals. Only sizes that run faster than every smaller one count, so that a curve
+    that is flat between sizes (profiled at powers of two, say) is grown across the flat
+    part at once rather than not at all."""
+    if work <= 0:
+        return []
+    now_rate = rate(curve, workers)
+    steps: list[tuple[float, int]] = []
+    best_rate = now_rate
+    for size in range(workers + 1, most + 1):
+        size_rate = rate(curve, size)
+        if size_rate <= best_rate:
+            continue
+        best_rate = size_rate
+        saved = (work / now_rate if now_rate else math.inf) - work / size_rate
+        steps.append((saved / (size - workers), size - workers))
+    return sorted(steps, key=lambda step: (-step[0], step[1]))
 
 
 def admit(snapshot: Snapshot, job: QueuedJob, curve: Sequence[float], work: float) -> Admission:

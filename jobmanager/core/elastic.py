@@ -23,10 +23,12 @@ the workers above are borrowed and preemptible. :func:`schedule_elastic` wraps
   to jobs that may be resized and to the jobs starting now (a job shrunk in this pass
   takes back its own workers' GPUs first, so that it changes as little as it can). Jobs
   with a deadline and a throughput curve get their minimum satisfactory share first
-  (earliest deadline first; jobmanager.core.deadlines), then each further worker goes to
-  the job with a curve that it shortens most (diminishing returns: a worker that adds
-  no throughput is not given), then one worker at a time round the jobs without a curve
-  (deadlines first, then queue order).
+  (earliest deadline first; jobmanager.core.deadlines), then further workers go to the
+  job with a curve that they shorten most per worker (diminishing returns: a step that
+  adds no throughput is not given; where a curve is flat between sizes, as a curve
+  profiled at powers of two is, the workers up to the next faster size go at once, as
+  one gang), then one worker at a time round the jobs without a curve (deadlines first,
+  then queue order).
 
 Each size is a complete gang: every worker gets whole GPUs on one node, placed like any
 job's. A job is resized at most once per ``Elastic.min_interval`` (its start counts as a
@@ -39,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import NamedTuple
 
-from jobmanager.core.deadlines import satisfactory_share, time_saved
+from jobmanager.core.deadlines import growth_steps, satisfactory_share
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.scheduler import schedule
@@ -302,9 +304,10 @@ def _hand_out(
     now: float,
 ) -> None:
     """Idle GPUs to the growers: first each deadline job's minimum satisfactory share
-    (earliest deadline first), then each further worker to the job with a curve that it
-    shortens most (a worker that adds no throughput is not given), then one worker at a
-    time round the jobs without a curve until none can grow."""
+    (earliest deadline first), then further workers to the job with a curve that they
+    shorten most per worker (a step that adds no throughput is not given; across a flat
+    part of a curve, the workers up to the next faster size go as one gang), then one
+    worker at a time round the jobs without a curve until none can grow."""
     for grower in growers:
         if grower.due is None or not grower.scales:
             continue
@@ -314,19 +317,20 @@ def _hand_out(
             elastic.min_workers, elastic.max_workers,
         )  # fmt: skip
         _add_workers(cluster, grower, placements[grower.job_id], share or 0)
+    # Each job's ways to grow, worked out again only when it grows.
+    steps_of = {g.job_id: _growth_steps(g, placements) for g in growers if g.scales}
     candidates = [grower for grower in growers if grower.scales]
     while candidates:
-        gains = [
-            (time_saved(g.elastic.throughput, g.elastic.work or 0.0, len(placements[g.job_id])), g)
-            for g in candidates
-            if len(placements[g.job_id]) < g.elastic.max_workers
-        ]
-        gain, best = max(gains, key=lambda pair: pair[0], default=(0.0, None))
-        if best is None or gain <= 0:
+        best = max(candidates, key=lambda grower: _best_gain(steps_of[grower.job_id]))
+        if _best_gain(steps_of[best.job_id]) <= 0:
             break
-        if not _add_workers(
-            cluster, best, placements[best.job_id], len(placements[best.job_id]) + 1
-        ):
+        for _, added in steps_of[best.job_id]:  # the best step that fits, as one gang
+            placed = cluster.place(with_workers(best.shape, added))
+            if placed:
+                placements[best.job_id].extend(placed)
+                steps_of[best.job_id] = _growth_steps(best, placements)
+                break
+        else:
             candidates.remove(best)  # no room where it may go
     growing = True
     while growing:
@@ -336,6 +340,18 @@ def _hand_out(
                 cluster, grower, placements[grower.job_id], len(placements[grower.job_id]) + 1
             ):
                 growing = True
+
+
+def _growth_steps(
+    grower: Grower, placements: dict[str, list[WorkerPlacement]]
+) -> list[tuple[float, int]]:
+    elastic = grower.elastic
+    workers = len(placements[grower.job_id])
+    return growth_steps(elastic.throughput, elastic.work or 0.0, workers, elastic.max_workers)
+
+
+def _best_gain(steps: list[tuple[float, int]]) -> float:
+    return steps[0][0] if steps else 0.0
 
 
 def _add_workers(

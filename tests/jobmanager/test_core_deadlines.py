@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobmanager.core.deadlines import admit, curve_errors, rate, satisfactory_share
+from jobmanager.core.deadlines import (
+    admit,
+    curve_errors,
+    growth_steps,
+    rate,
+    satisfactory_share,
+)
 from jobmanager.core.elastic import schedule_elastic
 from jobmanager.core.snapshot import Elastic, Policy
 from tests.jobmanager.core_builders import nodes, queued, running, snapshot, vc
@@ -164,6 +171,33 @@ def test_the_next_worker_goes_to_the_job_it_saves_most_time():
     assert started_sizes(schedule_elastic(cluster)) == {"big": 3, "small": 2}
     cluster = snapshot(nodes(1, gpus=6), [vc("a", 8)], [big, small], now=1000.0)
     assert started_sizes(schedule_elastic(cluster)) == {"big": 4, "small": 2}
+
+
+# Profiled at powers of two, as ElasticFlow's throughput tables are: 3 workers run at
+# 2's rate, 5 to 7 at 4's.
+POWERS_OF_TWO = (100.0, 190.0, 190.0, 350.0, 350.0, 350.0, 350.0, 600.0)
+
+
+def test_a_flat_part_of_a_curve_is_crossed_in_one_step():
+    # From 2 workers, 3 adds nothing: the steps are to 4 (+2) and to 8 (+6). Seconds saved
+    # per added worker: 2 -> 4: (1e5/190 - 1e5/350) / 2 = 120; 2 -> 8: (526 - 167) / 6 = 60.
+    steps = growth_steps(POWERS_OF_TWO, 1e5, 2, 8)
+    assert [added for _, added in steps] == [2, 6]
+    assert steps[0][0] == pytest.approx((1e5 / 190 - 1e5 / 350) / 2)
+    assert growth_steps(POWERS_OF_TWO, 1e5, 8, 8) == []
+    assert growth_steps(POWERS_OF_TWO, 0.0, 2, 8) == []
+
+
+def test_a_job_on_a_stepped_curve_grows_to_its_next_faster_size():
+    # Two idle GPUs beside a 2-worker job whose curve is flat at 3: one worker at a time,
+    # it would never grow; it takes both as one step, to 4 workers.
+    stepped = Elastic(1, 8, 300.0, POWERS_OF_TWO, 1e6)
+    job = running("stepped", "a", ("n00", (0,)), ("n00", (1,)), elastic=stepped)
+    cluster = snapshot(nodes(1, gpus=4), [vc("a", 8)], [job], now=1000.0)
+    assert started_sizes(schedule_elastic(cluster)) == {"stepped": 4}
+    # One idle GPU: no faster size fits, so it is not grown by a worker that adds nothing.
+    cluster = snapshot(nodes(1, gpus=3), [vc("a", 8)], [job], now=1000.0)
+    assert started_sizes(schedule_elastic(cluster)) == {}
 
 
 @settings(max_examples=150, deadline=None)

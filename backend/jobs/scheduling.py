@@ -45,6 +45,7 @@ from jobmanager.core import (
     WorkerPlacement,
     schedule,
 )
+from jobmanager.core.deadlines import rate
 from jobmanager.core.elastic import schedule_elastic
 from jobmanager.core.estimates import RunTimeEstimator
 from jobmanager.core.placement import ClusterState
@@ -64,7 +65,7 @@ JOB_COLUMNS = (
     "type", "status", "borrowing", "placement", "started_at", "updated_at", "queued_at",
     "max_wall_time", "node_selector", "reserved_placement", "owner__username", "deadline",
     "whole_nodes", "same_switch", "vc__whole_nodes_for_distributed", "min_workers",
-    "max_workers", "resized_at", "admission",
+    "max_workers", "resized_at", "admission", "throughput", "work",
 )  # fmt: skip
 
 
@@ -76,6 +77,7 @@ QUEUED_COLUMNS = (
     "type", "queued_at", "max_wall_time", "node_selector", "reserved_placement",
     "insight_message", "owner__username", "deadline", "pk", "whole_nodes", "same_switch",
     "vc__whole_nodes_for_distributed", "min_workers", "max_workers", "admission",
+    "throughput", "work",
 )  # fmt: skip
 
 
@@ -105,12 +107,14 @@ def load_running(
     estimates: RunTimeEstimator | None = None,
     attained: dict[str, Attained] | None = None,
     elastic: bool = False,
+    now: float | None = None,
 ) -> tuple[RunningJob, ...]:
     """The jobs holding resources (running, and releasing them while they stop); with
     ``attained``, each with what it ran before its current attempt; with ``elastic``, each
-    elastic one with its range of sizes (else it keeps its size)."""
+    elastic one with its range of sizes, its curve and its work left at ``now`` (else it
+    keeps its size)."""
     rows = Job.objects.filter(status__in=ACTIVE_STATUSES).order_by().values(*JOB_COLUMNS)
-    running = (_running_job(row, estimates, elastic) for row in rows)
+    running = (_running_job(row, estimates, elastic, now) for row in rows)
     if attained is None:
         return tuple(running)
     return tuple(
@@ -165,7 +169,7 @@ def load_snapshot(
     )
     estimates = learned_run_times()
     attained = attained_service()
-    running = load_running(estimates, attained, elastic)
+    running = load_running(estimates, attained, elastic, now.timestamp())
     ready = Job.objects.filter(status=JobStatus.QUEUED).filter(
         Q(not_before__isnull=True) | Q(not_before__lte=now)
     )
@@ -244,18 +248,42 @@ def _due(row: dict) -> float | None:
     return epoch(row["deadline"])
 
 
-def _elastic(row: dict, elastic: bool) -> Elastic | None:
-    """The job's range of sizes, when it has one and the backend resizes."""
+def _elastic(row: dict, elastic: bool, work_left: float | None = None) -> Elastic | None:
+    """The job's range of sizes, when it has one and the backend resizes, with its
+    throughput curve (declared or learned at submit: backend/jobs/throughput.py) and the
+    work it has left (``work_left``; its whole work when not given), which the core needs
+    for its minimum satisfactory share and for the growth that shortens jobs most."""
     if not elastic or row["min_workers"] >= row["max_workers"]:
         return None
     interval = float(settings.TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS)
-    return Elastic(row["min_workers"], row["max_workers"], interval)
+    curve = tuple(float(value) for value in row["throughput"] or ())
+    work = row["work"] if curve and row["work"] is not None else None
+    if work is not None and work_left is not None:
+        work = work_left
+    return Elastic(row["min_workers"], row["max_workers"], interval, throughput=curve, work=work)
+
+
+def _work_left(row: dict, now: float) -> float | None:
+    """A running job's work left: its work less what its current size has done, at its
+    curve's rate, since it last started or was resized. What it did before its last
+    resize is not known here (no progress is reported), so it counts as not done: the
+    estimate errs towards a larger share rather than a smaller one."""
+    curve, work = row["throughput"] or (), row["work"]
+    if not curve or work is None:
+        return None
+    since = row["resized_at"] or row["started_at"] or row["updated_at"]
+    done = float(rate(curve, row["workers"])) * max(0.0, now - epoch(since))
+    return max(0.0, float(work) - done)
 
 
 def _running_job(
-    row: dict, estimates: RunTimeEstimator | None = None, elastic: bool = False
+    row: dict,
+    estimates: RunTimeEstimator | None = None,
+    elastic: bool = False,
+    now: float | None = None,
 ) -> RunningJob:
     started = row["started_at"] or row["updated_at"]
+    now = time.time() if now is None else now
     expected = _expected_run(row, estimates)
     return RunningJob(
         id=row["job_id"],
@@ -273,7 +301,7 @@ def _running_job(
         user=row["owner__username"] or "",
         expected_end=None if expected is None else epoch(started) + expected,
         due=_due(row),
-        elastic=_elastic(row, elastic),
+        elastic=_elastic(row, elastic, _work_left(row, now)),
         resized_at=epoch(row["resized_at"]) if row["resized_at"] is not None else None,
     )
 

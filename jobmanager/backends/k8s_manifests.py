@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobmanager.backends.base import JobLaunch, RunAs, WorkerSpec
+from jobmanager.backends.elastic import elastic_command, elastic_env, rendezvous_endpoint
 
 LABEL_JOB = "trainyard.io/job"
 LABEL_ATTEMPT = "trainyard.io/attempt"
@@ -28,6 +29,7 @@ LABEL_VC = "trainyard.io/vc"
 LABEL_USER = "trainyard.io/user"
 LABEL_RANK = "trainyard.io/rank"
 LABEL_ROLE = "trainyard.io/role"
+LABEL_ROUND = "trainyard.io/round"  # an elastic job's rendezvous round: one per resize
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "trainyard"
 ROLE_WORKER = "worker"
@@ -37,6 +39,11 @@ ANNOTATION_JOB_ID = "trainyard.io/job-id"  # the job id as given, whatever its l
 ANNOTATION_WORKERS = "trainyard.io/workers"
 ANNOTATION_DEPLOYED = "trainyard.io/deployed"  # on the Service, once every pod exists
 ANNOTATION_STOP_REQUESTED = "trainyard.io/stop-requested"  # on the Service, once asked
+# On the Service of a resized attempt: the round its pods are (or are being) brought to,
+# when that began, and the round whose pods all exist.
+ANNOTATION_ROUND = "trainyard.io/round"
+ANNOTATION_RESIZED_AT = "trainyard.io/resized-at"
+ANNOTATION_ROUND_DEPLOYED = "trainyard.io/round-deployed"
 ANNOTATION_GPUS = "trainyard.io/gpus"
 ANNOTATION_OWNER = "trainyard.io/owner"
 ANNOTATION_VC = "trainyard.io/vc-name"
@@ -145,6 +152,7 @@ class KubernetesSettings:
     # once its back-off has had its tries, a pod no node takes) fails the attempt.
     start_timeout_seconds: int = 600
     master_port: int = 29500
+    rendezvous_port: int = 29400  # an elastic job's c10d store, on rank 0 (torchrun's own)
     cluster_domain: str = "cluster.local"
     # Node conditions that, when True, mean the node cannot run jobs (node problem detector).
     bad_condition_types: tuple[str, ...] = ("GpuUnhealthy", "XidError")
@@ -208,13 +216,18 @@ def job_selector(job_id: str | None = None) -> str:
     return LABEL_JOB if job_id is None else f"{LABEL_JOB}={label_value(job_id)}"
 
 
-def master_address(launch: JobLaunch, settings: KubernetesSettings) -> str:
-    """Rank 0's DNS name, which its pod's hostname and subdomain give it."""
+def worker_address(launch: JobLaunch, rank: int, settings: KubernetesSettings) -> str:
+    """A worker's DNS name, which its pod's hostname and subdomain give it."""
     service = service_name(launch.job_id, launch.attempt)
     return (
-        f"{pod_name(launch.job_id, launch.attempt, 0)}.{service}.{settings.namespace}"
+        f"{pod_name(launch.job_id, launch.attempt, rank)}.{service}.{settings.namespace}"
         f".svc.{settings.cluster_domain}"
     )
+
+
+def master_address(launch: JobLaunch, settings: KubernetesSettings) -> str:
+    """Rank 0's DNS name."""
+    return worker_address(launch, 0, settings)
 
 
 def _job_labels(launch: JobLaunch, settings: KubernetesSettings) -> dict[str, str]:
@@ -239,7 +252,9 @@ def worker_resources(worker: WorkerSpec, settings: KubernetesSettings) -> dict[s
     return resources
 
 
-def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings) -> list[Any]:
+def worker_env(
+    launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings
+) -> list[dict[str, str]]:
     data = settings.data_volume.mount_path if settings.data_volume else ""
     output = settings.output_volume.mount_path if settings.output_volume else ""
     trainyard = {
@@ -253,6 +268,8 @@ def worker_env(launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettin
         "TRAINYARD_DATA_PATH": launch.data_path or data,
         "TRAINYARD_OUTPUT_PATH": launch.output_path or output,
     }
+    if launch.elastic:
+        trainyard |= elastic_env(launch, _rendezvous(launch, settings))
     merged = dict(launch.env) | trainyard  # the API refuses these names; never let them in
     return [{"name": name, "value": value} for name, value in merged.items()]
 
@@ -282,11 +299,29 @@ CONTAINER_SECURITY_CONTEXT = {
 }
 
 
+def _rendezvous(launch: JobLaunch, settings: KubernetesSettings) -> str:
+    return rendezvous_endpoint(master_address(launch, settings), settings.rendezvous_port)
+
+
+def worker_command(
+    launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings, round_number: int
+) -> str:
+    """What the worker's shell runs: the job's command, or for an elastic job that command
+    under torchrun's elastic agent in the attempt's rendezvous round ``round_number``
+    (see :mod:`jobmanager.backends.elastic`), its address its pod's DNS name."""
+    if not launch.elastic:
+        return launch.command
+    round_id = f"{launch.job_id}-{launch.attempt}-{round_number}"
+    own = worker_address(launch, worker.rank, settings)
+    return elastic_command(launch, worker.rank, _rendezvous(launch, settings), own, round_id)
+
+
 def pod_manifest(
-    launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings
+    launch: JobLaunch, worker: WorkerSpec, settings: KubernetesSettings, round_number: int = 0
 ) -> dict[str, Any]:
-    """One worker's pod. Raises ValueError for a launch without its owner's account (a
-    pod never runs as root) or whose names would lead a volume's sub-path astray."""
+    """One worker's pod, of rendezvous round ``round_number`` (an elastic job's: one per
+    resize). Raises ValueError for a launch without its owner's account (a pod never
+    runs as root) or whose names would lead a volume's sub-path astray."""
     if launch.run_as is None:
         raise ValueError(f"job {launch.job_id}: its owner {launch.owner} has no Unix account")
     name = pod_name(launch.job_id, launch.attempt, worker.rank)
@@ -302,14 +337,18 @@ def pod_manifest(
             if sub_path:
                 mount["subPath"] = sub_path
             mounts.append(mount)
+    ports = [{"name": "master", "containerPort": settings.master_port}]
+    if launch.elastic:
+        ports.append({"name": "rendezvous", "containerPort": settings.rendezvous_port})
+    command = worker_command(launch, worker, settings, round_number)
     container = {
         "name": CONTAINER_NAME,
         "image": launch.image or settings.default_image,
-        "command": [*settings.init_command, *SHELL, launch.command],
+        "command": [*settings.init_command, *SHELL, command],
         "env": worker_env(launch, worker, settings),
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": mounts,
-        "ports": [{"name": "master", "containerPort": settings.master_port}],
+        "ports": ports,
         "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
     }
     if launch.working_dir:
@@ -335,7 +374,11 @@ def pod_manifest(
             "name": name,
             "namespace": settings.namespace,
             "labels": _job_labels(launch, settings)
-            | {LABEL_RANK: str(worker.rank), LABEL_ROLE: ROLE_WORKER},
+            | {
+                LABEL_RANK: str(worker.rank),
+                LABEL_ROLE: ROLE_WORKER,
+                LABEL_ROUND: str(round_number),
+            },
             "annotations": {
                 ANNOTATION_JOB_ID: launch.job_id,
                 ANNOTATION_WORKERS: str(len(launch.workers)),

@@ -27,12 +27,16 @@ from jobmanager.backends.base import (
 from jobmanager.backends.k8s_manifests import (
     ANNOTATION_DEPLOYED,
     ANNOTATION_JOB_ID,
+    ANNOTATION_RESIZED_AT,
+    ANNOTATION_ROUND,
+    ANNOTATION_ROUND_DEPLOYED,
     ANNOTATION_STOP_REQUESTED,
     ANNOTATION_WORKERS,
     CONTAINER_NAME,
     LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_RANK,
+    LABEL_ROUND,
     service_name,
 )
 from jobmanager.backends.k8s_objects import (
@@ -68,6 +72,17 @@ def attempt_of(obj: HasMetadata) -> int:
 
 def rank_of(pod: client.V1Pod) -> int:
     return int(labels_of(pod)[LABEL_RANK])
+
+
+def round_of(pod: client.V1Pod) -> int:
+    """The elastic rendezvous round the pod belongs to (0: as deployed)."""
+    return int(labels_of(pod).get(LABEL_ROUND, "0"))
+
+
+def service_round(service: client.V1Service | None, annotation: str = ANNOTATION_ROUND) -> int:
+    """The round a resize brings the attempt's pods to (or, with
+    ``ANNOTATION_ROUND_DEPLOYED``, the last whose pods all exist); 0 before any resize."""
+    return int(annotations_of(service).get(annotation, "0")) if service is not None else 0
 
 
 def job_id_of(obj: HasMetadata) -> str:
@@ -193,18 +208,28 @@ def job_report(
     services: dict[str, client.V1Service],
     context: ReportContext,
 ) -> JobReport:
-    """The latest attempt among ``pods``. A rank without a pod is pending while the
-    attempt is being deployed; once it was, it failed (its pod was deleted or evicted),
-    or was stopped when the backend was asked to stop the job."""
-    attempt = max(attempt_of(pod) for pod in pods)
-    current = [pod for pod in pods if attempt_of(pod) == attempt]
-    by_rank = {rank_of(pod): pod for pod in current}
-    workers = max(
-        max(int(annotations_of(pod).get(ANNOTATION_WORKERS, 0)) for pod in current),
-        max(by_rank) + 1,
+    """The latest attempt among ``pods``, at its latest round (the pods of a round a
+    resize replaced are left out, whatever their end). A rank without a pod is pending
+    while the attempt (or a resize of it) is being deployed, up to the start timeout;
+    once it was, it failed (its pod was deleted or evicted), or was stopped when the
+    backend was asked to stop the job."""
+    attempt = max(
+        [attempt_of(pod) for pod in pods]
+        or [attempt_of(s) for s in services.values() if job_id_of(s) == job_id]
     )
     service = services.get(service_name(job_id, attempt))
-    deployed = marked(service, ANNOTATION_DEPLOYED)
+    round_number = service_round(service)
+    current = [pod for pod in pods if attempt_of(pod) == attempt and round_of(pod) == round_number]
+    by_rank = {rank_of(pod): pod for pod in current}
+    if round_number > 0 and service is not None:  # resized: the Service says the size
+        workers = int(annotations_of(service).get(ANNOTATION_WORKERS, 0))
+    else:
+        workers = max(
+            [int(annotations_of(pod).get(ANNOTATION_WORKERS, 0)) for pod in current]
+            + [rank + 1 for rank in by_rank]
+        )
+    being_resized = service is not None and resizing(service)
+    deployed = marked(service, ANNOTATION_DEPLOYED) and not being_resized
     stopping = marked(service, ANNOTATION_STOP_REQUESTED)
     reports = []
     for rank in range(workers):
@@ -214,6 +239,23 @@ def job_report(
         elif deployed:
             reason = STOPPED if stopping else "PodMissing"
             reports.append(WorkerReport(rank, WorkerState.FAILED, None, reason))
+        elif being_resized:
+            reports.append(_resizing(rank, service, context))
         else:
             reports.append(WorkerReport(rank, WorkerState.PENDING, None, "Deploying"))
     return JobReport(job_id=job_id, attempt=attempt, workers=tuple(reports))
+
+
+def resizing(service: client.V1Service) -> bool:
+    """Whether a resize of the Service's attempt has yet to create every pod."""
+    return service_round(service) > service_round(service, ANNOTATION_ROUND_DEPLOYED)
+
+
+def _resizing(rank: int, service: client.V1Service | None, context: ReportContext) -> WorkerReport:
+    """A worker whose pod a resize has yet to create: pending, or failed once the resize
+    has taken longer than the start timeout (the process making it was lost)."""
+    began = float(annotations_of(service).get(ANNOTATION_RESIZED_AT, "0")) if service else 0.0
+    if context.now - began < context.start_timeout_seconds:
+        return WorkerReport(rank, WorkerState.PENDING, None, "Resizing")
+    why = f"Resizing: its pod not created after {context.start_timeout_seconds:g} s"
+    return WorkerReport(rank, WorkerState.FAILED, None, why)

@@ -10,10 +10,20 @@ collective to time out. Workers' logs are streamed into the log store
 (:mod:`jobmanager.backends.k8s_logs`); why a worker failed, or never started within the
 start timeout, is reported in the words the retry rules read
 (:mod:`jobmanager.backends.k8s_reports`).
+
+A running elastic job is resized as the local backend resizes it (see
+:mod:`jobmanager.backends.elastic`): every worker restarts, from its checkpoint, into a
+new rendezvous round of the new size. Its pods are deleted with the grace period and,
+once they are gone, the new round's pods are created under the same Service with the
+same names (rank 0's DNS name, the rendezvous endpoint, does not move). Waiting matters:
+a pod bound by ``nodeName`` is admitted by the kubelet only on GPUs that no pod holds,
+and a terminating pod holds its own. The Service records the round, so that reports
+leave the replaced pods out and show the new ones pending meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -41,7 +51,11 @@ from jobmanager.backends.base import (
 from jobmanager.backends.k8s_logs import PodLog, PodLogCollector
 from jobmanager.backends.k8s_manifests import (
     ANNOTATION_DEPLOYED,
+    ANNOTATION_RESIZED_AT,
+    ANNOTATION_ROUND,
+    ANNOTATION_ROUND_DEPLOYED,
     ANNOTATION_STOP_REQUESTED,
+    ANNOTATION_WORKERS,
     CONTAINER_NAME,
     KubernetesSettings,
     VolumeSettings,
@@ -63,6 +77,9 @@ from jobmanager.backends.k8s_reports import (
     not_started,
     pod_ended,
     rank_of,
+    resizing,
+    round_of,
+    service_round,
 )
 
 __all__ = ["KubernetesBackend", "KubernetesSettings", "NodeWatcher", "VolumeSettings"]
@@ -70,6 +87,10 @@ __all__ = ["KubernetesBackend", "KubernetesSettings", "NodeWatcher", "VolumeSett
 logger = logging.getLogger(__name__)
 
 API_ERRORS = (ApiException, urllib3.exceptions.HTTPError)
+# How often a resize looks whether the pods it deleted are gone, and how long past their
+# grace period it waits for the kubelet before deleting them by force.
+RESIZE_POLL_SECONDS = 0.2
+RESIZE_KILL_MARGIN_SECONDS = 5.0
 
 
 def api_client_from_config() -> client.ApiClient:
@@ -101,6 +122,7 @@ def describe_api_error(error: Exception) -> str:
 
 class KubernetesBackend(ClusterBackend):
     name = "kubernetes"
+    resizes = True
 
     def __init__(
         self,
@@ -195,6 +217,84 @@ class KubernetesBackend(ClusterBackend):
         name = service_name(launch.job_id, launch.attempt)
         return any(name_of(s) == name and marked(s, ANNOTATION_DEPLOYED) for s in services)
 
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        """Bring a deployed attempt to the launch's workers in a new rendezvous round (see
+        the module docstring); an attempt not deployed in full, being stopped, or already
+        at the launch's workers is left alone."""
+        name = service_name(launch.job_id, launch.attempt)
+        try:
+            pods, services = self._job_objects(launch.job_id)
+            service = next((s for s in services if name_of(s) == name), None)
+            if service is None or not marked(service, ANNOTATION_DEPLOYED):
+                return  # not deployed (yet), or another attempt: deploy and reconcile decide
+            if marked(service, ANNOTATION_STOP_REQUESTED):
+                return  # being stopped
+            round_number = service_round(service)
+            running = sorted(
+                (rank_of(pod), node_name_of(pod))
+                for pod in pods
+                if attempt_of(pod) == launch.attempt and round_of(pod) == round_number
+            )
+            if not resizing(service) and running == [(w.rank, w.node) for w in launch.workers]:
+                return  # already at this size
+        except API_ERRORS as error:
+            raise DeployError(
+                f"resizing {launch.job_id} failed ({describe_api_error(error)})"
+            ) from error
+        new_round = round_number + 1
+        try:
+            manifests = [
+                pod_manifest(launch, worker, self.settings, new_round) for worker in launch.workers
+            ]
+        except ValueError as error:
+            raise LaunchRefused(f"Job {launch.job_id} cannot run here: {error}.") from error
+        annotations = {
+            ANNOTATION_ROUND: str(new_round),
+            ANNOTATION_WORKERS: str(len(launch.workers)),
+            ANNOTATION_RESIZED_AT: str(self.clock()),
+        }
+        try:
+            self.core.patch_namespaced_service(
+                name, self.namespace, {"metadata": {"annotations": annotations}}
+            )
+            self._delete_and_await(launch.job_id, pods, grace_seconds)
+            for manifest in manifests:
+                self._create(self.core.create_namespaced_pod, manifest)
+        except API_ERRORS as error:
+            raise DeployError(
+                f"resizing {launch.job_id} to {len(launch.workers)} workers failed "
+                f"({describe_api_error(error)}); the workers it has not started are "
+                "reported failed"
+            ) from error
+        finally:  # from now on a missing pod of the round is a failed worker
+            with contextlib.suppress(*API_ERRORS):
+                self.core.patch_namespaced_service(
+                    name,
+                    self.namespace,
+                    {"metadata": {"annotations": {ANNOTATION_ROUND_DEPLOYED: str(new_round)}}},
+                )
+
+    def _delete_and_await(
+        self, job_id: str, pods: list[client.V1Pod], grace_seconds: float
+    ) -> None:
+        """Delete the pods with the grace period and return once they are gone; those the
+        kubelet has not ended within the grace (and a margin) are deleted by force."""
+        grace = max(0, math.ceil(grace_seconds))
+        uids = {uid_of(pod) for pod in pods}
+        for pod in pods:
+            self._delete_pod(name_of(pod), grace)
+        deadline = time.monotonic() + grace + RESIZE_KILL_MARGIN_SECONDS
+        while True:
+            job_ids = {job_id_of(pod) for pod in pods}
+            left = [pod for job_id in job_ids for pod in self._pods(job_id) if uid_of(pod) in uids]
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                for pod in left:
+                    self._delete_pod(name_of(pod), 0)
+                return
+            time.sleep(RESIZE_POLL_SECONDS)
+
     def stop(self, job_id: str, grace_seconds: float) -> None:
         """Delete the job's running and pending pods with the grace period (at once for a
         pod on a bad node, whose kubelet would never confirm); ended pods, and pods that
@@ -232,7 +332,13 @@ class KubernetesBackend(ClusterBackend):
             self.namespace, label_selector=job_selector()
         ).items
         self._sweep_policies(pods, services)
-        if not pods:
+        pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
+        for pod in pods:
+            pods_by_job[job_id_of(pod)].append(pod)
+        for service in services:  # between a resize's deletions and its creations
+            if resizing(service):
+                pods_by_job.setdefault(job_id_of(service), [])
+        if not pods_by_job:
             return {}
         cache = self._node_cache()
         bad_nodes = cache.bad_nodes()
@@ -249,9 +355,6 @@ class KubernetesBackend(ClusterBackend):
                 context.start_timeout_seconds,
                 self._collect(self.logs, pods, context),
             )
-        pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
-        for pod in pods:
-            pods_by_job[job_id_of(pod)].append(pod)
         services_by_name = {name_of(service): service for service in services}
         return {
             job_id: job_report(job_id, job_pods, services_by_name, context)

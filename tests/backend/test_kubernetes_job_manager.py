@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.backend.jobs_support import JobManager
@@ -300,3 +301,49 @@ def test_a_pod_stuck_pulling_its_image_ends_the_attempt_after_the_start_timeout(
 def gpus_used(world) -> int:
     summary = world.client(world.member).get("/api/v1/cluster/summary/").json()
     return sum(row["gpus_used"] for row in summary["gpu_types"])
+
+
+def test_an_elastic_job_grows_into_freed_gpus_as_a_new_round_of_pods_of_the_same_attempt(
+    world, jobs, fake, settings
+):
+    # Deleted pods go at once (the grace and the wait for the kubelet are the backend's
+    # own tests: tests/jobmanager/test_kubernetes_resize.py).
+    settings.TRAINYARD_STOP_GRACE_SECONDS = 0
+    settings.TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = 0
+    Node.objects.exclude(name="a100-1").update(schedulable=False)
+    other = submit(world, workers=1, gpus_per_worker=4)
+    jobs.run()
+    elastic = submit(world, workers=2, min_workers=2, max_workers=4, gpus_per_worker=2)
+    jobs.run()
+    elastic.refresh_from_db()
+    assert (elastic.status, elastic.workers) == (JobStatus.RUNNING, 2)
+    assert [pod["metadata"]["name"] for pod in pods_of(fake, elastic)] == [
+        f"ty-{elastic.job_id}-1-0",
+        f"ty-{elastic.job_id}-1-1",
+    ]
+    for pod in pods_of(fake, elastic) + pods_of(fake, other):
+        fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Running")
+
+    fake.set_pod_phase(NAMESPACE, f"ty-{other.job_id}-1-0", "Succeeded", exit_code=0)
+    jobs.run()
+
+    elastic.refresh_from_db()
+    assert (elastic.status, elastic.workers, elastic.resizes) == (JobStatus.RUNNING, 4, 1)
+    assert elastic.events.last().reason == "resized from 2 to 4 workers: GPUs free"
+    pods = pods_of(fake, elastic)
+    assert [pod["metadata"]["name"] for pod in pods] == [
+        f"ty-{elastic.job_id}-1-{rank}" for rank in range(4)
+    ]
+    placed = [worker["node"] for worker in elastic.placement]
+    assert [pod["spec"]["nodeName"] for pod in pods] == placed
+    for rank, pod in enumerate(pods):
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "4")
+        assert pod["metadata"]["labels"]["trainyard.io/round"] == "1"
+        assert "torchrun --nnodes=2:4" in pod["spec"]["containers"][0]["command"][-1]
+    for pod in pods:
+        fake.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Running")
+    jobs.run()  # the new round's workers are the job's: it runs on, never restarted
+    elastic.refresh_from_db()
+    assert (elastic.status, elastic.workers) == (JobStatus.RUNNING, 4)
+    assert list(elastic.attempts.values_list("number", flat=True)) == [1]

@@ -9,9 +9,10 @@ command for real and their harnesses play nothing.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,6 +84,42 @@ class Harness:
             if work.exit_codes is not None:
                 code = work.exit_codes[worker.rank]
                 fake.set_pod_phase(namespace, pod, "Succeeded" if code == 0 else "Failed", code)
+
+    def elastic(self, launch: JobLaunch, min_workers: int, max_workers: int) -> JobLaunch:
+        """The launch as an elastic job's (its workers run under torchrun)."""
+        return replace(launch, min_workers=min_workers, max_workers=max_workers)
+
+    def resize(self, launch: JobLaunch, grace_seconds: float, seconds: float) -> None:
+        """Resize the deployed attempt to the launch's workers. For the fake, the kubelet
+        ends the pods the resize deletes (the resize waits for them to be gone)."""
+        if self.kubernetes is None:
+            self.backend.resize(launch, grace_seconds)
+            return
+        raised: list[BaseException] = []
+
+        def resize() -> None:
+            try:
+                self.backend.resize(launch, grace_seconds)
+            except BaseException as error:  # handed to the test
+                raised.append(error)
+
+        thread = threading.Thread(target=resize, daemon=True)
+        thread.start()
+        fake, namespace = self.kubernetes.fake, self.kubernetes.namespace
+        selector = f"trainyard.io/job={launch.job_id}"
+        going = wait_for(
+            lambda: (
+                (pods := fake.list("pods", namespace, selector))
+                and all(pod["metadata"].get("deletionTimestamp") for pod in pods)
+                and pods
+            ),
+            seconds,
+            "the resize deletes every pod",
+        )
+        for pod in going:
+            fake.finish_deletion(namespace, pod["metadata"]["name"])
+        thread.join(seconds)
+        assert not thread.is_alive() and not raised, raised
 
     def play_stopped(self, launch: JobLaunch) -> None:
         """For a fake: the kubelet has ended the pods a stop deleted."""

@@ -36,7 +36,10 @@ class JobManager:
         self, backend: ClusterBackend, deploy_round: manager.DeployRound | None = None
     ) -> None:
         self.backend = backend
-        self.deploy_round = deploy_round or manager.deploy_in_turn(backend)
+        self.deploy_round = deploy_round
 
     def run(self) -> manager.RunSummary:
-        return manager.run_job_manager(self.backend, self.deploy_round)
+        """One run; without a deploy callback of the test's, the round's attempts are
+        deployed in turn on the backend of the moment (a test may swap ``backend``)."""
+        deploy_round = self.deploy_round or manager.deploy_in_turn(self.backend)
+        return manager.run_job_manager(self.backend, deploy_round)

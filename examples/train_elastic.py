@@ -5,7 +5,8 @@ under torchrun's elastic agent, which sets ``RANK`` and ``WORLD_SIZE`` anew at e
 resize and restarts this script. So the script:
 
 - saves a checkpoint (model, optimizer, step) after every step, from rank 0, atomically,
-  into ``--checkpoint-dir`` (the job's working directory by default: every worker sees it);
+  into ``--checkpoint-dir`` (the job's working directory by default: every worker sees it),
+  and logs the step before a stop can end it (a step saved is a step logged);
 - on start, resumes from it at the new world size (the step goes on, never from 0);
 - keeps its **global batch**: the ``--global-batch`` samples of a step are split among the
   workers (each takes every WORLD_SIZE-th), and the averaged gradient is the whole batch's,
@@ -22,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+STOPS = {signal.SIGTERM, signal.SIGINT}
 
 FEATURES = 8
 
@@ -74,11 +78,15 @@ def main() -> None:
         optimizer.step()
         step += 1
         if rank == 0:
+            # A stop (the agent's SIGTERM at a resize) waits until the step is both saved
+            # and logged: a step in the checkpoint is a step in the log.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
             partial = checkpoint.with_suffix(".partial")
             state = {"weights": weights.detach(), "optimizer": optimizer.state_dict()}
             torch.save(state | {"step": step}, partial)
             partial.replace(checkpoint)
             print(f"step {step} world {world} loss {total[0].item():.6f}", flush=True)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         time.sleep(args.step_seconds)
     dist.destroy_process_group()
 

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 
 from jobmanager.backends import sandbox_net
-from jobmanager.backends.sandbox import CGROUPS
+from jobmanager.backends.sandbox import CGROUPS, remove_empty_cgroups
 from jobmanager.backends.sandbox_net import BridgeNetwork
 from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY
 
@@ -46,22 +46,36 @@ def _subnets_on_host() -> set[ipaddress.IPv4Network]:
     }
 
 
+def _claims_directory() -> Path:
+    directory = SUBNET_CLAIMS if os.geteuid() == 0 else Path(f"/tmp/ty-test-subnets-{os.geteuid()}")
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory
+
+
+def _claim(net: ipaddress.IPv4Network) -> int | None:
+    """The locked descriptor of ``net``'s claim (closing it gives the claim up), or None
+    when a live test process holds it."""
+    path = _claims_directory() / f"{net.network_address}.lock"
+    claim = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(claim)
+        return None
+    return claim
+
+
 @contextlib.contextmanager
 def claimed_subnet() -> Iterator[str]:
     """A /24 of 10.88.0.0/16 on no bridge of this host and claimed by no other test
     process until the block ends (two bridges on one /24 make the host's route to a job
     ambiguous: "No route to host")."""
-    directory = SUBNET_CLAIMS if os.geteuid() == 0 else Path(f"/tmp/ty-test-subnets-{os.geteuid()}")
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     used = _subnets_on_host()
     candidates = [net for net in SANDBOX_SUPERNET.subnets(new_prefix=24) if net not in used][1:]
     secrets.SystemRandom().shuffle(candidates)
     for net in candidates:
-        claim = os.open(directory / f"{net.network_address}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(claim)
+        claim = _claim(net)
+        if claim is None:
             continue
         try:
             yield str(net)
@@ -69,6 +83,28 @@ def claimed_subnet() -> Iterator[str]:
             os.close(claim)  # the lock goes with the descriptor
         return
     raise RuntimeError("every /24 of 10.88.0.0/16 is in use on this host")
+
+
+def remove_abandoned_test_networks() -> None:
+    """The test bridges (``tyt...``) whose /24 no live test process claims, with their
+    firewall and the namespaces on them: what a test run killed before its teardown
+    left (a test's network is claimed from before its bridge is made until after it is
+    removed)."""
+    shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for line in shown.splitlines():
+        words = line.split()
+        if len(words) < 4 or not words[1].startswith("tyt"):
+            continue
+        net = ipaddress.ip_interface(words[3]).network
+        if not net.subnet_of(SANDBOX_SUPERNET):
+            continue
+        claim = _claim(net)
+        if claim is None:
+            continue
+        try:
+            BridgeNetwork(words[1], str(net), egress_nat=True).tear_down()
+        finally:
+            os.close(claim)
 
 
 def _cgroup_parents() -> set[str]:
@@ -80,6 +116,10 @@ def private_sandbox_network() -> Iterator[None]:
     """This process's jobs' bridge and subnet, the default while it lasts; removed at its
     end with what was left on it."""
     bridge = f"tyt{secrets.token_hex(4)}"
+    if os.geteuid() == 0:
+        remove_abandoned_test_networks()
+        for parent in _cgroup_parents():  # a killed run's, emptied since
+            remove_empty_cgroups(Path(parent))
     parents_before = _cgroup_parents()
     with claimed_subnet() as subnet, pytest.MonkeyPatch.context() as patch:
         patch.setattr(sandbox_net, "DEFAULT_BRIDGE", bridge)
@@ -94,8 +134,7 @@ def private_sandbox_network() -> Iterator[None]:
             if os.geteuid() == 0:
                 BridgeNetwork(bridge, subnet, egress_nat=True).tear_down()
                 for parent in _cgroup_parents() - parents_before:
-                    with contextlib.suppress(OSError):  # one still in use stays
-                        os.rmdir(parent)
+                    remove_empty_cgroups(Path(parent))  # one still in use stays
 
 
 def shared_with_jobs(directory: Path) -> list[str]:

@@ -306,10 +306,18 @@ def cgroup_parent(state_dir: Path) -> str:
 
 
 def remove_cgroup_parent(state_dir: Path) -> None:
-    """The (empty) cgroup parent of the backend in ``state_dir``, in every hierarchy."""
+    """The cgroup parent of the backend in ``state_dir``, in every hierarchy, with the
+    containers' cgroups left under it; only what holds no process (the kernel refuses
+    the rest)."""
     for parent in CGROUPS.glob(f"*/{cgroup_parent(state_dir)}"):
+        remove_empty_cgroups(parent)
+
+
+def remove_empty_cgroups(top: Path) -> None:
+    """``top`` and the cgroups under it, deepest first, each where it holds no process."""
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -entry[0].count("/")):
         with contextlib.suppress(OSError):
-            parent.rmdir()
+            os.rmdir(directory)
 
 
 def container_name(job_id: str, attempt: int, rank: int) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobmanager.backends.local import LocalBackend
+from jobmanager.backends.sandbox import remove_cgroup_parent
 from tests.sandbox_network import shared_with_jobs
 from tests.spawner import running_spawner
 
@@ -45,6 +46,12 @@ def _local_backend(host_tmp: Path, inits: str, sandbox: str) -> Iterator[LocalBa
         try:
             yield backend
         finally:
-            for job_id in backend.reports():
-                backend.remove(job_id)
-            backend.finish_removals()
+            remove_every_job(backend)
+
+
+def remove_every_job(backend: LocalBackend) -> None:
+    """Every job of a test's backend removed, and its containers' cgroup parent."""
+    for job_id in backend.reports():
+        backend.remove(job_id)
+    backend.finish_removals()
+    remove_cgroup_parent(backend.state_dir)

@@ -24,9 +24,9 @@ import pytest
 
 from jobmanager.backends import WorkerState
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import available, container_name, remove_cgroup_parent
+from jobmanager.backends.sandbox import available, container_name
 from jobmanager.retries import classify
-from tests.jobmanager.conftest import NODES
+from tests.jobmanager.conftest import NODES, remove_every_job
 from tests.jobmanager.test_local_backend import ended, launch, log_of, logged, wait_for
 from tests.sandbox_network import claimed_subnet
 from tests.spawner import running_spawner
@@ -56,12 +56,9 @@ def sandboxed_backend(directory: Path, **options) -> Iterator[LocalBackend]:
         try:
             yield backend
         finally:
-            for job_id in backend.reports():
-                backend.remove(job_id)
-            backend.finish_removals()
+            remove_every_job(backend)
             assert backend.sandbox is not None and backend._network is not None
             backend._network.tear_down()
-            remove_cgroup_parent(backend.state_dir)
 
 
 @pytest.fixture(params=["exec", "spawner"])

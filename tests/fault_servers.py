@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.servers import wait_until
+from tests.servers import free_port, wait_until
 
 _HANDED_OUT: set[int] = set()
 
@@ -27,9 +27,7 @@ def own_port() -> int:
     process was given before (a server may not have bound it yet)."""
     ports = os.environ.get("TRAINYARD_TEST_PORTS", "")
     if not ports:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return probe.getsockname()[1]
+        return free_port()
     first, last = (int(part) for part in ports.split("-"))
     for port in range(first, last + 1):
         if port in _HANDED_OUT:

@@ -23,10 +23,19 @@ from tests.unix_accounts import TEST_ACCOUNT_ENV
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port of 127.0.0.1 free now and not handed out before by this process (the kernel
+    may give a port just let go again: two calls in a row could return the same one)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def session_database_url() -> str:

@@ -9,6 +9,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from backend.clusters.models import GpuType, Node
+from backend.core.changes import save_changes
 from backend.jobs.triggers import run_job_manager_after_commit as _job_manager_after_commit
 from jobmanager.backends.base import BackendNode
 
@@ -25,10 +26,7 @@ def create_gpu_type(name: str, cpus_per_gpu: Decimal | float, memory_per_gpu: in
 def update_gpu_type(gpu_type: GpuType, changes: dict[str, object]) -> GpuType:
     """Change a GPU type's t-shirt size (CPU cores and memory per GPU) or its name; jobs
     already submitted keep the resources they asked for."""
-    for name, value in changes.items():
-        setattr(gpu_type, name, value)
-    gpu_type.save(update_fields=list(changes))
-    return gpu_type
+    return save_changes(gpu_type, changes)
 
 
 @transaction.atomic
@@ -87,9 +85,7 @@ def record_reported_place(node: Node, reported: BackendNode) -> None:
 @transaction.atomic
 def update_node(node: Node, changes: dict[str, object]) -> Node:
     """Change a node's settings; the job manager looks at what now fits."""
-    for name, value in changes.items():
-        setattr(node, name, value)
-    node.save(update_fields=list(changes))
+    save_changes(node, changes)
     _job_manager_after_commit()
     return node
 

@@ -17,8 +17,8 @@ from backend.core.exceptions import ActionRefused
 from backend.core.models import OutgoingEmail
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Shows the model and changes nothing: it has no action for the admin to call."""
+class ChangesNothing:
+    """No add, change or delete permission: for what has no action for the admin to call."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -30,19 +30,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyAdmin(ChangesNothing, admin.ModelAdmin):
+    """Shows the model and changes nothing: it has no action for the admin to call."""
+
+
+class ReadOnlyInline(ChangesNothing, admin.TabularInline):
     """An inline that shows its rows and changes none."""
 
     extra = 0
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ActionAdmin(admin.ModelAdmin):

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.core import outbox
+from backend.core.changes import save_changes
 from backend.core.exceptions import ActionRefused
 from backend.storage import runs
 from backend.storage.models import (
@@ -427,10 +428,7 @@ def create_storage_root(**fields: object) -> StorageRoot:
 @transaction.atomic
 def update_storage_root(root: StorageRoot, changes: dict[str, object]) -> StorageRoot:
     """Change a root's settings; the next scan, expiry pass and quota run use them."""
-    for name, value in changes.items():
-        setattr(root, name, value)
-    root.save(update_fields=list(changes))
-    return root
+    return save_changes(root, changes)
 
 
 @transaction.atomic
@@ -448,10 +446,7 @@ def create_storage_account(user: User, uid: int) -> StorageAccount:
 @transaction.atomic
 def update_storage_account(account: StorageAccount, changes: dict[str, object]) -> StorageAccount:
     """Change the mapping's user or uid; the next scan counts the files under it."""
-    for name, value in changes.items():
-        setattr(account, name, value)
-    account.save(update_fields=list(changes))
-    return account
+    return save_changes(account, changes)
 
 
 @transaction.atomic
@@ -470,10 +465,7 @@ def create_lustre_pool(**fields: object) -> LustrePool:
 @transaction.atomic
 def update_lustre_pool(pool: LustrePool, changes: dict[str, object]) -> LustrePool:
     """Change a pool's name, OSTs, root or VC; the next quota run applies it."""
-    for name, value in changes.items():
-        setattr(pool, name, value)
-    pool.save(update_fields=list(changes))
-    return pool
+    return save_changes(pool, changes)
 
 
 @transaction.atomic

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from backend.clusters.models import GpuType
+from backend.core.changes import save_changes
 from backend.vcs.models import Membership, Quota, VirtualCluster
 
 VC_SETTINGS = (
@@ -51,10 +52,7 @@ def update_vc_settings(vc: VirtualCluster, changes: dict[str, object]) -> Virtua
     unknown = set(changes) - set(VC_SETTINGS)
     if unknown:
         raise ValueError(f"Not VC settings: {', '.join(sorted(unknown))}")
-    for name, value in changes.items():
-        setattr(vc, name, value)
-    vc.save(update_fields=list(changes))
-    return vc
+    return save_changes(vc, changes)
 
 
 @transaction.atomic

@@ -6,6 +6,8 @@ info string says what becomes of it (docs/user-guide.md, "Examples in these docu
 - ``sh test=NAME``: tests/test_docs_examples.py runs it against a live system and checks
   what the text says it does with the check called NAME, as root and again as a normal
   user; ``sh test=NAME as=admin``: as root only (an operator's or cluster admin's block);
+  ``sh test=NAME alone``: by a test of its own, not in the live system's terminal (a block
+  that starts a system itself: ``make run``);
 - ``sh no-test=REASON``: it is not run, for the reason given (``starts-the-system``,
   ``needs-kubernetes``, ...); a bare ``no-test`` is refused.
 """
@@ -28,6 +30,7 @@ FENCE = re.compile(r"^[ \t]*```(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*```[ \t]*$
 SHELLS = ("sh", "bash", "shell", "console")
 NOT_RUN = "no-test"
 ADMIN_ONLY = "as=admin"
+ALONE = "alone"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ class Example:
     def admin_only(self) -> bool:
         """Run as root only: an operator's or a cluster admin's block."""
         return ADMIN_ONLY in self.info.split()
+
+    @property
+    def alone(self) -> bool:
+        """Run by a test of its own, not in the live system's terminal."""
+        return ALONE in self.info.split()
 
     def commands(self) -> list[str]:
         """The block's commands, one per logical line (continuations joined, comments and

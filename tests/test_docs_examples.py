@@ -41,6 +41,7 @@ from backend.vcs.models import VirtualCluster
 from tests.docs_examples import DOCUMENTS, ROOT, Example, shell_examples
 from tests.e2e.dashboard import LiveServers, live_servers, set_password
 from tests.jobmanager.test_local_backend import wait_for
+from tests.jobmanager.test_local_images import build_image
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
@@ -57,6 +58,10 @@ curl() { command curl --fail-with-body "$@"; }
 ASSIGNMENT = re.compile(r"(?:^|;)\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", re.M)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENDED = ("finished", "failed", "killed", "timeout")
+# The user guide's image, built here (busybox, umoci) into the live system's image store
+# under that reference: the site's store holds it, no registry is asked.
+GUIDE_IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
+ELASTIC_STEP = re.compile(r"step (\d+) world (\d+) loss (\d+\.\d+)")
 PORTAL = ("http://localhost:8000", "https://trainyard.example.com")
 
 
@@ -208,7 +213,10 @@ def demo(transactional_db, host_tmp, redis_url, training_env) -> Iterator[Demo]:
     call_command("seed_demo")
     for username, password, *_ in DEMO_USERS:  # a hash the servers verify
         set_password(get_user_model().objects.get(username=username), password)
-    with live_servers(host_tmp, redis_url, "registered") as servers:
+    images = host_tmp / "image-store"
+    build_image(images, GUIDE_IMAGE)
+    store = {"TRAINYARD_LOCAL_IMAGE_STORE": str(images)}
+    with live_servers(host_tmp, redis_url, "registered", extra_env=store) as servers:
         yield Demo(servers, host_tmp)
 
 
@@ -295,6 +303,60 @@ def example_before(example: Example, fence: str) -> str:
     text = (ROOT / example.document).read_text()
     at = text.rindex(fence, 0, text.index(example.body))
     return text[at + len(fence) : text.index("```", at + len(fence))]
+
+
+def submitting_a_job(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """The answer is the stored job, in the image the site's store serves; the job is then
+    killed (its command is the text's, which the test's small image cannot run), so that
+    its 16 GPUs are free for the next blocks."""
+    job = json.loads(succeeds(terminal, example))
+    assert (job["name"], job["owner"], job["image"]) == ("bert-large", terminal.user, GUIDE_IMAGE)
+    stored = demo.api(terminal.user, f"jobs/{job['id']}/").json()
+    assert (stored["type"], stored["workers"], stored["gpus_per_worker"]) == ("distributed", 2, 8)
+    assert stored["env"] == {"NCCL_DEBUG": "WARN"}
+    assert (stored["max_retries"], stored["max_wall_time"], stored["preemptible"]) == (
+        3, 172800, False
+    )  # fmt: skip
+    assert stored["image"] == GUIDE_IMAGE and job["status"] not in ENDED, job
+    again = succeeds(terminal, example)  # the same Idempotency-Key: the same job
+    assert json.loads(again)["id"] == job["id"]
+    demo.call("POST", terminal.user, f"jobs/{job['id']}/kill/")
+    demo.job_ends(terminal.user, job["id"])
+
+
+def elastic_job(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """It runs at 2 to 4 workers (the idle demo cluster lets it grow) and its log shows the
+    documented step lines, steps in a row; then the test kills it (5000 steps would take
+    minutes: a test may stop a documented long job once it has shown what the text
+    promises)."""
+    job_id = succeeds(terminal, example).strip()
+    job = demo.job_reaches(terminal.user, job_id, ("running",))
+    assert (job["min_workers"], job["max_workers"]) == (2, 4) and 2 <= job["workers"] <= 4, job
+
+    def stepping() -> list[tuple[str, ...]] | None:
+        steps = ELASTIC_STEP.findall(demo.log(terminal.user, job_id))
+        return steps if len(steps) >= 3 else None
+
+    steps = wait_for(stepping, f"elastic job {job_id}'s first steps", JOB_SECONDS)
+    numbers = [int(step) for step, _world, _loss in steps]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), steps
+    assert {int(world) for _step, world, _loss in steps} <= {2, 3, 4}, steps
+    demo.call("POST", terminal.user, f"jobs/{job_id}/kill/")
+    assert demo.job_ends(terminal.user, job_id)["status"] == "killed"
+
+
+def deadline_job(demo: Demo, terminal: Terminal, example: Example) -> None:
+    """Four hours from now, on the idle demo cluster: met holding 2 workers, as the text
+    works out; the job (its command the text's) is then killed."""
+    done = terminal.run(example)
+    assert done.returncode == 0, f"{example}\n{done.stdout}{done.stderr}"
+    job_id = done.stdout.strip()
+    said = " ".join(done.stderr.split())
+    assert "deadline: meets it with at least 2 workers from now (earliest finish" in said, said
+    job = demo.api(terminal.user, f"jobs/{job_id}/").json()
+    assert (job["admission"], job["admission_share"]) == ("meets", 2), job
+    demo.call("POST", terminal.user, f"jobs/{job_id}/kill/")
+    demo.job_ends(terminal.user, job_id)
 
 
 def following_a_job(demo: Demo, terminal: Terminal, example: Example) -> None:
@@ -406,6 +468,9 @@ CHECKS: dict[str, dict[str, Check]] = {
     "docs/user-guide.md": {
         "token-from-scripts": token_from_scripts,
         "command-line-session": command_line_session,
+        "submitting-a-job": submitting_a_job,
+        "elastic-job": elastic_job,
+        "deadline-job": deadline_job,
         "following-a-job": following_a_job,
         "managing-jobs": managing_jobs,
         "keys-and-addresses": keys_and_addresses,
@@ -420,6 +485,10 @@ CHECKS: dict[str, dict[str, Check]] = {
 }
 
 
+# Blocks run by a test of their own (``alone``), by document: the test's module.
+ALONE_CHECKS = {"README.md": {"make-run": "tests/test_docs_make_run.py"}}
+
+
 def test_every_shell_example_is_run_or_marked_not_to_be_with_a_reason():
     for document in DOCUMENTS:
         examples = shell_examples(document)
@@ -427,24 +496,32 @@ def test_every_shell_example_is_run_or_marked_not_to_be_with_a_reason():
         assert unmarked == [], "mark each: ```sh test=NAME or ```sh no-test=REASON"
         no_reason = [str(e) for e in examples if e.not_run and not e.reason]
         assert no_reason == [], "say why it is not run: ```sh no-test=REASON"
-        named = [e.check for e in examples if e.check is not None]
+        named = [e.check for e in examples if e.check is not None and not e.alone]
         assert sorted(named) == sorted(CHECKS.get(document, {})), document
+        alone = [e.check for e in examples if e.check is not None and e.alone]
+        assert sorted(alone) == sorted(ALONE_CHECKS.get(document, {})), document
+        for module in ALONE_CHECKS.get(document, {}).values():
+            assert (ROOT / module).is_file()
 
 
 def test_a_fence_says_how_its_block_is_run():
     bare = Example("x.md", 1, "sh no-test", "make run\n")
     given = Example("x.md", 1, "sh no-test=starts-the-system", "make run\n")
     admin = Example("x.md", 1, "sh test=cluster-setup as=admin", "a \\\n  b\n# c\nd  # e\n")
+    alone = Example("x.md", 1, "sh test=make-run as=admin alone", "make run\n")
     assert (bare.not_run, bare.reason, bare.check) == (True, "", None)  # refused above
     assert (given.not_run, given.reason) == (True, "starts-the-system")
     assert (admin.check, admin.admin_only, admin.not_run) == ("cluster-setup", True, False)
+    assert (admin.alone, alone.alone, alone.check, alone.admin_only) == (
+        False, True, "make-run", True
+    )  # fmt: skip
     assert admin.commands() == ["a    b", "d  # e"]
 
 
 def run_document(demo: Demo, terminal: Terminal, document: str) -> None:
     """The document's blocks in order; a normal user's terminal skips the admins'."""
     for example in shell_examples(document):
-        if example.check and not (terminal.account and example.admin_only):
+        if example.check and not example.alone and not (terminal.account and example.admin_only):
             CHECKS[document][example.check](demo, terminal, example)
 
 

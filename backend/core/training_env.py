@@ -34,9 +34,12 @@ from jobmanager.backends.local import JOB_PATH
 SYSTEM_PYTHON = "/usr/bin/python3"
 REPOSITORY = Path(__file__).resolve().parents[2]
 REQUIREMENTS_DIR = REPOSITORY / "deploy" / "training-env"
-# The README's example training script, copied in so that every job account may run it
+# The documents' example training scripts, copied in so that every job account may run them
 # (the repository may lie under root's home).
-EXAMPLES = (REPOSITORY / "examples" / "train_mnist_like.py",)
+EXAMPLES = (
+    REPOSITORY / "examples" / "train_mnist_like.py",
+    REPOSITORY / "examples" / "train_elastic.py",
+)
 STAMP = ".trainyard-requirements"
 PUBLIC_UMASK = 0o022
 

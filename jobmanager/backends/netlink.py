@@ -13,6 +13,7 @@ Only the standard library is used (``ctypes`` for ``setns`` and ``umount2``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import ipaddress
@@ -55,9 +56,9 @@ def configure_job_side(netns_path: str, address: str, prefix: int, gateway: str 
     with route:
         requests = [
             ("address", RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, _address(index, address, prefix)),
-            ("eth0 up", RTM_NEWLINK, 0, _LINK.pack(socket.AF_UNSPEC, 0, index, IFF_UP, IFF_UP)),
-            ("lo up", RTM_NEWLINK, 0, _LINK.pack(socket.AF_UNSPEC, 0, LOOPBACK_INDEX, IFF_UP, IFF_UP)),
-        ]  # fmt: skip
+            ("eth0 up", RTM_NEWLINK, 0, _up(index)),
+            ("lo up", RTM_NEWLINK, 0, _up(LOOPBACK_INDEX)),
+        ]
         if gateway is not None:
             requests.append(("route", RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, _route(gateway)))
         _send_all(route, requests)
@@ -71,10 +72,8 @@ def remove_netns(netns_path: str) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (a partial one)
             raise NetlinkError(code, f"umount {netns_path}: {os.strerror(code)}")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(netns_path)
-    except FileNotFoundError:
-        pass
 
 
 def _socket_in(netns_path: str, interface: str) -> tuple[socket.socket, int]:
@@ -110,6 +109,10 @@ def _open_inside(
         outcome.append((route, index))
     except BaseException as error:  # handed to the caller's thread
         outcome.append(error)
+
+
+def _up(index: int) -> bytes:
+    return _LINK.pack(socket.AF_UNSPEC, 0, index, IFF_UP, IFF_UP)
 
 
 def _address(index: int, address: str, prefix: int) -> bytes:

@@ -18,10 +18,11 @@ address. The claims live in ``/run`` as the namespaces do: a reboot clears both.
 Making a namespace takes a run of ``ip`` (the host's side: the namespace, its veth pair on
 the bridge) and three netlink requests made from this process inside it (the job's side:
 ``netlink.py``; removing one is an unmount, no ``ip`` either). A few are made ahead, off
-the deployments' path (``make_spares``: one ``ip`` for the host's side of all of them), each recorded by a file in ``/run/trainyard/spares/<bridge>`` once it is
-complete. A deployment takes one by removing its file (two never take the same one) and
-makes one itself when none is left. A spare was never used: a job's namespace is never
-handed to another job, it is removed with the job.
+the deployments' path (``make_spares``: one ``ip`` for the host's side of all of them),
+each recorded by a file in ``/run/trainyard/spares/<bridge>`` once it is complete, topped
+up once half are taken. A deployment takes one by removing its file (two never take the
+same one) and makes one itself when none is left. A spare was never used: a job's
+namespace is never handed to another job, it is removed with the job.
 """
 
 from __future__ import annotations
@@ -165,9 +166,12 @@ class BridgeNetwork:
 
     def keep_spares(self, size: int) -> None:
         """Top the spares up to ``size`` in a thread of this process's (one at a time; none
-        when one is at it), off the caller's path. Those left when the process ends are
-        removed then."""
-        if size <= 0 or not self._topping_up.acquire(blocking=False):
+        when one is at it), off the caller's path, once half of them or more are taken:
+        several made by one ``ip``, not one by each deployment. Those left when the process
+        ends are removed then."""
+        if size <= 0 or self.spare_count() > size // 2:
+            return
+        if not self._topping_up.acquire(blocking=False):
             return
         if not self._made_spares:
             self._made_spares = True

@@ -822,12 +822,13 @@ class LocalBackend(ClusterBackend):
             with contextlib.suppress(OSError):
                 job_dir.rmdir()
             if entry is not None:
+                self._reaper.queue(entry)
                 self._reaper.soon()
 
     def _finish_removals(self, entries: list[Path]) -> None:
         """What removals left to the reaper (``local_removal``) in ``entries``: the network
-        namespaces their states name (never another job's: each has a name of its own), in
-        one ``ip``; the bundles go with the entries."""
+        namespaces their states name (never another job's: each has a name of its own); the
+        bundles go with the entries."""
         states = [state for entry in entries if (state := _read_json(entry / "state.json"))]
         if self._network is not None:
             networks = [JobNetwork(**state["network"]) for state in states if state.get("network")]

@@ -4,11 +4,12 @@ The job manager removes ended jobs in each round, before it schedules the next o
 job whose containers have all stopped (their pid namespaces, every process in them, gone
 with their first processes; their cgroups removed by the inits) and are deleted, what is
 left takes tens of ms a job and no decision waits on it: the job's network namespace
-(an ``ip``, and the kernel's clean-up) and its bundles (removing a directory a container
+(an unmount, and the kernel's clean-up) and its bundles (removing a directory a container
 mounted on waits for the kernel's RCU grace period, a few ms each, 30 a bundle).
 ``LocalBackend.remove`` moves those files into ``<state dir>/.removing/<job id>.<token>/``
-(renames), frees the job's devices and returns; a thread of the backend's process (one at
-a time) removes the namespaces of all the entries there with one ``ip``, then the entries.
+(renames, into an entry no reaper takes until it is queued, filled), frees the job's devices
+and returns; a thread of the backend's process (one at a time) removes the namespaces of all
+the entries there, then the entries.
 An entry a process left unfinished (it ended meanwhile) is finished by the next removal of
 any process using the state directory. Nothing here is reused by a later deployment: each
 namespace has a name of its own, and the job's directory is free once the files moved.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 TAKEN = ".taken-"  # an entry a reaper is finishing: its name, after this prefix
+FILLING = ".filling-"  # an entry a removal is still moving files into: left alone
 STALE_SECONDS = 300.0  # a taken entry that old was its reaper's when that reaper ended
 
 
@@ -41,11 +43,19 @@ class Reaper:
         self._thread: threading.Thread | None = None
 
     def entry(self, job_id: str) -> Path:
-        """A new entry of the trash for the job (made, root's alone)."""
+        """A new entry of the trash for the job (made, root's alone), to move the job's
+        files into and then ``queue``: no reaper takes it meanwhile (one running for an
+        earlier removal would otherwise take it half filled)."""
         self.trash.mkdir(mode=0o700, exist_ok=True)
-        entry = self.trash / f"{job_id}.{secrets.token_hex(4)}"
+        entry = self.trash / f"{FILLING}{job_id}.{secrets.token_hex(4)}"
         entry.mkdir(mode=0o700)
         return entry
+
+    def queue(self, entry: Path) -> Path:
+        """The filled entry, made one for reapers to take."""
+        queued = entry.with_name(entry.name.removeprefix(FILLING))
+        os.rename(entry, queued)
+        return queued
 
     def soon(self) -> None:
         """Finish every entry of the trash in this process's thread, started if none runs."""
@@ -87,14 +97,14 @@ class Reaper:
         """The entry, renamed as this reaper's (two never finish the same); None when
         another has it."""
         entry = self.trash / name
-        if name.startswith(TAKEN):
-            try:  # its reaper's process ended before it finished
+        if name.startswith((TAKEN, FILLING)):
+            try:  # its reaper's (or removal's) process ended before it finished
                 stale = time.time() - entry.stat().st_mtime > STALE_SECONDS
             except FileNotFoundError:
                 return None
             if not stale:
                 return None
-            name = name.removeprefix(TAKEN)
+            name = name.removeprefix(TAKEN).removeprefix(FILLING)
         taken = self.trash / f"{TAKEN}{name}"
         try:
             os.rename(entry, taken)

@@ -145,7 +145,7 @@ def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
     config = bundle_config(sandbox, worker)
     descriptor = os.open(directory / "config.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:
-        json.dump(config, file)
+        file.write(json.dumps(config))  # C's encoder: json.dump to a file is Python's
 
 
 def bundle_config(sandbox: Sandbox, worker: Worker) -> dict[str, Any]:

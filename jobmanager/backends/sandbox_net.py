@@ -15,12 +15,14 @@ holding the namespace's name, so that two deployments at once never take the sam
 of two backends (two state directories) on one bridge; the host holds the subnet's first
 address. The claims live in ``/run`` as the namespaces do: a reboot clears both.
 
-Making a namespace takes two runs of ``ip`` (tens of ms on a loaded host), so a few are
-made ahead, off the deployments' path (``make_spares``: one ``ip`` for the host's side of
-all of them), each recorded by a file in ``/run/trainyard/spares/<bridge>`` once it is
-complete. A deployment takes one by removing its file (two never take the same one) and
-makes one itself when none is left. A spare was never used: a job's namespace is never
-handed to another job, it is removed with the job.
+Making a namespace takes a run of ``ip`` (the host's side: the namespace, its veth pair on
+the bridge) and three netlink requests made from this process inside it (the job's side:
+``netlink.py``; removing one is an unmount, no ``ip`` either). A few are made ahead, off
+the deployments' path (``make_spares``: one ``ip`` for the host's side of all of them),
+each recorded by a file in ``/run/trainyard/spares/<bridge>`` once it is complete, topped
+up once half are taken. A deployment takes one by removing its file (two never take the
+same one) and makes one itself when none is left. A spare was never used: a job's
+namespace is never handed to another job, it is removed with the job.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from jobmanager.backends import netlink
 
 DEFAULT_BRIDGE = "trainyard0"
 DEFAULT_SUBNET = "10.88.0.0/16"
@@ -122,11 +126,13 @@ class BridgeNetwork:
 
     def _make_job_side(self, network: JobNetwork) -> None:
         """In the namespace: the address, the interfaces up, the route out (egress on)."""
-        lines = [f"addr add {network.address}/{self.subnet.prefixlen} dev eth0"]
-        lines += ["link set eth0 up", "link set lo up"]
-        if self.egress_nat:
-            lines.append(f"route add default via {self.gateway}")
-        _run(["ip", "-n", network.netns, "-batch", "-"], "\n".join(lines) + "\n")
+        gateway = str(self.gateway) if self.egress_nat else None
+        try:  # netlink from this process: no ip started for it (netlink.py says why)
+            netlink.configure_job_side(
+                network.path, network.address, self.subnet.prefixlen, gateway
+            )
+        except OSError as error:
+            raise NetworkError(f"namespace {network.netns}: {error}") from error
 
     def make_spares(self, count: int) -> int:
         """``count`` spare namespaces, complete, for deployments to take (the host's side of
@@ -160,9 +166,12 @@ class BridgeNetwork:
 
     def keep_spares(self, size: int) -> None:
         """Top the spares up to ``size`` in a thread of this process's (one at a time; none
-        when one is at it), off the caller's path. Those left when the process ends are
-        removed then."""
-        if size <= 0 or not self._topping_up.acquire(blocking=False):
+        when one is at it), off the caller's path, once half of them or more are taken:
+        several made by one ``ip``, not one by each deployment. Those left when the process
+        ends are removed then."""
+        if size <= 0 or self.spare_count() > size // 2:
+            return
+        if not self._topping_up.acquire(blocking=False):
             return
         if not self._made_spares:
             self._made_spares = True
@@ -214,12 +223,10 @@ class BridgeNetwork:
         self.remove_all([network])
 
     def remove_all(self, networks: list[JobNetwork]) -> None:
-        """The namespaces and their addresses' claims, with one ``ip`` for all."""
-        there = [n.netns for n in networks if (NETNS_DIR / n.netns).exists()]
-        if there:
-            with contextlib.suppress(NetworkError):  # -force: on past one gone meanwhile
-                _run(["ip", "-force", "-batch", "-"], "".join(f"netns delete {n}\n" for n in there))
-        for network in networks:
+        """The namespaces and their addresses' claims."""
+        for network in networks:  # as ip netns delete, without starting ip
+            with contextlib.suppress(OSError):
+                netlink.remove_netns(network.path)
             with contextlib.suppress(FileNotFoundError):
                 (self.claims / network.address).unlink()
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from jobmanager.core.backfill import is_dead, place_job, reserve_for
+from jobmanager.core.backfill import is_dead, place_job, reserve_for, starved_keeps_place
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
@@ -223,7 +223,9 @@ def _phase_one(state: PassState, queue: VcQueue, unpreemptible: int) -> None:
                 # its user made preemptible holds no guaranteed work back.
                 if not job.preemptible:
                     policy = queue.vc.policy
-                    if state.holds_queue(policy, job):
+                    if state.holds_queue(policy, job) and not starved_keeps_place(
+                        state, queue, job
+                    ):
                         break
                     if policy.reserves and queue.reservation is None:
                         # The VC's first job that cannot start now: the guaranteed work

@@ -5,7 +5,9 @@ preempting borrowers when that is the only way; then the rest (jobs beyond their
 quota and jobs their users marked preemptible) may borrow what is still idle, and run as
 preemptible. Within a VC, jobs go by priority, then submission time, then the largest
 gang first; a FIFO VC stops at the first job that cannot start, a runnable-first VC lets
-smaller jobs by, unless the waiting job has waited past the starvation guard.
+smaller jobs by until the waiting job has waited past the starvation guard; then it gets
+backfill's reservation (jobmanager.core.backfill.starved_keeps_place), or, with nothing
+to plan it by, holds the queue as under FIFO.
 
 Preemption (the victims: see jobmanager.core.preemption). A guaranteed job that does not
 fit claims a place made of free resources, those of jobs being stopped and those of the
@@ -18,8 +20,8 @@ back by starting the victim again. A job its user made preemptible never holds
 guaranteed work back, even under FIFO.
 
 Backfill, least attained service and fair share (see jobmanager.core.reservations and
-jobmanager.core.queues) replace runnable first's starvation guard by a reservation for
-each VC's first job that cannot start: later jobs, of every VC's second phase, start now
+jobmanager.core.queues) give a reservation to each VC's first job that cannot start
+(runnable first, once past its starvation guard): later jobs, of every VC's second phase, start now
 only if they leave its place free in time. Least attained service orders a VC's jobs by
 their LAS queue and lets a job preempt its VC's preemptible jobs of a later queue that
 have run a quantum since they started; fair share orders them by their user's usage;
@@ -218,9 +220,10 @@ def _phase_one(state: PassState, queue: VcQueue, unpreemptible: int) -> None:
                 _wait_behind_blocker(state, queue, [job])
                 continue
             if job.preemptible or not state.guaranteed_use.room_for(queue.vc, job.shape):
-                # Under FIFO, or once this job has waited past RF's starvation guard,
-                # nothing behind it may start before it is judged (in phase two). A job
-                # its user made preemptible holds no guaranteed work back.
+                # Under FIFO, or once this job has waited past RF's starvation guard
+                # with no reservation to keep its place, nothing behind it may start
+                # before it is judged (in phase two). A job its user made preemptible
+                # holds no guaranteed work back.
                 if not job.preemptible:
                     policy = queue.vc.policy
                     if state.holds_queue(policy, job) and not starved_keeps_place(

@@ -13,7 +13,7 @@ from bisect import insort
 
 from jobmanager.core.pass_state import PassState, VcQueue, others_holds
 from jobmanager.core.reservations import Ends, Reservation, reserve
-from jobmanager.core.snapshot import JobShape, Policy, QueuedJob, WorkerPlacement
+from jobmanager.core.snapshot import JobShape, QueuedJob, WorkerPlacement
 
 # Jobs of a shape that waits for a reservation still read in one pass, looking for one
 # short enough to backfill (as Slurm's bf_max_job_test bounds its backfill scan).
@@ -126,16 +126,3 @@ def reserve_for(state: PassState, queue: VcQueue, job: QueuedJob) -> bool:
     finally:
         if lifted is not None:
             others_holds(state, lifted, lift=True)
-
-
-def starved_keeps_place(state: PassState, queue: VcQueue, job: QueuedJob) -> bool:
-    """Runnable first, past the starvation guard: the VC's first job that cannot start is
-    kept its place by backfill's reservation (as the reserving policies' first waiting job
-    is), and the jobs behind it start only where they leave that place free in time,
-    instead of all waiting behind it as under FIFO; True if the VC holds a reservation (the
-    job's, or that of a job before it). False, and the job holds the queue, if running jobs
-    give no expected end to plan by. Holding the queue let the jobs that went by a gang
-    during its first hour end late: RF's p95 JCT was 1.03x FIFO's on Philly."""
-    if queue.vc.policy != Policy.RF:
-        return False
-    return queue.reservation is not None or reserve_for(state, queue, job)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from jobmanager.core.backfill import note_end, reserve_for, starved_keeps_place
+from jobmanager.core.backfill import note_end, reserve_for
 from jobmanager.core.fair_share import charge_start
 from jobmanager.core.pass_state import PassState, VcQueue
 from jobmanager.core.snapshot import (
@@ -101,9 +101,7 @@ def wait(
     if running jobs give no expected end to plan it by, blocks its VC)."""
     policy = queue.vc.policy
     if blocks is None:
-        blocks = state.holds_queue(policy, job) and not (
-            reservable and starved_keeps_place(state, queue, job)
-        )
+        blocks = state.holds_queue(policy, job)
         if policy.reserves and reservable and queue.reservation is None:
             blocks = not reserve_for(state, queue, job)
         mine = queue.reservation

@@ -73,8 +73,7 @@ class PassState:
 
     def holds_queue(self, policy: Policy, job: QueuedJob) -> bool:
         """Whether the job, waiting, holds back the VC's jobs behind it by order alone:
-        FIFO's head, or RF's once past the starvation guard (unless a reservation
-        keeps its place: jobmanager.core.backfill.starved_keeps_place). Not a job that no
+        FIFO's head, or RF's once past the starvation guard. Not a job that no
         schedulable nodes could hold (cordoned or gone): that would hold the VC until an
         admin acts, where Slurm passes over a job whose nodes are not available."""
         ordered = policy == Policy.FIFO or (policy == Policy.RF and self.starved(job))

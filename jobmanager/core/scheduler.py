@@ -5,9 +5,7 @@ preempting borrowers when that is the only way; then the rest (jobs beyond their
 quota and jobs their users marked preemptible) may borrow what is still idle, and run as
 preemptible. Within a VC, jobs go by priority, then submission time, then the largest
 gang first; a FIFO VC stops at the first job that cannot start, a runnable-first VC lets
-smaller jobs by until the waiting job has waited past the starvation guard; then it gets
-backfill's reservation (jobmanager.core.backfill.starved_keeps_place), or, with nothing
-to plan it by, holds the queue as under FIFO.
+smaller jobs by, unless the waiting job has waited past the starvation guard.
 
 Preemption (the victims: see jobmanager.core.preemption). A guaranteed job that does not
 fit claims a place made of free resources, those of jobs being stopped and those of the
@@ -20,8 +18,8 @@ back by starting the victim again. A job its user made preemptible never holds
 guaranteed work back, even under FIFO.
 
 Backfill, least attained service and fair share (see jobmanager.core.reservations and
-jobmanager.core.queues) give a reservation to each VC's first job that cannot start
-(runnable first, once past its starvation guard): later jobs, of every VC's second phase, start now
+jobmanager.core.queues) replace runnable first's starvation guard by a reservation for
+each VC's first job that cannot start: later jobs, of every VC's second phase, start now
 only if they leave its place free in time. Least attained service orders a VC's jobs by
 their LAS queue and lets a job preempt its VC's preemptible jobs of a later queue that
 have run a quantum since they started; fair share orders them by their user's usage;
@@ -39,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from jobmanager.core.backfill import is_dead, place_job, reserve_for, starved_keeps_place
+from jobmanager.core.backfill import is_dead, place_job, reserve_for
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
@@ -220,15 +218,12 @@ def _phase_one(state: PassState, queue: VcQueue, unpreemptible: int) -> None:
                 _wait_behind_blocker(state, queue, [job])
                 continue
             if job.preemptible or not state.guaranteed_use.room_for(queue.vc, job.shape):
-                # Under FIFO, or once this job has waited past RF's starvation guard
-                # with no reservation to keep its place, nothing behind it may start
-                # before it is judged (in phase two). A job its user made preemptible
-                # holds no guaranteed work back.
+                # Under FIFO, or once this job has waited past RF's starvation guard,
+                # nothing behind it may start before it is judged (in phase two). A job
+                # its user made preemptible holds no guaranteed work back.
                 if not job.preemptible:
                     policy = queue.vc.policy
-                    if state.holds_queue(policy, job) and not starved_keeps_place(
-                        state, queue, job
-                    ):
+                    if state.holds_queue(policy, job):
                         break
                     if policy.reserves and queue.reservation is None:
                         # The VC's first job that cannot start now: the guaranteed work

@@ -3,8 +3,8 @@
 Time queued counts every wait since submission, those after preemptions included (what the
 job did not spend holding its GPUs). Least attained service and fair share rank an overdue
 job before every other of its VC (Tiresias's promotion), so no job waits much more than
-the limit in all; least attained service no longer preempts a job that was overdue when it
-started (jobmanager.core.las).
+the limit in all; an overdue job preempts nothing, and least attained service no longer
+preempts a job that was overdue when it started (jobmanager.core.las).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from jobmanager.backends.base import (
     WorkerReport,
     WorkerState,
 )
-from jobmanager.backends.local import worker_env
+from jobmanager.backends.local import JOB_PATH, worker_env
 from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJob, SlurmNode
 from jobmanager.backends.slurm_script import (
     allocation_options,
@@ -80,10 +80,13 @@ class SlurmBackend(ClusterBackend):
         partition: str = "",
         commands: SlurmCommands | None = None,
         stop_grace: float = 30.0,
+        job_path: str = JOB_PATH,
     ) -> None:
         """``conf``: the cluster's slurm.conf ("" for Slurm's default, /etc/slurm);
         ``partition``: where jobs go ("" for the cluster's default); ``stop_grace``: the
-        job manager's grace on a stop, which Slurm's time limit leaves room for."""
+        job manager's grace on a stop, which Slurm's time limit leaves room for;
+        ``job_path``: each worker's PATH unless the job sets its own (an elastic job's
+        ``torchrun`` is found there)."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
         for directory in (self.state_dir, self.log_dir):
@@ -92,6 +95,7 @@ class SlurmBackend(ClusterBackend):
                 directory.chmod(TRAVERSABLE)
         self.partition = partition
         self.stop_grace = stop_grace
+        self.job_path = job_path
         self.slurm = commands or SlurmCommands(conf)
         self._pinned_nodes: list[SlurmNode] | None = None
         # Each node's leaf switch, read at most every SWITCHES_EVERY seconds.

@@ -25,6 +25,7 @@ the shared filesystem Slurm's nodes already mount).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -255,7 +256,16 @@ class SlurmBackend(ClusterBackend):
         """Hand a resize's new round to Slurm (held until the retiring allocations have
         ended; adopted by name if a cut-short submission reached it), then ask those to
         stop. A round Slurm refuses is recorded: its workers are reported failed, and the
-        job manager retries the job as for any failed gang."""
+        job manager retries the job as for any failed gang. ``state`` is brought up to
+        date: under the job's lock, another process may have finished it first."""
+        with self._round_lock(state["job_id"]):
+            current = self._read_state(state["job_id"]) or {}
+            state.clear()
+            state.update(current)
+            if state.get("submission") and not state["stop_requested_at"]:
+                self._submit_round(state)
+
+    def _submit_round(self, state: dict[str, Any]) -> None:
         jobs = {job.job_id: job for job in self.slurm.jobs()}
         name = slurm_name(state["job_id"], state["attempt"], state["round"])
         adopted = next((j for j in jobs.values() if j.name == name and not j.ended), None)
@@ -277,6 +287,14 @@ class SlurmBackend(ClusterBackend):
         self._write_state(state)
         if settle_retiring(self.slurm, state, jobs):
             self._write_state(state)
+
+    @contextlib.contextmanager
+    def _round_lock(self, job_id: str) -> Iterator[None]:
+        """One process at a time hands a job's new round to Slurm (a resize, and another
+        instance's reports finishing one it believes cut short)."""
+        with open(self._job_dir(job_id) / "round.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _submit(self, launch: JobLaunch, run_as: RunAs, script: str, options: list[str]) -> int:
         """Hand the batch job to Slurm as the owner; its Slurm job id."""

@@ -25,6 +25,7 @@ the shared filesystem Slurm's nodes already mount).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -49,8 +50,16 @@ from jobmanager.backends.base import (
     WorkerReport,
     WorkerState,
 )
-from jobmanager.backends.local import worker_env
+from jobmanager.backends.elastic import elastic_command, elastic_env, rendezvous_endpoint
+from jobmanager.backends.local import JOB_PATH, worker_env
 from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJob, SlurmNode
+from jobmanager.backends.slurm_rounds import (
+    dependency,
+    retire,
+    settle_retiring,
+    slurm_name,
+    status_dir_name,
+)
 from jobmanager.backends.slurm_script import (
     allocation_options,
     batch_script,
@@ -59,6 +68,7 @@ from jobmanager.backends.slurm_script import (
     time_limit,
 )
 from jobmanager.backends.slurm_steps import WorkerStep
+from jobmanager.faults import crash_point
 
 TRAVERSABLE = 0o711
 PRIVATE = 0o700
@@ -71,6 +81,7 @@ SWITCHES_EVERY = 300.0  # seconds between reads of Slurm's tree topology
 
 class SlurmBackend(ClusterBackend):
     name = "slurm"
+    resizes = True  # a new allocation of the new size: see slurm_rounds
 
     def __init__(
         self,
@@ -80,10 +91,13 @@ class SlurmBackend(ClusterBackend):
         partition: str = "",
         commands: SlurmCommands | None = None,
         stop_grace: float = 30.0,
+        job_path: str = JOB_PATH,
     ) -> None:
         """``conf``: the cluster's slurm.conf ("" for Slurm's default, /etc/slurm);
         ``partition``: where jobs go ("" for the cluster's default); ``stop_grace``: the
-        job manager's grace on a stop, which Slurm's time limit leaves room for."""
+        job manager's grace on a stop, which Slurm's time limit leaves room for;
+        ``job_path``: each worker's PATH unless the job sets its own (an elastic job's
+        ``torchrun`` is found there)."""
         self.state_dir = Path(state_dir)
         self.log_dir = Path(log_dir)
         for directory in (self.state_dir, self.log_dir):
@@ -92,6 +106,7 @@ class SlurmBackend(ClusterBackend):
                 directory.chmod(TRAVERSABLE)
         self.partition = partition
         self.stop_grace = stop_grace
+        self.job_path = job_path
         self.slurm = commands or SlurmCommands(conf)
         self._pinned_nodes: list[SlurmNode] | None = None
         # Each node's leaf switch, read at most every SWITCHES_EVERY seconds.
@@ -130,11 +145,10 @@ class SlurmBackend(ClusterBackend):
         state = {
             "job_id": launch.job_id,
             "attempt": launch.attempt,
+            "round": 0,
+            "retiring": [],
             "slurm_id": None,
-            "workers": [
-                {"rank": w.rank, "node": w.node, "het_group": het_groups.get(w.node)}
-                for w in launch.workers
-            ],
+            "workers": _workers(launch, het_groups),
             "owner": {"uid": run_as.uid, "gid": run_as.gid, "name": run_as.name},
             "stop_requested_at": None,
             "grace_seconds": None,
@@ -143,11 +157,11 @@ class SlurmBackend(ClusterBackend):
         # A submission cut short by a crash may have reached Slurm: adopt it, found by name.
         # (Without a state, nothing was submitted: it is written before sbatch runs.)
         cut_short = previous is not None and previous["attempt"] == launch.attempt
-        self._make_job_dirs(launch, run_as)
+        self._make_job_dirs(launch, run_as, self._status_dir_of(state))
         script, options = self._batch_job(launch, run_as, nodes, state)
         self._write_state(state)  # once before sbatch, once after: two writes a deployment
         adopted = (
-            self._slurm_job_named(_slurm_name(launch.job_id, launch.attempt)) if cut_short else None
+            self._slurm_job_named(slurm_name(launch.job_id, launch.attempt)) if cut_short else None
         )
         state["slurm_id"] = (
             adopted.job_id if adopted else self._submit(launch, run_as, script, options)
@@ -166,32 +180,121 @@ class SlurmBackend(ClusterBackend):
         secrets) for its sessions."""
         shares = node_shares(launch)
         master = nodes[min(launch.workers, key=lambda w: w.rank).node].address
-        port = (
-            MASTER_PORTS[0]
-            + zlib.crc32(f"{launch.job_id}/{launch.attempt}".encode()) % MASTER_PORTS[1]
+        round_number = state.get("round", 0)
+        round_key = f"{launch.job_id}/{launch.attempt}" + (
+            f"/{round_number}" if round_number else ""
         )
-        envs = {}
+        port = MASTER_PORTS[0] + zlib.crc32(round_key.encode()) % MASTER_PORTS[1]
+        envs, commands = {}, {}
         for spec in launch.workers:
-            env = worker_env(launch, spec, port, declared=False, run_as=run_as)
+            env = worker_env(launch, spec, port, False, run_as, master, self.job_path)
             env.pop("CUDA_VISIBLE_DEVICES")  # Slurm sets it to the devices it gave the step
-            envs[spec.rank] = env | {"MASTER_ADDR": master}
+            if launch.elastic:  # under torchrun's agent; rank 0's hosts the rendezvous
+                endpoint = rendezvous_endpoint(master, port + 1)
+                env |= elastic_env(launch, endpoint)
+                own = nodes[spec.node].address
+                round_id = f"{launch.job_id}-{launch.attempt}-{round_number}"
+                commands[spec.rank] = elastic_command(launch, spec.rank, endpoint, own, round_id)
+            envs[spec.rank] = env
         job_dir = self._job_dir(launch.job_id)
+        status_dir = self._status_dir_of(state)
         state["envs"] = {str(rank): env for rank, env in envs.items()}
         state["working_dir"] = launch.working_dir or str(job_dir / "work")
         script = batch_script(
             launch, shares, envs,
             working_dir=state["working_dir"],
-            status_dir=str(self._status_dir(launch.job_id, launch.attempt)),
+            status_dir=str(status_dir),
             log_dir=str(self.log_dir / launch.job_id),
+            commands=commands,
         )  # fmt: skip
         options = [
-            f"--job-name={_slurm_name(launch.job_id, launch.attempt)}", "--no-requeue",
-            f"--output={job_dir / f'a{launch.attempt}' / 'batch.log'}", "--kill-on-invalid-dep=yes",
+            f"--job-name={slurm_name(launch.job_id, launch.attempt, round_number)}",
+            "--no-requeue", f"--output={status_dir / 'batch.log'}", "--kill-on-invalid-dep=yes",
             *([f"--partition={self.partition}"] if self.partition else []),
             *time_limit(launch.wall_time, self.stop_grace),
             *allocation_options(shares),
         ]  # fmt: skip
         return script, options
+
+    def resize(self, launch: JobLaunch, grace_seconds: float) -> None:
+        """A new round of the attempt at the launch's workers (see ``slurm_rounds``): its
+        allocation submitted, held until the current one has ended, and the current one
+        asked to stop with the grace. An attempt not deployed, being stopped, or already
+        at the launch's workers is left alone; one whose last resize was cut short before
+        Slurm had it is finished."""
+        run_as = _run_as(launch)
+        state = self._read_state(launch.job_id)
+        if state is None or state["attempt"] != launch.attempt or state["stop_requested_at"]:
+            return  # not deployed (yet), another attempt, or being stopped
+        if state["slurm_id"] is None:
+            if state.get("submission"):
+                self._finish_submission(state)  # a resize cut short: finish it
+            return  # else a deployment cut short: deploy and reconcile decide
+        if [(w["rank"], w["node"]) for w in state["workers"]] == [
+            (w.rank, w.node) for w in launch.workers
+        ]:
+            return  # already at this size
+        nodes = {node.name: node for node in self._slurm_nodes()}
+        strangers = sorted({w.node for w in launch.workers} - set(nodes))
+        if strangers:
+            raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
+        shares = node_shares(launch)
+        het_groups = {s.node: i for i, s in enumerate(shares)} if heterogeneous(shares) else {}
+        retire(state, grace_seconds)
+        state |= {"round": state.get("round", 0) + 1, "slurm_id": None, "refused": None}
+        state["workers"] = _workers(launch, het_groups)
+        self._make_job_dirs(launch, run_as, self._status_dir_of(state))
+        script, options = self._batch_job(launch, run_as, nodes, state)
+        state["submission"] = {"script": script, "options": options}
+        self._write_state(state)  # the round is decided: another instance finishes it
+        crash_point("slurm-resize-before-sbatch")
+        self._finish_submission(state)
+        if state["refused"]:
+            raise DeployError(state["refused"])
+
+    def _finish_submission(self, state: dict[str, Any]) -> None:
+        """Hand a resize's new round to Slurm (held until the retiring allocations have
+        ended; adopted by name if a cut-short submission reached it), then ask those to
+        stop. A round Slurm refuses is recorded: its workers are reported failed, and the
+        job manager retries the job as for any failed gang. ``state`` is brought up to
+        date: under the job's lock, another process may have finished it first."""
+        with self._round_lock(state["job_id"]):
+            current = self._read_state(state["job_id"]) or {}
+            state.clear()
+            state.update(current)
+            if state.get("submission") and not state["stop_requested_at"]:
+                self._submit_round(state)
+
+    def _submit_round(self, state: dict[str, Any]) -> None:
+        jobs = {job.job_id: job for job in self.slurm.jobs()}
+        name = slurm_name(state["job_id"], state["attempt"], state["round"])
+        adopted = next((j for j in jobs.values() if j.name == name and not j.ended), None)
+        submission = state.pop("submission")
+        if adopted is not None:
+            state["slurm_id"] = adopted.job_id
+        else:
+            owner = state["owner"]
+            options = [*submission["options"], *dependency(state, jobs)]
+            try:
+                state["slurm_id"] = self.slurm.submit(
+                    submission["script"], owner["uid"], owner["gid"], options
+                )
+            except SlurmError as error:
+                state["refused"] = (
+                    f"Slurm refused the new allocation of job {state['job_id']} "
+                    f"({len(state['workers'])} workers): {error}"
+                )
+        self._write_state(state)
+        if settle_retiring(self.slurm, state, jobs):
+            self._write_state(state)
+
+    @contextlib.contextmanager
+    def _round_lock(self, job_id: str) -> Iterator[None]:
+        """One process at a time hands a job's new round to Slurm (a resize, and another
+        instance's reports finishing one it believes cut short)."""
+        with open(self._job_dir(job_id) / "round.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _submit(self, launch: JobLaunch, run_as: RunAs, script: str, options: list[str]) -> int:
         """Hand the batch job to Slurm as the owner; its Slurm job id."""
@@ -204,6 +307,7 @@ class SlurmBackend(ClusterBackend):
         state = self._read_state(job_id)
         if state is None:
             return
+        state.pop("submission", None)  # a resize's round not yet submitted never will be
         if state["slurm_id"] is None:  # never submitted
             self._cancel(state)
             return
@@ -227,6 +331,11 @@ class SlurmBackend(ClusterBackend):
         bad = self.bad_nodes()
         reports = {}
         for state in states:
+            if state.get("submission") and not state["stop_requested_at"]:
+                self._finish_submission(state)  # a resize cut short
+                jobs = {job.job_id: job for job in self.slurm.jobs()}
+            if state.get("retiring") and settle_retiring(self.slurm, state, jobs):
+                self._write_state(state)
             job = jobs.get(state["slurm_id"]) if state["slurm_id"] is not None else None
             if job is not None and not job.ended and self._kill_due(state):
                 self._enforce_grace(state)
@@ -238,7 +347,7 @@ class SlurmBackend(ClusterBackend):
         if state is None:
             return
         job = self._slurm_job(state["slurm_id"]) if state["slurm_id"] is not None else None
-        if job is not None and not job.ended:
+        if (job is not None and not job.ended) or state.get("retiring"):
             self._cancel(state)
         job_dir = self._job_dir(job_id)
         for path in job_dir.iterdir() if job_dir.is_dir() else []:
@@ -335,9 +444,14 @@ class SlurmBackend(ClusterBackend):
                 )
             elif job is not None and job.state == "NODE_FAIL":
                 workers.append(WorkerReport(rank, WorkerState.FAILED, None, STOPPED))
+            elif state.get("refused"):
+                workers.append(WorkerReport(rank, WorkerState.FAILED, None, state["refused"]))
             elif job is not None and job.pending:
+                resizing = " (resizing: the previous allocation ends first)" * bool(
+                    state.get("retiring")
+                )
                 workers.append(
-                    WorkerReport(rank, WorkerState.PENDING, None, f"Slurm: {job.reason}")
+                    WorkerReport(rank, WorkerState.PENDING, None, f"Slurm: {job.reason}{resizing}")
                 )
             elif job is not None and not job.ended and self._started(state, rank):
                 workers.append(WorkerReport(rank, WorkerState.RUNNING))
@@ -357,12 +471,10 @@ class SlurmBackend(ClusterBackend):
 
     def _started(self, state: dict[str, Any], rank: int) -> bool:
         """Whether the worker's step has started its command on its node."""
-        return (
-            self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.started"
-        ).exists()
+        return (self._status_dir_of(state) / f"worker-{rank}.started").exists()
 
     def _exit_code(self, state: dict[str, Any], rank: int) -> int | None:
-        path = self._status_dir(state["job_id"], state["attempt"]) / f"worker-{rank}.exit"
+        path = self._status_dir_of(state) / f"worker-{rank}.exit"
         with contextlib.suppress(OSError, ValueError):
             return int(path.read_text().strip())
         return None
@@ -384,12 +496,17 @@ class SlurmBackend(ClusterBackend):
         """End the job in Slurm at once (found by name when its id was never recorded)."""
         slurm_id = state["slurm_id"]
         if slurm_id is None:
-            job = self._slurm_job_named(_slurm_name(state["job_id"], state["attempt"]))
+            name = slurm_name(state["job_id"], state["attempt"], state.get("round", 0))
+            job = self._slurm_job_named(name)
             slurm_id = job.job_id if job else None
-        if slurm_id is not None:
+        retiring = [entry["slurm_id"] for entry in state.get("retiring", [])]
+        for each in [slurm_id, *retiring] if slurm_id is not None else retiring:
             with contextlib.suppress(SlurmError):
-                self.slurm.signal(slurm_id, "KILL", batch_too=True)
-            self.slurm.cancel(slurm_id)
+                self.slurm.signal(each, "KILL", batch_too=True)
+            with contextlib.suppress(SlurmError):  # ended meanwhile
+                self.slurm.cancel(each)
+        state["retiring"] = []
+        state.pop("submission", None)
         state["killed_at"] = state["killed_at"] or time.time()
         if state["stop_requested_at"] is None:
             state["stop_requested_at"], state["grace_seconds"] = time.time(), 0.0
@@ -404,13 +521,12 @@ class SlurmBackend(ClusterBackend):
     def _slurm_job_named(self, name: str) -> SlurmJob | None:
         return next((job for job in self.slurm.jobs() if job.name == name and not job.ended), None)
 
-    def _make_job_dirs(self, launch: JobLaunch, run_as: RunAs) -> None:
+    def _make_job_dirs(self, launch: JobLaunch, run_as: RunAs, status_dir: Path) -> None:
         """The backend's directory for the job (root's, passable); the job's working
-        directory, its attempt's status directory and its logs (the owner's, 0700)."""
+        directory, its round's status directory and its logs (the owner's, 0700)."""
         job_dir = self._job_dir(launch.job_id)
         job_dir.mkdir(exist_ok=True)
         job_dir.chmod(TRAVERSABLE)
-        status_dir = self._status_dir(launch.job_id, launch.attempt)
         owned = [self.log_dir / launch.job_id, status_dir]
         owned += [] if launch.working_dir else [job_dir / "work"]
         for directory in owned:
@@ -424,8 +540,10 @@ class SlurmBackend(ClusterBackend):
     def _job_dir(self, job_id: str) -> Path:
         return self.state_dir / job_id
 
-    def _status_dir(self, job_id: str, attempt: int) -> Path:
-        return self._job_dir(job_id) / f"a{attempt}"
+    def _status_dir_of(self, state: dict[str, Any]) -> Path:
+        """The status directory of the state's attempt, in its current round."""
+        name = status_dir_name(state["attempt"], state.get("round", 0))
+        return self._job_dir(state["job_id"]) / name
 
     def _read_state(self, job_id: str) -> dict[str, Any] | None:
         with contextlib.suppress(OSError, ValueError):
@@ -472,8 +590,11 @@ def _timed_out(job: SlurmJob | None) -> str:
     return ""
 
 
-def _slurm_name(job_id: str, attempt: int) -> str:
-    return f"ty-{job_id}-a{attempt}"
+def _workers(launch: JobLaunch, het_groups: dict[str, int]) -> list[dict[str, Any]]:
+    return [
+        {"rank": w.rank, "node": w.node, "het_group": het_groups.get(w.node)}
+        for w in launch.workers
+    ]
 
 
 def _backend_node(node: SlurmNode, switch: str = "") -> BackendNode:

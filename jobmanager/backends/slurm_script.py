@@ -118,15 +118,17 @@ def batch_script(
     working_dir: str,
     status_dir: str,
     log_dir: str,
+    commands: dict[int, str] | None = None,
 ) -> str:
     """The batch script: every worker's step in the background, each one's exit status
-    recorded as it ends, then wait for all of them."""
+    recorded as it ends, then wait for all of them. ``commands``: a worker's own command
+    line where it is not the job's (an elastic job's, under torchrun's agent)."""
     lines = [
         "#!/bin/sh",
         f"# Trainyard job {launch.job_id}, attempt {launch.attempt}: one step per worker.",
     ]
-    command = shlex.quote(launch.command)
     for spec in sorted(launch.workers, key=lambda spec: spec.rank):
+        command = shlex.quote((commands or {}).get(spec.rank, launch.command))
         exports = " ".join(
             f"{name}={shlex.quote(value)}" for name, value in envs[spec.rank].items()
         )

@@ -20,6 +20,7 @@ from jobmanager.backends import ClusterBackend, JobLaunch, RunAs, WorkerSpec
 from tests.deadlines import deadline_after, pauses
 
 T = TypeVar("T")
+ELASTIC_MEMORY_MIB = 1024  # a worker under torchrun's elastic agent
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,11 @@ class Harness:
                 fake.set_pod_phase(namespace, pod, "Succeeded" if code == 0 else "Failed", code)
 
     def elastic(self, launch: JobLaunch, min_workers: int, max_workers: int) -> JobLaunch:
-        """The launch as an elastic job's (its workers run under torchrun)."""
-        return replace(launch, min_workers=min_workers, max_workers=max_workers)
+        """The launch as an elastic job's: its workers run under torchrun, whose agent
+        (a Python importing PyTorch) needs far more than a test worker's 64 MiB: under
+        that limit the agents were killed for memory as they started, and never met."""
+        workers = tuple(replace(w, memory=ELASTIC_MEMORY_MIB) for w in launch.workers)
+        return replace(launch, workers=workers, min_workers=min_workers, max_workers=max_workers)
 
     def resize(self, launch: JobLaunch, grace_seconds: float, seconds: float) -> None:
         """Resize the deployed attempt to the launch's workers. For the fake, the kubelet

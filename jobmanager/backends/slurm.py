@@ -337,6 +337,11 @@ class SlurmBackend(ClusterBackend):
             if state.get("retiring") and settle_retiring(self.slurm, state, jobs):
                 self._write_state(state)
             job = jobs.get(state["slurm_id"]) if state["slurm_id"] is not None else None
+            if job is not None and self._exited_before_listed(state, job):
+                # squeue was read before the worker's exit: ask again, for why it ended
+                # (Slurm marks a timed-out job before it signals the job's steps)
+                jobs = {job.job_id: job for job in self.slurm.jobs()}
+                job = jobs.get(state["slurm_id"])
             if job is not None and not job.ended and self._kill_due(state):
                 self._enforce_grace(state)
             reports[state["job_id"]] = self._report(state, job, bad)
@@ -468,6 +473,13 @@ class SlurmBackend(ClusterBackend):
                 )
                 workers.append(WorkerReport(rank, WorkerState.FAILED, None, why))
         return JobReport(state["job_id"], state["attempt"], tuple(workers))
+
+    def _exited_before_listed(self, state: dict[str, Any], job: SlurmJob) -> bool:
+        """Whether a worker failed although the listing shows its allocation running, with
+        no word of a time limit: the listing predates the exit."""
+        if job.ended or _timed_out(job) or state["stop_requested_at"]:
+            return False
+        return any(self._exit_code(state, w["rank"]) not in (None, 0) for w in state["workers"])
 
     def _started(self, state: dict[str, Any], rank: int) -> bool:
         """Whether the worker's step has started its command on its node."""

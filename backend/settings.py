@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "backend.repairs",
     "backend.storage",
     "backend.monitoring",
+    "backend.operations",
     "axes",
 ]
 

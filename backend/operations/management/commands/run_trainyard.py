@@ -47,7 +47,7 @@ from backend.core.embedded_redis import (
     start_embedded_redis,
     stop_embedded_redis,
 )
-from backend.core.management.commands.seed_demo import DEMO_USERS
+from backend.operations.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
 from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 

@@ -533,15 +533,3 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_status or 'new'} -> {self.to_status} by {self.actor_name}"
-
-
-class SchedulerFence(models.Model):
-    """The highest fencing token that has applied decisions: a scheduler whose lease
-    expired (and whose token is therefore older) can no longer change anything."""
-
-    name = models.CharField(max_length=40, primary_key=True)
-    token = models.BigIntegerField(default=0)
-    applied_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.token}"

@@ -14,7 +14,7 @@ from django.db import transaction
 
 from backend.core.redis import redis_client, redis_key
 from backend.core.triggers import send_task
-from backend.jobs.lease import lease_key
+from backend.core.lease import lease_key
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from backend.jobs import lifecycle, manager
-from backend.jobs.lease import LeaseLost, acquire_lease
+from backend.core.lease import LeaseLost, acquire_lease
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend

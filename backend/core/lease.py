@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from backend.core.redis import redis_client, redis_key
-from backend.jobs.models import SchedulerFence
+from backend.core.models import SchedulerFence
 
 
 def lease_key(name: str) -> str:

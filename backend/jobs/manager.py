@@ -22,9 +22,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.removal import remove_drained_nodes
+from backend.core.lease import Lease, LeaseLost, acquire_lease
 from backend.core.redis import redis_client
 from backend.jobs.forecast import refresh_forecasts
-from backend.core.lease import Lease, LeaseLost, acquire_lease
 from backend.jobs.lifecycle import Reconciled, deploy, reconcile, resize, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job
 from backend.jobs.scheduling import schedule_pass

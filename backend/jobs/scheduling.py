@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
 from backend.core.bulk import rows_by_key
+from backend.core.lease import Lease
+from backend.core.quantities import millicpus
 from backend.jobs.estimates import learned_run_times
 from backend.jobs.history import Attained, attained_service, decayed_usage
-from backend.core.lease import Lease
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     Admission,
@@ -26,7 +27,6 @@ from backend.jobs.models import (
     JobStatus,
     JobType,
     StopOutcome,
-    millicpus,
     placement_from_json,
     placement_to_json,
 )

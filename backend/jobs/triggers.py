@@ -12,9 +12,9 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from backend.core.lease import lease_key
 from backend.core.redis import redis_client, redis_key
 from backend.core.triggers import send_task
-from backend.core.lease import lease_key
 
 logger = logging.getLogger(__name__)
 

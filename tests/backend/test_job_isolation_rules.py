@@ -11,8 +11,8 @@ import pytest
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import provisioned_name
-from backend.jobs import lifecycle, manager
 from backend.core.lease import acquire_lease
+from backend.jobs import lifecycle, manager
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import schedule_pass
 from backend.storage.models import StorageRoot

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobs import lifecycle, manager
 from backend.core.lease import LeaseLost, acquire_lease
+from backend.jobs import lifecycle, manager
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from backend.jobs import manager
 from backend.core.lease import last_applied_token
+from backend.jobs import manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager

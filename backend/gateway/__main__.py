@@ -61,8 +61,8 @@ def configured_target():
     """The target for TRAINYARD_BACKEND (chosen here, at the top: the targets sit below)."""
     from django.conf import settings
 
+    from backend.clusters.backends import get_backend
     from backend.gateway.targets import LocalTarget, NoTarget
-    from backend.jobs.backends import get_backend
     from jobmanager.backends.local import LocalBackend
     from jobmanager.backends.slurm import SlurmBackend
 

@@ -1,8 +1,8 @@
 """Triggers: ask for background work by task name, from any layer, importing no task.
 
-The job manager's tasks sit at the top of ``backend.jobs`` (tasks -> manager ->
-lifecycle, scheduling -> actions -> transitions); anything below that asks for a run
-does it from here, so that no import points back up.
+The job manager's tasks sit at the top of its shell, ``backend.jobmanager`` (tasks ->
+manager -> lifecycle, scheduling -> the jobs app's actions -> transitions); anything
+below that asks for a run does it from here, so that no import points back up.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from backend.clusters.models import GpuType, Node, RepairState
 from backend.core.models import SchedulerFence
-from backend.jobs.manager import LEASE_NAME
+from backend.jobmanager.manager import LEASE_NAME
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,

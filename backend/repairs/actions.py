@@ -62,7 +62,7 @@ def move_node(
 def _cordon_in_backend(node_name: str, cordoned: bool) -> None:
     """Tell the cluster backend too (Kubernetes: ``spec.unschedulable``), so that nothing
     else lands there; Trainyard itself already places nothing on a node out of service."""
-    from backend.jobs.backends import get_backend
+    from backend.clusters.backends import get_backend
 
     try:
         get_backend().cordon(node_name, cordoned)

@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.test.utils import CaptureQueriesContext
 
     from backend.core.redis import redis_client
-    from backend.jobs import lifecycle, manager, triggers
+    from backend.jobmanager import lifecycle, manager
+    from backend.jobs import triggers
     from backend.jobs.actions import submit_job_array
     from backend.jobs.job_request import JobRequest
     from backend.jobs.models import Job, JobStatus

@@ -12,9 +12,9 @@ import pytest
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import provisioned_name
 from backend.core.lease import acquire_lease
-from backend.jobs import lifecycle, manager
+from backend.jobmanager import lifecycle, manager
+from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
-from backend.jobs.scheduling import schedule_pass
 from backend.storage.models import StorageRoot
 from jobmanager.backends.host_accounts import NAME_PATTERN
 from jobmanager.backends.memory import MemoryBackend

@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from backend.core.lease import LeaseLost, acquire_lease
-from backend.jobs import lifecycle, manager
+from backend.jobmanager import lifecycle, manager
+from backend.jobmanager.scheduling import load_snapshot, schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
-from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
 
@@ -435,7 +435,7 @@ def test_a_submission_wakes_the_job_manager(
 
 
 def test_a_bad_retry_rules_file_is_reported_when_a_process_starts(tmp_path, monkeypatch):
-    from backend.jobs.apps import check_retry_rules
+    from backend.jobmanager.apps import check_retry_rules
 
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n  - name: broken\n    class: sometimes\n    patterns: ['x']\n")
@@ -450,7 +450,7 @@ def test_a_bad_retry_rules_file_is_reported_when_a_process_starts(tmp_path, monk
 def test_cordoning_a_node_wakes_the_job_manager(
     world, backend, redis_namespace, settings, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
     sent = []

@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 
 from backend.core.bulk import rows_by_key
 from backend.core.redis import redis_client
-from backend.jobs import lifecycle, manager, triggers
+from backend.jobmanager import lifecycle, manager
+from backend.jobs import triggers
 from backend.jobs.models import Job, JobEvent, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit
@@ -175,7 +176,7 @@ def test_a_run_past_its_budget_leaves_its_request_for_the_next(
 @pytest.fixture
 def queued_tasks(settings, monkeypatch) -> list[int]:
     """Submissions ask for job manager runs; each task they queue is recorded, not sent."""
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
     queued: list[int] = []

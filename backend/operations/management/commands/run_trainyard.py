@@ -48,7 +48,7 @@ from backend.core.embedded_redis import (
     stop_embedded_redis,
 )
 from backend.core.private_files import use_private_umask
-from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
+from backend.jobmanager.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.operations.management.commands.seed_demo import DEMO_USERS
 
 # Restart delays after 1, 2, 3... quick deaths in a row, each cut to the time the child ran.

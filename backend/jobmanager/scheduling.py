@@ -18,7 +18,7 @@ from backend.clusters.models import Node, RepairState
 from backend.core.bulk import rows_by_key
 from backend.core.lease import Lease
 from backend.core.quantities import millicpus
-from backend.jobs.estimates import learned_run_times
+from backend.jobmanager.estimates import learned_run_times
 from backend.jobs.history import Attained, attained_service, decayed_usage
 from backend.jobs.models import (
     ACTIVE_STATUSES,

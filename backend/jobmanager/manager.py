@@ -24,10 +24,10 @@ from django.utils import timezone
 from backend.clusters.removal import remove_drained_nodes
 from backend.core.lease import Lease, LeaseLost, acquire_lease
 from backend.core.redis import redis_client
+from backend.jobmanager.lifecycle import Reconciled, deploy, reconcile, resize, sync_nodes
+from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.forecast import refresh_forecasts
-from backend.jobs.lifecycle import Reconciled, deploy, reconcile, resize, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job
-from backend.jobs.scheduling import schedule_pass
 from backend.jobs.triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
 from jobmanager.backends import ClusterBackend
 from jobmanager.faults import crash_point
@@ -47,7 +47,7 @@ Deployment = tuple[int, int]
 class DeployRound(Protocol):
     """What the job manager calls once per round, after the round's decisions are
     committed, with every attempt it placed (or found placed but not deployed); never with
-    none. Production queues one task for them all (``backend.jobs.tasks``)."""
+    none. Production queues one task for them all (``backend.jobmanager.tasks``)."""
 
     def __call__(self, deployments: list[Deployment], /) -> object: ...
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
 from backend.core.bulk import rows_by_key
+from backend.core.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.core.lease import Lease
 from backend.core.quantities import millicpus
 from backend.jobmanager.estimates import learned_run_times
@@ -31,7 +32,6 @@ from backend.jobs.models import (
     placement_to_json,
 )
 from backend.jobs.transitions import bulk_transition, record_event
-from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
     Decisions,

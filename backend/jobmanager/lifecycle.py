@@ -91,7 +91,7 @@ class Ended(TypedDict, total=False):
 
 
 def launch_for(job: Job, run_as: RunAs | None = None) -> JobLaunch:
-    from backend.gateway.tokens import endpoint_env
+    from backend.jobs.endpoint_tokens import endpoint_env
 
     workers = tuple(
         WorkerSpec(rank, worker.node, worker.gpus, worker.millicpus, worker.memory)

@@ -23,7 +23,7 @@ from backend.gateway.host_key import load_host_key
 from backend.gateway.ports import NotTheJobs
 from backend.gateway.server import start_server
 from backend.gateway.slurm import SlurmTarget
-from backend.gateway.tokens import endpoint_env
+from backend.jobs.endpoint_tokens import endpoint_env
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
 from jobmanager.backends.slurm import SlurmBackend

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     django.setup()
     from django.conf import settings
 
-    from backend.gateway.host_key import load_host_key
+    from backend.accounts.host_key import load_host_key
     from backend.gateway.server import start_server
 
     parser = argparse.ArgumentParser(prog="python -m backend.gateway", description=__doc__)

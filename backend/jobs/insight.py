@@ -100,8 +100,8 @@ def job_endpoints(job: Job, base_url: str = "/") -> dict:
     running)."""
     if job.status != JobStatus.RUNNING:
         return {}
+    from backend.accounts.host_key import host_key_fingerprint
     from backend.clusters.backends import get_backend
-    from backend.gateway.host_key import host_key_fingerprint
 
     gateway = settings.TRAINYARD_SSH_GATEWAY
     port = settings.TRAINYARD_SSH_PORT

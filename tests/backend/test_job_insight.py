@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.gateway.host_key import load_host_key
+from backend.accounts.host_key import load_host_key
 from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import Job, JobStatus
 from jobmanager.core import schedule

@@ -17,9 +17,9 @@ import requests
 from aiohttp import web
 from django.test import Client
 
+from backend.accounts.host_key import load_host_key
 from backend.gateway.__main__ import configured_target
 from backend.gateway.endpoints import EndpointProxy
-from backend.gateway.host_key import load_host_key
 from backend.gateway.ports import NotTheJobs
 from backend.gateway.server import start_server
 from backend.gateway.slurm import SlurmTarget

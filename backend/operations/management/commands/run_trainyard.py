@@ -171,7 +171,7 @@ class Command(BaseCommand):
         use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        from backend.gateway.host_key import load_host_key
+        from backend.accounts.host_key import load_host_key
 
         load_host_key(settings.TRAINYARD_SSH_HOST_KEY)  # its fingerprint is in the banner
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -308,7 +308,7 @@ class Command(BaseCommand):
                 f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
                 "declared, not real."
             )
-        from backend.gateway.host_key import host_key_fingerprint
+        from backend.accounts.host_key import host_key_fingerprint
 
         fingerprint = host_key_fingerprint() or "not made yet"
         lines.append(

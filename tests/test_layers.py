@@ -58,9 +58,9 @@ UPWARD_TODAY = {
     # Capacity reads the running jobs' placements through the job manager's snapshot.
     "backend.clusters.capacity -> backend.jobmanager.scheduling",
     # A node's change asks for a job-manager run; removing a node moves its jobs off.
-    "backend.clusters.actions -> backend.jobs.triggers",
+    "backend.clusters.actions -> backend.core.job_manager_triggers",
     "backend.clusters.removal -> backend.jobs.models",
-    "backend.clusters.removal -> backend.jobs.triggers",
+    "backend.clusters.removal -> backend.core.job_manager_triggers",
     "backend.clusters.removal -> backend.repairs.actions",
     # A VC's usage and its API's forecast and insight are made of jobs.
     "backend.vcs.api.serializers -> backend.jobs.models",

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from backend.clusters.models import Node
 from backend.core.exceptions import ActionRefused
-from backend.jobs.triggers import run_job_manager_after_commit
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 
 
 def jobs_on(node_name: str) -> list[str]:

@@ -29,6 +29,7 @@ from backend.clusters.actions import (
 from backend.clusters.models import Node
 from backend.core.bulk import insert_rows
 from backend.core.instruments import DEPLOY_FAILURES, JOB_WAIT_SECONDS
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
     ACTIVE_STATUSES,
@@ -40,7 +41,6 @@ from backend.jobs.models import (
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.transitions import bulk_transition, transition, transition_all
-from backend.jobs.triggers import run_job_manager_after_commit
 from jobmanager.backends import (
     ClusterBackend,
     DeployError,

@@ -12,9 +12,9 @@ from celery import shared_task
 from django.conf import settings
 
 from backend.clusters.backends import get_backend
+from backend.core.job_manager_triggers import job_manager_requested_key, request_job_manager_run
 from backend.core.redis import redis_client
 from backend.jobmanager import lifecycle, manager
-from backend.jobs.triggers import job_manager_requested_key, request_job_manager_run
 
 logger = logging.getLogger(__name__)
 FOLLOW_UP_SECONDS = 0.5

@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from backend.celery import app
+from backend.core.job_manager_triggers import RUN_JOB_MANAGER_TASK
 from backend.jobmanager import tasks
-from backend.jobs.triggers import RUN_JOB_MANAGER_TASK
 
 # What backend/jobs/tasks.py registered before the job manager's shell became an app.
 JOB_MANAGER_TASKS = {

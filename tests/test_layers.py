@@ -57,10 +57,8 @@ UPWARD_TODAY = {
     "backend.clusters.api.views -> backend.vcs.resources",
     # Capacity reads the running jobs' placements through the job manager's snapshot.
     "backend.clusters.capacity -> backend.jobmanager.scheduling",
-    # A node's change asks for a job-manager run; removing a node moves its jobs off.
-    "backend.clusters.actions -> backend.core.job_manager_triggers",
+    # Removing a node moves its jobs off.
     "backend.clusters.removal -> backend.jobs.models",
-    "backend.clusters.removal -> backend.core.job_manager_triggers",
     "backend.clusters.removal -> backend.repairs.actions",
     # A VC's usage and its API's forecast and insight are made of jobs.
     "backend.vcs.api.serializers -> backend.jobs.models",

@@ -1,4 +1,4 @@
-"""Triggers: ask for background work by task name, from any layer, importing no task.
+"""Ask for a job-manager run by task name, from any layer, importing no task.
 
 The job manager's tasks sit at the top of its shell, ``backend.jobmanager`` (tasks ->
 manager -> lifecycle, scheduling -> the jobs app's actions -> transitions); anything

@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
+    from backend.core import job_manager_triggers as triggers
     from backend.core.redis import redis_client
     from backend.jobmanager import lifecycle, manager
-    from backend.jobs import triggers
     from backend.jobs.actions import submit_job_array
     from backend.jobs.job_request import JobRequest
     from backend.jobs.models import Job, JobStatus

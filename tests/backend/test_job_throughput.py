@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from backend.core import job_manager_triggers as triggers
 from backend.core.bulk import rows_by_key
 from backend.core.redis import redis_client
 from backend.jobmanager import lifecycle, manager
-from backend.jobs import triggers
 from backend.jobs.models import Job, JobEvent, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit

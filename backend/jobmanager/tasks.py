@@ -14,7 +14,7 @@ from django.conf import settings
 from backend.clusters.backends import get_backend
 from backend.core.job_manager_triggers import job_manager_requested_key, request_job_manager_run
 from backend.core.redis import redis_client
-from backend.jobmanager import lifecycle, manager
+from backend.jobmanager import deployment, manager
 
 logger = logging.getLogger(__name__)
 FOLLOW_UP_SECONDS = 0.5
@@ -47,7 +47,7 @@ def _enqueue_deployments(deployments: list[manager.Deployment]) -> None:
 def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
     """Hand a round's placed attempts to the backend at once, ``TRAINYARD_DEPLOY_THREADS``
     at a time (idempotent, as ``deploy_job``); returns how many ended how."""
-    outcomes = lifecycle.deploy_many(
+    outcomes = deployment.deploy_many(
         get_backend(), [(job_pk, attempt) for job_pk, attempt in deployments]
     )
     if "requeued" in outcomes:
@@ -58,7 +58,7 @@ def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
 @shared_task(name="backend.jobs.tasks.deploy_job", ignore_result=True, acks_late=True)
 def deploy_job(job_pk: int, attempt: int) -> str:
     """Hand one placed attempt to the backend (idempotent: a repeat changes nothing)."""
-    outcome = lifecycle.deploy(get_backend(), job_pk, attempt)
+    outcome = deployment.deploy(get_backend(), job_pk, attempt)
     if outcome == "requeued":
         request_job_manager_run()
     return outcome

@@ -116,7 +116,7 @@ def test_no_import_circle_among_backend_modules():
     graph = import_graph(backend_modules(ROOT / "backend"))
 
     assert (
-        "backend.jobs.transitions" in graph["backend.jobmanager.lifecycle"]
+        "backend.jobs.transitions" in graph["backend.jobmanager.deployment"]
     )  # the walk sees edges
     assert circles(graph) == []
 
@@ -126,7 +126,7 @@ def test_no_import_circle_among_backend_modules():
 JOB_LAYERS = [
     {"jobs.models", "core.job_manager_triggers"},
     {"jobs.transitions"},
-    {"jobs.actions", "jobmanager.lifecycle", "jobmanager.scheduling"},
+    {"jobs.actions", "jobmanager.deployment", "jobmanager.scheduling"},
     {"jobmanager.manager"},
     {"jobmanager.tasks"},
 ]

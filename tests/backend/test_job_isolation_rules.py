@@ -12,7 +12,7 @@ import pytest
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import provisioned_name
 from backend.core.lease import acquire_lease
-from backend.jobmanager import lifecycle, manager
+from backend.jobmanager import deployment, manager
 from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.storage.models import StorageRoot
@@ -190,7 +190,7 @@ def test_a_path_that_changed_after_the_submit_is_refused_at_deploy_until_the_job
         _, applied = schedule_pass(lease)
         lease.release()
         ((job_pk, attempt),) = applied.deployments
-        return lifecycle.deploy(backend, job_pk, attempt)
+        return deployment.deploy(backend, job_pk, attempt)
 
     outcomes = [deploy_once() for _ in range(3)]
 

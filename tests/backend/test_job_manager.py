@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from backend.core.lease import LeaseLost, acquire_lease
-from backend.jobmanager import lifecycle, manager
+from backend.jobmanager import deployment, manager
 from backend.jobmanager.scheduling import load_snapshot, schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
@@ -183,12 +183,12 @@ def test_a_job_past_its_wall_time_is_stopped_and_ends_as_timeout(world, jobs, ba
 
 def test_a_launch_carries_what_is_left_of_the_wall_time_for_the_backend_to_enforce(world, jobs):
     job = submit(world, max_wall_time=600)
-    assert lifecycle.launch_for(job).wall_time == 600  # not started yet: all of it
+    assert deployment.launch_for(job).wall_time == 600  # not started yet: all of it
     jobs.run()
     # requeued after running 200 s: its next attempt may run what is left
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=200))
 
-    left = lifecycle.launch_for(refreshed(job)).wall_time
+    left = deployment.launch_for(refreshed(job)).wall_time
 
     assert left is not None and 395 <= left <= 400
 
@@ -324,7 +324,7 @@ def test_a_job_that_ended_before_its_deploy_task_recorded_it_still_ran(world, jo
     lease = acquire_lease(manager.LEASE_NAME, 10_000)
     schedule_pass(lease)
     lease.release()
-    backend.deploy(lifecycle.launch_for(refreshed(job)))
+    backend.deploy(deployment.launch_for(refreshed(job)))
     backend.finish(job.job_id, exit_code=0)
 
     jobs.run()
@@ -346,7 +346,7 @@ def test_deploying_the_same_attempt_twice_starts_it_once(world, jobs, backend):
     lease.release()
     (job_pk, attempt), *_ = applied.deployments
 
-    outcomes = [lifecycle.deploy(backend, job_pk, attempt) for _ in range(2)]
+    outcomes = [deployment.deploy(backend, job_pk, attempt) for _ in range(2)]
 
     assert outcomes == ["running", "skipped"]
     assert backend.deploy_calls() == [(job.job_id, 1)]

@@ -126,7 +126,8 @@ def test_no_import_circle_among_backend_modules():
 JOB_LAYERS = [
     {"jobs.models", "core.job_manager_triggers"},
     {"jobs.transitions"},
-    {"jobs.actions", "jobmanager.deployment", "jobmanager.scheduling"},
+    {"jobs.actions", "jobmanager.scheduling", "jobmanager.deployment", "jobmanager.node_sync"},
+    {"jobmanager.reconcile"},
     {"jobmanager.manager"},
     {"jobmanager.tasks"},
 ]

@@ -15,11 +15,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from backend.jobs.management.commands import stop_jobs
 from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
+from backend.jobmanager.management.commands import stop_jobs
 from backend.jobmanager.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend

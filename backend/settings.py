@@ -109,9 +109,11 @@ INSTALLED_APPS = [
     "backend.clusters",
     "backend.vcs",
     "backend.jobs",
+    "backend.jobmanager",
     "backend.repairs",
     "backend.storage",
     "backend.monitoring",
+    "backend.operations",
     "axes",
 ]
 
@@ -565,7 +567,7 @@ TRAINYARD_REPAIR_ALERT_EMAILS = env_list("TRAINYARD_REPAIR_ALERT_EMAILS", [])
 # the portal's own and these (jobs run here as their owners' accounts).
 TRAINYARD_METRICS_TOKEN = env("TRAINYARD_METRICS_TOKEN", "")
 TRAINYARD_METRICS_LOCAL_ACCOUNTS = env_list("TRAINYARD_METRICS_LOCAL_ACCOUNTS", ["prometheus"])
-# The idle watch (backend/jobs/idle.py): how often it looks at running jobs' GPUs.
+# The idle watch (backend/jobmanager/idle.py): how often it looks at running jobs' GPUs.
 TRAINYARD_IDLE_WATCH_INTERVAL = env_int("TRAINYARD_IDLE_WATCH_INTERVAL", 300)
 
 # Beat: the job manager every few seconds (it also runs on every submit and end).

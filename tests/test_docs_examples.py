@@ -35,7 +35,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from backend.accounts.actions import create_api_token
-from backend.core.management.commands.seed_demo import DEMO_USERS
+from backend.operations.management.commands.seed_demo import DEMO_USERS
 from backend.vcs.actions import set_membership
 from backend.vcs.models import VirtualCluster
 from tests.docs_examples import DOCUMENTS, ROOT, Example, shell_examples

@@ -34,7 +34,7 @@ ENTRY_POINTS = {
     # The SSH gateway needs asyncssh, and nothing else heavy on the local backend.
     "ssh gateway and endpoint proxy": DJANGO + "import backend.gateway.server\n"
     "import backend.gateway.endpoints\n"
-    "import backend.gateway.__main__, backend.jobs.backends, jobmanager.backends.local\n",
+    "import backend.gateway.__main__, backend.clusters.backends, jobmanager.backends.local\n",
 }
 ALLOWED = {"ssh gateway and endpoint proxy": {"asyncssh"}}
 

@@ -81,7 +81,7 @@ def tenancy() -> dict[str, str]:
 
 def _local_containment() -> str:
     """Whether the local backend runs jobs in containers, in a sentence."""
-    from backend.jobs.backends import get_backend
+    from backend.clusters.backends import get_backend
 
     return str(getattr(get_backend(), "containment", ""))
 

@@ -10,7 +10,9 @@ from django.db import transaction
 
 from backend.clusters.models import GpuType, Node
 from backend.core.changes import save_changes
-from backend.jobs.triggers import run_job_manager_after_commit as _job_manager_after_commit
+from backend.core.job_manager_triggers import (
+    run_job_manager_after_commit as _job_manager_after_commit,
+)
 from jobmanager.backends.base import BackendNode
 
 

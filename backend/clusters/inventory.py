@@ -6,6 +6,7 @@ at every call, so that a node registered, relabelled or removed through the API 
 from __future__ import annotations
 
 from backend.clusters.models import Node
+from backend.core.quantities import millicpus
 from jobmanager.backends import BackendNode
 from jobmanager.backends.local_host import DECLARED_LABEL
 
@@ -14,8 +15,6 @@ REGISTERED = "registered"
 
 def registered_nodes() -> list[BackendNode]:
     """Every registered node, its GPUs declared (not discovered on hardware)."""
-    from backend.jobs.scheduling import millicpus
-
     return [
         BackendNode(
             name=node.name,

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from backend.clusters.models import Node
 from backend.core.exceptions import ActionRefused
-from backend.jobs.triggers import run_job_manager_after_commit
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 
 
 def jobs_on(node_name: str) -> list[str]:
@@ -34,7 +34,7 @@ def jobs_on(node_name: str) -> list[str]:
 def request_node_removal(node: Node, actor: User | None = None) -> bool:
     """Remove the node now if no job runs there (True); else cordon it to drain (False).
     ActionRefused where the cluster backend discovers its nodes itself."""
-    from backend.jobs.backends import inventory_is_registered
+    from backend.clusters.backends import inventory_is_registered
 
     if not inventory_is_registered():
         raise ActionRefused(

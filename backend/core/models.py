@@ -1,4 +1,4 @@
-"""Records every app shares: the outbox of emails owed to people."""
+"""Records every app shares: the outbox of emails owed to people, and the lease's fence."""
 
 from __future__ import annotations
 
@@ -26,3 +26,20 @@ class OutgoingEmail(models.Model):
 
     def __str__(self) -> str:
         return self.subject
+
+
+class SchedulerFence(models.Model):
+    """The highest fencing token that has applied decisions, per lease name
+    (``backend/core/lease.py``): a manager whose lease expired (and whose token is therefore
+    older) can no longer change anything."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    token = models.BigIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Moved from the jobs app without moving its rows: the table keeps its name.
+        db_table = "jobs_schedulerfence"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.token}"

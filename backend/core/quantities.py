@@ -1,4 +1,5 @@
-"""Memory quantities: ``"64Gi"``, ``"512Mi"``, ``"1.5G"`` or an integer of MiB, answered in MiB.
+"""Quantities: CPUs as millicpus; memory as ``"64Gi"``, ``"512Mi"``, ``"1.5G"`` or an
+integer of MiB, answered in MiB.
 
 Quantities with a unit follow Kubernetes' grammar (``resource.Quantity``): a signed decimal
 number, then a binary suffix (``Ki Mi Gi Ti Pi Ei``), a decimal one (``n u m k M G T P E``)
@@ -38,6 +39,11 @@ def parse_quantity(text: str) -> Decimal:
     if match["decimal"]:
         return number.scaleb(_DECIMAL_EXPONENTS[match["decimal"]])
     return number
+
+
+def millicpus(cpus: Decimal | float | int) -> int:
+    """CPUs as whole thousandths of a core (``1.5`` is 1500), as the scheduler counts them."""
+    return int(Decimal(str(cpus)) * 1000)
 
 
 def memory_to_mib(value: object) -> int:

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     django.setup()
     from django.conf import settings
 
-    from backend.gateway.host_key import load_host_key
+    from backend.accounts.host_key import load_host_key
     from backend.gateway.server import start_server
 
     parser = argparse.ArgumentParser(prog="python -m backend.gateway", description=__doc__)
@@ -61,8 +61,8 @@ def configured_target():
     """The target for TRAINYARD_BACKEND (chosen here, at the top: the targets sit below)."""
     from django.conf import settings
 
+    from backend.clusters.backends import get_backend
     from backend.gateway.targets import LocalTarget, NoTarget
-    from backend.jobs.backends import get_backend
     from jobmanager.backends.local import LocalBackend
     from jobmanager.backends.slurm import SlurmBackend
 

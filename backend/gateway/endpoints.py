@@ -39,7 +39,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from backend.gateway.ports import Listener, NotTheJobs, connect
-from backend.gateway.tokens import endpoint_token
+from backend.jobs.endpoint_tokens import endpoint_token
 
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",

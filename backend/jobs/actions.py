@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from backend.core.bulk import insert_rows
 from backend.core.exceptions import ActionRefused
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 from backend.jobs.job_request import JobRequest, RequestedResources
 from backend.jobs.models import (
     ACTIVE_STATUSES,
@@ -26,7 +27,6 @@ from backend.jobs.transitions import (
     record_submission,
     transition,
 )
-from backend.jobs.triggers import run_job_manager_after_commit
 from backend.jobs.usage import user_guaranteed_gpus
 from backend.vcs.models import Membership, Role
 

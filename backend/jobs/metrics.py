@@ -54,7 +54,7 @@ def attempt_selector(attempt: JobAttempt) -> str:
 
 def _pods_selector(attempt: JobAttempt) -> str:
     """The series of the GPUs held by the attempt's pods that have GPUs."""
-    from backend.jobs.kubernetes import attempt_pods
+    from backend.clusters.kubernetes import attempt_pods
 
     workers = attempt.placed_gpus
     pods = attempt_pods(attempt.job.job_id, attempt.number, len(workers))

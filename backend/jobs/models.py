@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from backend.clusters.models import GpuType
+from backend.core.quantities import millicpus
 from backend.jobs.elastic import resize_warning
 from backend.vcs.models import Membership, Role, VirtualCluster
 from jobmanager.core import WorkerPlacement
@@ -59,10 +60,6 @@ class JobStatus(models.TextChoices):
 ACTIVE_STATUSES = (JobStatus.SCHEDULING, JobStatus.RUNNING, JobStatus.PAUSING, JobStatus.KILLING)
 PENDING_STATUSES = (JobStatus.UNAPPROVED, JobStatus.QUEUED)
 TERMINAL_STATUSES = (JobStatus.KILLED, JobStatus.FINISHED, JobStatus.FAILED, JobStatus.TIMEOUT)
-
-
-def millicpus(cpus: Decimal | float | int) -> int:
-    return int(Decimal(str(cpus)) * 1000)
 
 
 # The placement codec: the one reader and writer of Job.placement (and
@@ -533,15 +530,3 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_status or 'new'} -> {self.to_status} by {self.actor_name}"
-
-
-class SchedulerFence(models.Model):
-    """The highest fencing token that has applied decisions: a scheduler whose lease
-    expired (and whose token is therefore older) can no longer change anything."""
-
-    name = models.CharField(max_length=40, primary_key=True)
-    token = models.BigIntegerField(default=0)
-    applied_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.token}"

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from backend.core.bulk import insert_rows, update_rows
 from backend.core.exceptions import ActionRefused
+from backend.core.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.jobs.models import TERMINAL_STATUSES, Job, JobEvent, JobStatus
-from backend.monitoring.instruments import JOB_STATE_CHANGE_LATENCY_SECONDS, JOBS_ENDED
 from backend.vcs.models import VirtualCluster
 
 SYSTEM_ACTOR = "trainyard"

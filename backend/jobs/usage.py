@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from django.db.models import Count, F, Sum
 
-from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus, millicpus
+from backend.core.quantities import millicpus
+from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
 from jobmanager.core import Resources
 from jobmanager.core.snapshot import NO_RESOURCES
 

@@ -15,13 +15,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from backend.clusters.models import GpuType, Node, RepairState
-from backend.jobs.manager import LEASE_NAME
+from backend.core.models import SchedulerFence
+from backend.jobmanager.manager import LEASE_NAME
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Job,
     JobStatus,
-    SchedulerFence,
     placement_from_json,
 )
 from backend.repairs.manager import HELD_BACK

@@ -7,7 +7,7 @@ import time
 
 from django.db import connection
 
-from backend.monitoring.instruments import VIEW_DATABASE_SECONDS
+from backend.core.instruments import VIEW_DATABASE_SECONDS
 
 
 class _QueryTimer:

@@ -11,10 +11,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 from backend.core.outbox import queue_email
 from backend.jobs.models import FailureClass, Job, JobStatus, StopOutcome
 from backend.jobs.transitions import transition
-from backend.jobs.triggers import run_job_manager_after_commit
 from backend.repairs.models import NodeRepairEvent, RepairMove
 from repairmanager.states import check_move
 
@@ -62,7 +62,7 @@ def move_node(
 def _cordon_in_backend(node_name: str, cordoned: bool) -> None:
     """Tell the cluster backend too (Kubernetes: ``spec.unschedulable``), so that nothing
     else lands there; Trainyard itself already places nothing on a node out of service."""
-    from backend.jobs.backends import get_backend
+    from backend.clusters.backends import get_backend
 
     try:
         get_backend().cordon(node_name, cordoned)

@@ -17,8 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
+from backend.core.lease import acquire_lease
 from backend.core.outbox import queue_email
-from backend.jobs.lease import acquire_lease
 from backend.jobs.models import ACTIVE_STATUSES, Job
 from backend.repairs.actions import complete_repair_messages, move_jobs_off, move_node
 from backend.repairs.mail import cluster_admin_addresses

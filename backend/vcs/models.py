@@ -107,7 +107,7 @@ class VirtualCluster(models.Model):
         blank=True,
         help_text="GPUs one member's non-preemptible jobs may hold before a VC admin approves.",
     )
-    # The idle watch (backend/jobs/idle.py): a running job whose GPUs all stay under
+    # The idle watch (backend/jobmanager/idle.py): a running job whose GPUs all stay under
     # idle_util_percent for idle_warn_minutes is warned, then killed idle_kill_minutes
     # later unless they are used. Interactive jobs follow their own pair; empty: off.
     idle_util_percent = models.PositiveSmallIntegerField(

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
+    from backend.core import job_manager_triggers as triggers
     from backend.core.redis import redis_client
-    from backend.jobs import lifecycle, manager, triggers
+    from backend.jobmanager import deployment, manager
     from backend.jobs.actions import submit_job_array
     from backend.jobs.job_request import JobRequest
     from backend.jobs.models import Job, JobStatus
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_client().delete(triggers.job_manager_rerun_key())
 
     def deploy(job_pk: int, attempt: int) -> None:
-        lifecycle.deploy(backend, job_pk, attempt)
+        deployment.deploy(backend, job_pk, attempt)
 
     def one_run(what: str) -> float:
         reset_queries()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.jobs import manager
+from backend.jobmanager import manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import ClusterBackend
 from tests.factories import JobFactory

@@ -49,7 +49,7 @@ def site(world) -> Client:
 @pytest.fixture
 def job_manager_runs(settings, redis_namespace, monkeypatch) -> list[int]:
     """The job manager runs asked for: each task queued is recorded, not sent."""
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
     queued: list[int] = []

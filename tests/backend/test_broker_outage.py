@@ -9,7 +9,7 @@ import time
 import pytest
 
 from backend.celery import app
-from backend.jobs import tasks
+from backend.jobmanager import tasks
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
 from tests.backend.test_job_manager import submit

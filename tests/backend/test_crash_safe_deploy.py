@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend.jobs import actions, tasks
+from backend.jobmanager import tasks
+from backend.jobs import actions
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests import servers

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from backend.gateway.tokens import endpoint_token
+from backend.jobs.endpoint_tokens import endpoint_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import test_ssh_gateway

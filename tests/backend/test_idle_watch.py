@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobs.idle import watch_idle_jobs
+from backend.jobmanager.idle import watch_idle_jobs
 from backend.jobs.models import JobAttempt, JobEvent, JobStatus, JobType
 from tests.backend.jobs_support import make_job
 from tests.backend.repair_support import (  # noqa: F401 - the fixtures

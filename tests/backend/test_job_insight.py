@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from backend.gateway.host_key import load_host_key
+from backend.accounts.host_key import load_host_key
+from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import Job, JobStatus
-from backend.jobs.scheduling import load_snapshot
 from jobmanager.core import schedule
 from tests.backend.jobs_support import JOBS, make_job, submit
 from tests.factories import JobFactory

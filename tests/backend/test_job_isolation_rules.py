@@ -11,10 +11,10 @@ import pytest
 
 from backend.accounts.models import UnixAccount
 from backend.accounts.unix import provisioned_name
-from backend.jobs import lifecycle, manager
-from backend.jobs.lease import acquire_lease
+from backend.core.lease import acquire_lease
+from backend.jobmanager import deployment, manager
+from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
-from backend.jobs.scheduling import schedule_pass
 from backend.storage.models import StorageRoot
 from jobmanager.backends.host_accounts import NAME_PATTERN
 from jobmanager.backends.memory import MemoryBackend
@@ -190,7 +190,7 @@ def test_a_path_that_changed_after_the_submit_is_refused_at_deploy_until_the_job
         _, applied = schedule_pass(lease)
         lease.release()
         ((job_pk, attempt),) = applied.deployments
-        return lifecycle.deploy(backend, job_pk, attempt)
+        return deployment.deploy(backend, job_pk, attempt)
 
     outcomes = [deploy_once() for _ in range(3)]
 

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobs import lifecycle, manager
-from backend.jobs.lease import LeaseLost, acquire_lease
+from backend.core.lease import LeaseLost, acquire_lease
+from backend.jobmanager import deployment, manager
+from backend.jobmanager.scheduling import load_snapshot, schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
-from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
 
@@ -183,12 +183,12 @@ def test_a_job_past_its_wall_time_is_stopped_and_ends_as_timeout(world, jobs, ba
 
 def test_a_launch_carries_what_is_left_of_the_wall_time_for_the_backend_to_enforce(world, jobs):
     job = submit(world, max_wall_time=600)
-    assert lifecycle.launch_for(job).wall_time == 600  # not started yet: all of it
+    assert deployment.launch_for(job).wall_time == 600  # not started yet: all of it
     jobs.run()
     # requeued after running 200 s: its next attempt may run what is left
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=200))
 
-    left = lifecycle.launch_for(refreshed(job)).wall_time
+    left = deployment.launch_for(refreshed(job)).wall_time
 
     assert left is not None and 395 <= left <= 400
 
@@ -324,7 +324,7 @@ def test_a_job_that_ended_before_its_deploy_task_recorded_it_still_ran(world, jo
     lease = acquire_lease(manager.LEASE_NAME, 10_000)
     schedule_pass(lease)
     lease.release()
-    backend.deploy(lifecycle.launch_for(refreshed(job)))
+    backend.deploy(deployment.launch_for(refreshed(job)))
     backend.finish(job.job_id, exit_code=0)
 
     jobs.run()
@@ -346,7 +346,7 @@ def test_deploying_the_same_attempt_twice_starts_it_once(world, jobs, backend):
     lease.release()
     (job_pk, attempt), *_ = applied.deployments
 
-    outcomes = [lifecycle.deploy(backend, job_pk, attempt) for _ in range(2)]
+    outcomes = [deployment.deploy(backend, job_pk, attempt) for _ in range(2)]
 
     assert outcomes == ["running", "skipped"]
     assert backend.deploy_calls() == [(job.job_id, 1)]
@@ -435,7 +435,7 @@ def test_a_submission_wakes_the_job_manager(
 
 
 def test_a_bad_retry_rules_file_is_reported_when_a_process_starts(tmp_path, monkeypatch):
-    from backend.jobs.apps import check_retry_rules
+    from backend.jobmanager.apps import check_retry_rules
 
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n  - name: broken\n    class: sometimes\n    patterns: ['x']\n")
@@ -450,7 +450,7 @@ def test_a_bad_retry_rules_file_is_reported_when_a_process_starts(tmp_path, monk
 def test_cordoning_a_node_wakes_the_job_manager(
     world, backend, redis_namespace, settings, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
     sent = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.jobs.lifecycle import launch_for
+from backend.jobmanager.deployment import launch_for
 from backend.jobs.models import JobAttempt, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.backend.jobs_support import make_job

@@ -8,9 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from backend.core import job_manager_triggers as triggers
 from backend.core.bulk import rows_by_key
 from backend.core.redis import redis_client
-from backend.jobs import lifecycle, manager, triggers
+from backend.jobmanager import deployment, manager
 from backend.jobs.models import Job, JobEvent, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import submit
@@ -38,14 +39,14 @@ def test_a_rounds_starts_are_deployed_together_and_each_runs(world, backend, red
 
     assert len(summary.started) == 12
     assert [len(batch) for batch in batches] == [12]
-    outcomes = lifecycle.deploy_many(backend, batches[0])
+    outcomes = deployment.deploy_many(backend, batches[0])
     assert outcomes == ["running"] * 12
     assert set(backend.deployed()) == set(job_ids)
     for job in Job.objects.filter(job_id__in=job_ids):
         assert job.status == JobStatus.RUNNING and job.started_at is not None
         path = list(job.events.values_list("to_status", flat=True))
         assert path == [JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.RUNNING]
-    assert lifecycle.deploy_many(backend, batches[0]) == ["skipped"] * 12  # idempotent
+    assert deployment.deploy_many(backend, batches[0]) == ["skipped"] * 12  # idempotent
 
 
 def test_a_failed_deployment_among_many_is_retried_alone(world, backend, redis_namespace):
@@ -54,7 +55,7 @@ def test_a_failed_deployment_among_many_is_retried_alone(world, backend, redis_n
     manager.run_job_manager(backend, batches.append)
     backend.fail_next_deploys(1)
 
-    outcomes = lifecycle.deploy_many(backend, batches[0])
+    outcomes = deployment.deploy_many(backend, batches[0])
 
     assert sorted(outcomes) == ["requeued", "running", "running"]
     statuses = sorted(Job.objects.values_list("status", flat=True))
@@ -66,7 +67,7 @@ def test_jobs_ending_together_are_finished_together_none_skipping_running(
     world, backend, redis_namespace
 ):
     job_ids = submit_many(world, 6)
-    manager.run_job_manager(backend, lambda batch: lifecycle.deploy_many(backend, batch))
+    manager.run_job_manager(backend, lambda batch: deployment.deploy_many(backend, batch))
     for job_id in job_ids[:5]:
         backend.finish(job_id)
     backend.finish(job_ids[5], exit_code=1)
@@ -96,7 +97,7 @@ def test_jobs_ending_before_their_deploy_task_records_them_run_and_finish_in_bul
         batches: list[list[tuple[int, int]]] = []
         manager.run_job_manager(backend, batches.append)
         for job in Job.objects.filter(pk__in=[pk for pk, _ in batches[0]]):
-            backend.deploy(lifecycle.launch_for(job))  # the backend's part of the task only
+            backend.deploy(deployment.launch_for(job))  # the backend's part of the task only
             backend.finish(job.job_id)
         with CaptureQueriesContext(connection) as queries:
             summary = manager.run_job_manager(backend, lambda batch: None)
@@ -175,7 +176,7 @@ def test_a_run_past_its_budget_leaves_its_request_for_the_next(
 @pytest.fixture
 def queued_tasks(settings, monkeypatch) -> list[int]:
     """Submissions ask for job manager runs; each task they queue is recorded, not sent."""
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True
     queued: list[int] = []

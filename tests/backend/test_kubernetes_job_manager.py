@@ -172,7 +172,7 @@ def test_the_kubernetes_backend_is_built_from_settings_and_kubeconfig(
 ):
     from django.core.exceptions import ImproperlyConfigured
 
-    from backend.jobs.kubernetes import kubernetes_backend
+    from backend.clusters.kubernetes import kubernetes_backend
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from backend.jobs.management.commands import stop_jobs
-from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
+from backend.jobmanager.management.commands import stop_jobs
+from backend.jobmanager.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support

@@ -14,7 +14,7 @@ from django.test import Client
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from backend.monitoring import instruments
+from backend.core import instruments
 from tests.backend.test_metrics_endpoint import SCRAPE_TOKEN
 from tests.servers import ROOT
 

@@ -169,7 +169,7 @@ def test_a_bad_safety_valve_share_stops_the_process_with_a_clear_message(
 def test_a_node_taken_out_asks_for_a_job_manager_run_itself_not_by_a_signal(
     world, redis_namespace, settings, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from backend.jobs import tasks
+    from backend.jobmanager import tasks
     from backend.repairs.actions import move_node
 
     settings.TRAINYARD_TRIGGER_JOB_MANAGER = True

@@ -39,7 +39,7 @@ def backend(fake_kubernetes, fake_api_client, world, settings, tmp_path, monkeyp
     backend = KubernetesBackend(
         fake_settings(NAMESPACE), api_client=fake_api_client, watch_nodes=False
     )
-    monkeypatch.setattr("backend.jobs.backends.get_backend", lambda: backend)
+    monkeypatch.setattr("backend.clusters.backends.get_backend", lambda: backend)
     yield backend
     backend.node_watcher.stop()
 

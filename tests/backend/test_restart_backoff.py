@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from backend.core.management.commands.run_trainyard import Child
+from backend.operations.management.commands.run_trainyard import Child
 from tests.servers import ROOT, wait_until
 
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from backend.jobmanager.scheduling import apply_decisions
 from backend.jobs.models import Job, JobAttempt, JobStatus
-from backend.jobs.scheduling import apply_decisions
 from backend.vcs.models import Quota, Role
 from jobmanager.core import Decisions
 from jobmanager.core.snapshot import Preemption

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from backend.jobs import manager
-from backend.jobs.lease import last_applied_token
+from backend.core.lease import last_applied_token
+from backend.jobmanager import manager
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
@@ -52,7 +52,7 @@ def test_after_redis_loses_its_data_the_next_queued_job_starts_at_once(world, ow
 CRASHING_PASS = """
 import django
 django.setup()
-from backend.jobs import manager
+from backend.jobmanager import manager
 from jobmanager.backends.memory import MemoryBackend
 manager.run_job_manager(MemoryBackend(), lambda deployments: None)
 """

@@ -25,7 +25,7 @@ from tests.unix_accounts import JOB_PYTHON, job_account, require_root
 pytestmark = pytest.mark.django_db(transaction=True)
 COUNT = (
     "import django; django.setup();"
-    "from backend.monitoring.instruments import DEPLOY_FAILURES, JOB_WAIT_SECONDS;"
+    "from backend.core.instruments import DEPLOY_FAILURES, JOB_WAIT_SECONDS;"
     "DEPLOY_FAILURES.inc(3); JOB_WAIT_SECONDS.observe(42)"
 )
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from backend.clusters.backends import get_backend
 from backend.clusters.models import GpuType, Node
-from backend.jobs.backends import get_backend
 from backend.jobs.models import Job, JobStatus
 from backend.repairs.actions import move_node
 from jobmanager.backends import WorkerState
@@ -267,7 +267,7 @@ def test_two_workers_on_two_nodes_train_over_gloo_and_the_loss_goes_down(
 def test_a_node_the_repair_manager_takes_out_is_drained_in_slurm_until_it_returns(
     world, jobs, monkeypatch, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr("backend.jobs.backends.get_backend", lambda: jobs.backend)
+    monkeypatch.setattr("backend.clusters.backends.get_backend", lambda: jobs.backend)
     slurm = jobs.backend.slurm
     node = Node.objects.get(name="node3")
 

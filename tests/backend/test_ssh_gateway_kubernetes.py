@@ -12,7 +12,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from backend.gateway.host_key import load_host_key
+from backend.accounts.host_key import load_host_key
 from backend.gateway.kubernetes import KubernetesTarget
 from backend.gateway.server import start_server
 from backend.jobs.models import Job, JobStatus

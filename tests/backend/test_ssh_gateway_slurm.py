@@ -17,13 +17,13 @@ import requests
 from aiohttp import web
 from django.test import Client
 
+from backend.accounts.host_key import load_host_key
 from backend.gateway.__main__ import configured_target
 from backend.gateway.endpoints import EndpointProxy
-from backend.gateway.host_key import load_host_key
 from backend.gateway.ports import NotTheJobs
 from backend.gateway.server import start_server
 from backend.gateway.slurm import SlurmTarget
-from backend.gateway.tokens import endpoint_env
+from backend.jobs.endpoint_tokens import endpoint_env
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends import JobLaunch, RunAs, WorkerSpec
 from jobmanager.backends.slurm import SlurmBackend

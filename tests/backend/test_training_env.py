@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.clusters.backends import LocalSandbox
 from backend.core.training_env import TrainingEnvError, ensure_training_env, job_path
-from backend.jobs.backends import LocalSandbox
 from jobmanager.backends.sandbox import Sandbox, Worker, bundle_config
 from tests.jobmanager.test_local_sandbox import run_to_end, sandboxed_backend
 from tests.unix_accounts import job_account, owned_directory, reachable_directory

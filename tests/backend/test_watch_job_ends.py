@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from backend.core.redis import redis_client, redis_key
-from backend.jobs import manager
+from backend.jobmanager import manager
 from tests.servers import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -1,4 +1,8 @@
-"""Background work of the job manager, run by Celery workers and beat."""
+"""Background work of the job manager, run by Celery workers and beat.
+
+The tasks keep the names they had in ``backend/jobs/tasks.py`` (``name=``): beat's
+schedule, the routes and the tasks already queued in the broker name them so.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,16 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from backend.clusters.backends import get_backend
+from backend.core.job_manager_triggers import job_manager_requested_key, request_job_manager_run
 from backend.core.redis import redis_client
-from backend.jobs import lifecycle, manager
-from backend.jobs.backends import get_backend
-from backend.jobs.triggers import job_manager_requested_key, request_job_manager_run
+from backend.jobmanager import deployment, manager
 
 logger = logging.getLogger(__name__)
 FOLLOW_UP_SECONDS = 0.5
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="backend.jobs.tasks.run_job_manager", ignore_result=True)
 def run_job_manager() -> dict:
     redis_client().delete(job_manager_requested_key())
     summary = manager.run_job_manager(get_backend(), _enqueue_deployments)
@@ -39,11 +43,11 @@ def _enqueue_deployments(deployments: list[manager.Deployment]) -> None:
     deploy_jobs.delay([list(pair) for pair in deployments])
 
 
-@shared_task(ignore_result=True, acks_late=True)
+@shared_task(name="backend.jobs.tasks.deploy_jobs", ignore_result=True, acks_late=True)
 def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
     """Hand a round's placed attempts to the backend at once, ``TRAINYARD_DEPLOY_THREADS``
     at a time (idempotent, as ``deploy_job``); returns how many ended how."""
-    outcomes = lifecycle.deploy_many(
+    outcomes = deployment.deploy_many(
         get_backend(), [(job_pk, attempt) for job_pk, attempt in deployments]
     )
     if "requeued" in outcomes:
@@ -51,30 +55,30 @@ def deploy_jobs(deployments: list[list[int]]) -> dict[str, int]:
     return {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
 
 
-@shared_task(ignore_result=True, acks_late=True)
+@shared_task(name="backend.jobs.tasks.deploy_job", ignore_result=True, acks_late=True)
 def deploy_job(job_pk: int, attempt: int) -> str:
     """Hand one placed attempt to the backend (idempotent: a repeat changes nothing)."""
-    outcome = lifecycle.deploy(get_backend(), job_pk, attempt)
+    outcome = deployment.deploy(get_backend(), job_pk, attempt)
     if outcome == "requeued":
         request_job_manager_run()
     return outcome
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="backend.jobs.tasks.refresh_start_estimates", ignore_result=True)
 def refresh_start_estimates() -> int:
     return manager.refresh_start_estimates()
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="backend.jobs.tasks.purge_finished_jobs", ignore_result=True)
 def purge_finished_jobs() -> int:
     return manager.purge_finished_jobs(
         settings.TRAINYARD_JOB_RETENTION_DAYS, settings.TRAINYARD_PURGE_BATCH_SIZE
     )
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="backend.jobs.tasks.watch_idle_jobs", ignore_result=True)
 def watch_idle_jobs() -> dict:
-    from backend.jobs.idle import watch_idle_jobs as watch
+    from backend.jobmanager.idle import watch_idle_jobs as watch
 
     summary = watch()
     if summary.warned or summary.killed or summary.unmeasured:

@@ -16,9 +16,11 @@ from django.utils import timezone
 
 from backend.clusters.models import Node, RepairState
 from backend.core.bulk import rows_by_key
-from backend.jobs.estimates import learned_run_times
+from backend.core.instruments import SCHEDULER_PASS_SECONDS, record_decisions
+from backend.core.lease import Lease
+from backend.core.quantities import millicpus
+from backend.jobmanager.estimates import learned_run_times
 from backend.jobs.history import Attained, attained_service, decayed_usage
-from backend.jobs.lease import Lease
 from backend.jobs.models import (
     ACTIVE_STATUSES,
     Admission,
@@ -26,12 +28,10 @@ from backend.jobs.models import (
     JobStatus,
     JobType,
     StopOutcome,
-    millicpus,
     placement_from_json,
     placement_to_json,
 )
 from backend.jobs.transitions import bulk_transition, record_event
-from backend.monitoring.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.vcs.models import Quota, VirtualCluster
 from jobmanager.core import (
     Decisions,

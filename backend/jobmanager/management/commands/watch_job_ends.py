@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from backend.jobs.triggers import request_job_manager_run
+from backend.core.job_manager_triggers import request_job_manager_run
 from jobmanager.backends.local_ends import EndListener
 
 logger = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from backend.core.models import SchedulerFence
 from backend.core.redis import redis_client, redis_key
-from backend.jobs.models import SchedulerFence
 
 
 def lease_key(name: str) -> str:

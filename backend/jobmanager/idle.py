@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backend.core.instruments import IDLE_KILLS, IDLE_WATCH_UNMEASURED_JOBS
 from backend.core.outbox import queue_email
 from backend.jobs.actions import kill_job
 from backend.jobs.metrics import attempt_selector
 from backend.jobs.models import Job, JobAttempt, JobStatus, JobType
-from backend.monitoring.instruments import IDLE_KILLS, IDLE_WATCH_UNMEASURED_JOBS
 from backend.repairs.mail import cluster_admin_addresses
 from repairmanager.prometheus import PrometheusClient, PrometheusUnavailable
 

@@ -1,8 +1,8 @@
-"""Triggers: ask for background work by task name, from any layer, importing no task.
+"""Ask for a job-manager run by task name, from any layer, importing no task.
 
-The job manager's tasks sit at the top of ``backend.jobs`` (tasks -> manager ->
-lifecycle, scheduling -> actions -> transitions); anything below that asks for a run
-does it from here, so that no import points back up.
+The job manager's tasks sit at the top of its shell, ``backend.jobmanager`` (tasks ->
+manager -> lifecycle, scheduling -> the jobs app's actions -> transitions); anything
+below that asks for a run does it from here, so that no import points back up.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from backend.core.lease import lease_key
 from backend.core.redis import redis_client, redis_key
 from backend.core.triggers import send_task
-from backend.jobs.lease import lease_key
 
 logger = logging.getLogger(__name__)
 

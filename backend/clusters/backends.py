@@ -106,7 +106,7 @@ def _slurm_backend(
 
 @functools.cache
 def _kubernetes_backend() -> ClusterBackend:
-    from backend.jobs.kubernetes import kubernetes_backend
+    from backend.clusters.kubernetes import kubernetes_backend
 
     return kubernetes_backend()
 

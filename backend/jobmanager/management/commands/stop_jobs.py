@@ -14,9 +14,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from backend.clusters.backends import get_backend
 from backend.core.exceptions import ActionRefused
 from backend.jobs import actions
-from backend.jobs.backends import get_backend
 from backend.jobs.models import ACTIVE_STATUSES, Job
 
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from backend.accounts.actions import unix_account_of
 from backend.accounts.unix import NoUnixAccount, accounts_required
 from backend.clusters.models import GpuType, Node
-from backend.jobs.triggers import run_job_manager_after_commit
+from backend.core.job_manager_triggers import run_job_manager_after_commit
 from backend.vcs.actions import QuotaSpec, set_membership, set_vc_quotas
 from backend.vcs.models import Role, VirtualCluster
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from backend.jobs import manager
-from backend.jobs.backends import get_backend
+from backend.clusters.backends import get_backend
+from backend.jobmanager import manager
 
 
 class Command(BaseCommand):

@@ -47,9 +47,9 @@ from backend.core.embedded_redis import (
     start_embedded_redis,
     stop_embedded_redis,
 )
-from backend.core.management.commands.seed_demo import DEMO_USERS
 from backend.core.private_files import use_private_umask
-from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
+from backend.jobmanager.management.commands.stop_jobs import jobs_left_running, left_running_message
+from backend.operations.management.commands.seed_demo import DEMO_USERS
 
 # Restart delays after 1, 2, 3... quick deaths in a row, each cut to the time the child ran.
 RESTART_BACKOFF_SECONDS = (0, 1, 2, 4, 8, 16, 30)
@@ -171,7 +171,7 @@ class Command(BaseCommand):
         use_private_umask()  # the database it makes, the embedded Redis, the servers' files
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        from backend.gateway.host_key import load_host_key
+        from backend.accounts.host_key import load_host_key
 
         load_host_key(settings.TRAINYARD_SSH_HOST_KEY)  # its fingerprint is in the banner
         child_env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -308,7 +308,7 @@ class Command(BaseCommand):
                 f"({', '.join(names[:1])} ...; nodes registered later too): their GPUs are "
                 "declared, not real."
             )
-        from backend.gateway.host_key import host_key_fingerprint
+        from backend.accounts.host_key import host_key_fingerprint
 
         fingerprint = host_key_fingerprint() or "not made yet"
         lines.append(

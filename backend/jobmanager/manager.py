@@ -22,13 +22,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.clusters.removal import remove_drained_nodes
+from backend.core.job_manager_triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
+from backend.core.lease import Lease, LeaseLost, acquire_lease
 from backend.core.redis import redis_client
+from backend.jobmanager.deployment import deploy, resize
+from backend.jobmanager.node_sync import sync_nodes
+from backend.jobmanager.reconcile import Reconciled, reconcile
+from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.forecast import refresh_forecasts
-from backend.jobs.lease import Lease, LeaseLost, acquire_lease
-from backend.jobs.lifecycle import Reconciled, deploy, reconcile, resize, sync_nodes
 from backend.jobs.models import TERMINAL_STATUSES, Job
-from backend.jobs.scheduling import schedule_pass
-from backend.jobs.triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
 from jobmanager.backends import ClusterBackend
 from jobmanager.faults import crash_point
 
@@ -47,7 +49,7 @@ Deployment = tuple[int, int]
 class DeployRound(Protocol):
     """What the job manager calls once per round, after the round's decisions are
     committed, with every attempt it placed (or found placed but not deployed); never with
-    none. Production queues one task for them all (``backend.jobs.tasks``)."""
+    none. Production queues one task for them all (``backend.jobmanager.tasks``)."""
 
     def __call__(self, deployments: list[Deployment], /) -> object: ...
 

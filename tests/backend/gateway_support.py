@@ -56,7 +56,7 @@ def running_gateway(
     directory: Path, nodes: str, var_dir: Path | None = None, **env: str
 ) -> Iterator[Gateway]:
     """The gateway on a free port, over the local backend whose state and logs lie in
-    ``directory`` (as tests/backend/test_local_backend_e2e.py lays them out), with its
+    ``directory`` (as tests/backend/jobs/test_local_backend_e2e.py lays them out), with its
     var/ (its host key) in ``var_dir`` (a new one by default)."""
     port = free_port()
     var_dir = var_dir or directory / f"gateway-{port}"

@@ -14,7 +14,7 @@ from django.test import Client
 
 from backend.jobs.models import JobStatus
 from tests.backend.gateway_support import running_gateway
-from tests.backend.test_local_backend_e2e import (
+from tests.backend.jobs.test_local_backend_e2e import (
     NODES,
     JobManager,
     local_backend,

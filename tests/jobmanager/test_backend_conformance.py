@@ -296,7 +296,7 @@ SERVER = (
 
 def _target(harness: Harness):
     """The gateway's target for the backend (the Kubernetes fake runs no process: its
-    exec and port-forward are tests/backend/test_ssh_gateway_kubernetes.py's)."""
+    exec and port-forward are tests/backend/gateway/test_ssh_gateway_kubernetes.py's)."""
     if harness.name == "kubernetes":
         pytest.skip("the fake runs no process to enter (see test_ssh_gateway_kubernetes)")
     from backend.gateway.slurm import SlurmTarget

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.django_db
 pytest_plugins = ["tests.k8s_fake"]
 
 NAMESPACE = "trainyard-jobs"
-STAND_IN = Path(__file__).parent / "bin" / "nft"
+STAND_IN = Path(__file__).parents[1] / "bin" / "nft"
 
 
 def _namespace_possible() -> bool:
@@ -213,7 +213,7 @@ def test_what_was_put_in_the_firewall_by_hand_is_removed(world, nft_command):
 
 
 def test_the_kubernetes_point_needs_only_what_its_role_grants(world, fake_kubernetes):
-    manifests = Path(__file__).parents[2] / "deploy" / "kubernetes" / "trainyard.yaml"
+    manifests = Path(__file__).parents[3] / "deploy" / "kubernetes" / "trainyard.yaml"
     [role] = [
         document
         for document in yaml.safe_load_all(manifests.read_text())

@@ -12,7 +12,7 @@ from backend.celery import app
 from backend.jobs import tasks
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
-from tests.backend.test_job_manager import submit
+from tests.backend.jobs.test_job_manager import submit
 from tests.servers import kill_process_group, start_celery, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backend.core.management.commands.run_trainyard import Child, HeldUnixSocket
-from tests.backend.test_restart_backoff import died
+from tests.backend.core.test_restart_backoff import died
 from tests.servers import ROOT, wait_until
 
 

@@ -28,7 +28,7 @@ import requests
 from backend.gateway.tokens import endpoint_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
-from tests.backend import test_ssh_gateway
+from tests.backend.gateway import test_ssh_gateway
 from tests.backend.gateway_support import (
     registered_key,
     running_gateway,
@@ -36,7 +36,7 @@ from tests.backend.gateway_support import (
     ssh_argv,
     tunnel_to,
 )
-from tests.backend.test_local_backend_e2e import (
+from tests.backend.jobs.test_local_backend_e2e import (
     NODES,
     JobManager,
     local_backend,

@@ -28,7 +28,7 @@ from tests.backend.gateway_support import (
     ssh_argv,
 )
 from tests.backend.jobs_support import make_job
-from tests.backend.test_local_backend_e2e import (
+from tests.backend.jobs.test_local_backend_e2e import (
     NODES,
     PYTHON,
     JobManager,

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from backend.jobs.models import Job, JobStatus
 from backend.vcs.models import Quota
-from tests.backend.test_local_backend_e2e import (  # noqa: F401 (fixtures)
+from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
     JobManager,
     backend,
     jobs,

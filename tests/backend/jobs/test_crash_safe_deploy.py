@@ -5,7 +5,7 @@ same with the workers' inits forked by the resident spawner (test_crash_safe_spa
 a file of its own so that pytest-xdist runs the two halves side by side).
 
 The worker runs the solo pool, so that the process that dies is the worker itself; the
-job manager runs in this process (as tests/backend/test_local_backend_e2e.py runs it),
+job manager runs in this process (as tests/backend/jobs/test_local_backend_e2e.py runs it),
 handing deployments to the worker through the broker.
 """
 
@@ -21,7 +21,7 @@ from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests import servers
 from tests.backend.jobs_support import JobManager
-from tests.backend.test_local_backend_e2e import NODES, log_of, submit
+from tests.backend.jobs.test_local_backend_e2e import NODES, log_of, submit
 from tests.jobmanager.test_local_backend import job_processes, wait_for
 from tests.servers import kill_process_group, start_celery
 

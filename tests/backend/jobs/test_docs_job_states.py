@@ -5,7 +5,7 @@ from pathlib import Path
 
 from backend.jobs.transitions import ALLOWED, INITIAL
 
-DOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "job-states.dot"
+DOT = Path(__file__).resolve().parents[3] / "docs" / "images" / "job-states.dot"
 EDGE = re.compile(r"(\w+)\s*->\s*(\w+)")
 
 

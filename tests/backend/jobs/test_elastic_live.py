@@ -13,7 +13,7 @@ import pytest
 
 from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
-from tests.backend.test_local_backend_e2e import (  # noqa: F401 (fixtures)
+from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
     JobManager,
     backend,
     jobs,

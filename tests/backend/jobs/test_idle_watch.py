@@ -18,7 +18,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     start_prometheus,
     stop_at_end_fixture,
 )
-from tests.backend.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
+from tests.backend.monitoring.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
 from tests.servers import wait_until
 
 pytest_plugins = ["tests.smtp"]

@@ -13,7 +13,7 @@ from backend.jobs.models import Job, JobEvent, JobStatus
 from backend.jobs.transitions import ALLOWED, ForbiddenTransition, bulk_transition, transition
 from tests.backend.jobs_support import make_job
 
-BACKEND = Path(__file__).resolve().parents[2] / "backend"
+BACKEND = Path(__file__).resolve().parents[3] / "backend"
 # Writes storage runs' status (Scan, ExpiryRun), not a job's: test_status_writers.py.
 STORAGE_RUNS_WRITER = BACKEND / "storage" / "runs.py"
 

@@ -16,7 +16,7 @@ from backend.core.redis import redis_client, redis_key
 from backend.jobs import manager
 from tests.servers import wait_until
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

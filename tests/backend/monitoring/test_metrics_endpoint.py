@@ -32,7 +32,7 @@ SCRAPE_TOKEN = "test-scrape-token"
 @pytest.fixture(autouse=True)
 def scrape_token(settings) -> None:
     """The test client connects through no socket, so only a token can let it scrape
-    (who may scrape from this host without one: tests/backend/test_serve_metrics.py)."""
+    (who may scrape from this host without one: tests/backend/monitoring/test_serve_metrics.py)."""
     settings.TRAINYARD_METRICS_TOKEN = SCRAPE_TOKEN
 
 

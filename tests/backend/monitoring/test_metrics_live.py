@@ -12,7 +12,7 @@ import pytest
 from backend.jobs.models import Job
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.repair_support import start_prometheus
-from tests.backend.test_job_manager_live import (  # noqa: F401 - the fixtures
+from tests.backend.jobs.test_job_manager_live import (  # noqa: F401 - the fixtures
     LiveSystem,
     ffdl_cluster,
     live_env,

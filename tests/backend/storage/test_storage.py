@@ -26,7 +26,7 @@ pytest_plugins = ["tests.smtp"]
 
 UIDS = {"member": 5001, "vc_admin": 5002, "outsider": 5003}
 USAGE = "/api/v1/storage/usage/"
-STAND_INS = Path(__file__).parent.parent / "storagemanager" / "bin"
+STAND_INS = Path(__file__).parents[2] / "storagemanager" / "bin"
 
 
 def owned(paths: list[str], uid: int) -> list[str]:

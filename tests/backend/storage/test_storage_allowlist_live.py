@@ -16,14 +16,14 @@ from django.utils import timezone
 from backend.accounts.actions import create_api_token
 from backend.accounts.models import AllowedIpEvent
 from backend.storage.models import StorageRoot
-from tests.backend.test_job_manager_live import live_env, start_beat, start_worker
+from tests.backend.jobs.test_job_manager_live import live_env, start_beat, start_worker
 from tests.factories import UserFactory
 from tests.servers import kill_process_group, start_gunicorn, wait_until
 from tests.storagemanager.trees import make_files
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-STAND_IN = Path(__file__).parent / "bin" / "nft"
+STAND_IN = Path(__file__).parents[1] / "bin" / "nft"
 
 
 @pytest.fixture

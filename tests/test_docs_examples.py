@@ -40,7 +40,7 @@ from backend.vcs.actions import set_membership
 from backend.vcs.models import VirtualCluster
 from tests.docs_examples import DOCUMENTS, ROOT, Example, shell_examples
 from tests.e2e.dashboard import LiveServers, live_servers, set_password
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
@@ -139,7 +139,7 @@ class Demo:
             job = self.api(username, f"jobs/{job_id}/").json()
             return job if job["status"] in statuses else None
 
-        return wait_for(reached, f"job {job_id} to be {'/'.join(statuses)}", JOB_SECONDS)
+        return wait_until(reached, JOB_SECONDS, f"job {job_id} to be {'/'.join(statuses)}")
 
     def job_ends(self, username: str, job_id: str) -> dict:
         return self.job_reaches(username, job_id, ENDED)

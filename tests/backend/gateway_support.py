@@ -17,7 +17,8 @@ from pathlib import Path
 from django.conf import settings
 
 from backend.accounts.actions import add_ssh_key
-from tests.servers import ROOT, free_port, kill_process_group, session_database_url, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, kill_process_group, session_database_url
 from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 # The client as a user runs it (log level INFO: banners shown), knowing the gateway's

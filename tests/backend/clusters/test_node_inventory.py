@@ -22,7 +22,7 @@ from repairmanager.planning import NodeFacts, observe
 from repairmanager.rules import load_rules
 from repairmanager.states import RepairState
 from tests.backend.jobs_support import JobManager
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.sandbox_network import shared_with_jobs
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -131,7 +131,7 @@ def test_a_removed_node_drains_and_goes_once_its_job_has_ended(world, jobs, host
         jobs.run()
         return Job.objects.get(pk=job.pk).status == JobStatus.FINISHED
 
-    wait_for(finished, "the job to finish on the draining node")
+    wait_until(finished, 20, "the job to finish on the draining node")
     jobs.run()
 
     assert not Node.objects.filter(name="a100-9").exists()

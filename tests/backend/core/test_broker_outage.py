@@ -13,7 +13,8 @@ from backend.jobs import tasks
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
 from tests.backend.jobs.test_job_manager import submit
-from tests.servers import kill_process_group, start_celery, wait_until
+from tests.polling import wait_until
+from tests.servers import kill_process_group, start_celery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 OUTAGE_SECONDS = 1.0  # how long the broker stays down each time

@@ -15,14 +15,8 @@ import requests
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
 from tests.fault_servers import MariaDBServer, own_port
-from tests.servers import (
-    ROOT,
-    answers,
-    kill_process_group,
-    start_celery,
-    start_gunicorn,
-    wait_until,
-)
+from tests.polling import wait_until
+from tests.servers import ROOT, answers, kill_process_group, start_celery, start_gunicorn
 
 pytestmark = pytest.mark.integration
 

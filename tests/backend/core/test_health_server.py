@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from tests.fault_servers import own_port
-from tests.servers import answers, kill_process_group, start_gunicorn, wait_until
+from tests.polling import wait_until
+from tests.servers import answers, kill_process_group, start_gunicorn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

@@ -15,7 +15,8 @@ import pytest
 
 from backend.core.management.commands.run_trainyard import Child, HeldUnixSocket
 from tests.backend.core.test_restart_backoff import died
-from tests.servers import ROOT, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT
 
 
 class UnixConnection(http.client.HTTPConnection):

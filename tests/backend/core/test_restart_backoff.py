@@ -10,7 +10,8 @@ import sys
 import time
 
 from backend.core.management.commands.run_trainyard import Child
-from tests.servers import ROOT, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT
 
 
 def died(child: Child) -> int:

@@ -18,7 +18,8 @@ import requests
 
 from tests.backend.front_support import slow_clients
 from tests.backend.gateway_support import listening
-from tests.servers import ROOT, free_port, is_healthy, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, is_healthy
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,

@@ -45,7 +45,7 @@ from tests.backend.jobs.test_local_backend_e2e import (
     submit,
 )
 from tests.e2e.test_endpoints import signed_in
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.servers import ROOT, free_port
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, job_account, reachable_directory
 
@@ -182,7 +182,7 @@ def answered(gateway, job: Job, name: str, cookie: str) -> requests.Response:
         return answer if answer is not None and answer.ok else None
 
     try:
-        return wait_for(ok, f"{name} of job {job.job_id} to answer through the proxy")
+        return wait_until(ok, 20, f"{name} of job {job.job_id} to answer through the proxy")
     except BaseException:
         print(log_of(job), gateway.output())
         raise
@@ -247,7 +247,7 @@ def test_a_connection_pooled_to_one_tenant_s_server_never_carries_another_s_requ
     )
 
     assert answered(gateway, veras, "web", signed_in(vera)).text == "vera"
-    wait_for(lambda: "listening" in log_of(mias), "mia's server to take the port")
+    wait_until(lambda: "listening" in log_of(mias), 20, "mia's server to take the port")
 
     assert answered(gateway, mias, "web", signed_in(mia)).text == "mia"
 
@@ -265,7 +265,7 @@ def test_the_proxy_reaches_the_job_s_server_on_1_not_another_s_on_127_0_0_1(
         named_server(scripts, "mia", "::1", port),
         ports=[{"name": "web", "port": port}],
     )
-    wait_for(lambda: accepting("127.0.0.1", port) and accepting("::1", port), "both servers")
+    wait_until(lambda: accepting("127.0.0.1", port) and accepting("::1", port), 20, "both servers")
 
     assert answered(gateway, mias, "web", signed_in(mia)).text == "mia"
 
@@ -275,7 +275,7 @@ def test_the_proxy_says_why_when_the_port_is_not_the_job_s(world, tenants, jobs,
     port = free_port()
     running(world, jobs, vera, named_server(scripts, "vera", "127.0.0.1", port))
     mias = running(world, jobs, mia, "sleep 600", ports=[{"name": "web", "port": port}])
-    wait_for(lambda: accepting("127.0.0.1", port), "vera's server")
+    wait_until(lambda: accepting("127.0.0.1", port), 20, "vera's server")
 
     answer = through_proxy(gateway, mias, "web", signed_in(mia))
 
@@ -296,7 +296,7 @@ def test_ssh_forwards_reach_the_job_s_own_port_never_the_portal_s(
     key = registered_key(host_tmp, mia)
     portal_port = gateway.endpoints_port  # the gateway's endpoint proxy, root's, on 127.0.0.1
     job = running(world, jobs, mia, named_server(scripts, "mia", "::1", portal_port))
-    wait_for(lambda: accepting("::1", portal_port), "the job's server on ::1")
+    wait_until(lambda: accepting("::1", portal_port), 20, "the job's server on ::1")
     login = f"{mia.username}+{job.job_id}"
     request = "GET / HTTP/1.0\r\n\r\n"
 
@@ -316,7 +316,7 @@ def test_ssh_forwards_reach_the_job_s_own_port_never_the_portal_s(
             return ""
 
     with tunnel_to(gateway, key, login, f"localhost:{portal_port}") as local_port:
-        assert wait_for(through_tunnel, "the job's server through ssh -L") == "mia"
+        assert wait_until(through_tunnel, 20, "the job's server through ssh -L") == "mia"
 
 
 def test_ssh_w_ends_when_the_client_ends_after_the_job_s_server_did(
@@ -328,7 +328,7 @@ def test_ssh_w_ends_when_the_client_ends_after_the_job_s_server_did(
     key = registered_key(host_tmp, mia)
     port = free_port()
     job = running(world, jobs, mia, named_server(scripts, "mia", "127.0.0.1", port, "greet"))
-    wait_for(lambda: "listening" in log_of(job), "the job's server")
+    wait_until(lambda: "listening" in log_of(job), 20, "the job's server")
     argv = ssh_argv(gateway, key, f"{mia.username}+{job.job_id}", "-W", f"127.0.0.1:{port}")
     client = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE

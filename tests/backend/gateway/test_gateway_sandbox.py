@@ -13,7 +13,6 @@ import pytest
 import requests
 
 from backend.jobs.models import JobStatus
-from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
 from tests.backend.gateway.test_gateway_hijacks import (
     accepting,
     answered,
@@ -22,10 +21,11 @@ from tests.backend.gateway.test_gateway_hijacks import (
     running,
     through_proxy,
 )
+from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
 from tests.backend.jobs.test_local_backend_e2e import NODES, JobManager, log_of
 from tests.e2e.test_endpoints import signed_in
-from tests.jobmanager.test_local_backend import wait_for
 from tests.jobmanager.test_local_sandbox import private_network, sandboxed_backend, sleepers
+from tests.polling import wait_until
 from tests.servers import free_port
 from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY, job_account, reachable_directory
 
@@ -98,7 +98,7 @@ def test_ssh_l_reaches_the_server_a_sandboxed_job_runs_on_its_own_127_0_0_1(
     assert not accepting("127.0.0.1", port)  # not on the host's loopback
 
     with tunnel_to(gateway, key, login, f"localhost:{port}") as local_port:
-        assert wait_for(lambda: _get(local_port), "the job's server through ssh -L") == "mia"
+        assert wait_until(lambda: _get(local_port), 20, "the job's server through ssh -L") == "mia"
 
     direct = ssh(gateway, key, login, "-W", f"127.0.0.1:{port}", input=REQUEST)
     assert direct.stdout.endswith("\n\nmia"), direct.stderr + gateway.output()
@@ -112,13 +112,15 @@ def test_ssh_w_to_a_port_of_the_portal_s_reaches_the_job_s_own_server_there_or_n
     job = running(world, jobs, mia, named_server(scripts, "mia", "127.0.0.1", portal_port))
     login = f"{mia.username}+{job.job_id}"
     key = registered_key(host_tmp, mia)
-    wait_for(lambda: "listening" in log_of(job), "the job's server")
+    wait_until(lambda: "listening" in log_of(job), 20, "the job's server")
 
     gateway_s = ssh(gateway, key, login, "-W", f"localhost:{gateway.port}", input=REQUEST)
     # The portal's port number through a forward reaches the job's server there (-L here;
     # test_ssh_l_... shows -W reaching the job's server too).
     with tunnel_to(gateway, key, login, f"127.0.0.1:{portal_port}") as local_port:
-        same_port = wait_for(lambda: _get(local_port), "the job's server on the portal's port")
+        same_port = wait_until(
+            lambda: _get(local_port), 20, "the job's server on the portal's port"
+        )
 
     assert same_port == "mia", gateway.output()
     assert gateway_s.returncode == 255 and gateway_s.stdout == ""
@@ -187,8 +189,8 @@ def test_what_an_ssh_session_double_forks_dies_when_the_job_is_killed(
     session = ssh(gateway, key, f"{mia.username}+{job.job_id}", escape)
 
     assert session.returncode == 0, session.stderr + gateway.output()
-    wait_for(lambda: sleepers("8771"), "the session's double-forked sleep")
+    wait_until(lambda: sleepers("8771"), 20, "the session's double-forked sleep")
     killed = world.client(mia).post(f"/api/v1/jobs/{job.job_id}/kill/", {})
     assert killed.status_code == 200, killed.content
     jobs.run_until(job, JobStatus.KILLED)
-    wait_for(lambda: not sleepers("8771"), "the double-forked sleep to die with the job")
+    wait_until(lambda: not sleepers("8771"), 20, "the double-forked sleep to die with the job")

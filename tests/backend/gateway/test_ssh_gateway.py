@@ -27,7 +27,6 @@ from tests.backend.gateway_support import (
     ssh,
     ssh_argv,
 )
-from tests.backend.jobs_support import make_job
 from tests.backend.jobs.test_local_backend_e2e import (
     NODES,
     PYTHON,
@@ -35,7 +34,8 @@ from tests.backend.jobs.test_local_backend_e2e import (
     local_backend,
     submit,
 )
-from tests.jobmanager.test_local_backend import wait_for
+from tests.backend.jobs_support import make_job
+from tests.polling import wait_until
 from tests.servers import free_port
 from tests.unix_accounts import job_account
 
@@ -147,12 +147,12 @@ def test_an_interactive_shell_on_a_terminal_follows_the_window_size(
     try:
         # Keys typed before the session's shell runs may be lost on the way (a busy machine
         # took over 20 s to show the prompt once): type at the prompt, as a person does.
-        wait_for(lambda: "$ " in screen(), "the shell's prompt", deadline=60)
+        wait_until(lambda: "$ " in screen(), 60, "the shell's prompt")
         subprocess.run([*tmux, "send-keys", "echo cols=$COLUMNS who=$(id -un)", "Enter"])
-        wait_for(lambda: "cols=100 who=ty-test-mia" in screen(), "the shell to answer")
+        wait_until(lambda: "cols=100 who=ty-test-mia" in screen(), 20, "the shell to answer")
         subprocess.run([*tmux, "resize-window", "-x", "132", "-y", "30"], check=True)
         subprocess.run([*tmux, "send-keys", "echo cols=$COLUMNS tty=$(tty)", "Enter"])
-        wait_for(lambda: "cols=132 tty=/dev/pts/" in screen(), "the shell to see the resize")
+        wait_until(lambda: "cols=132 tty=/dev/pts/" in screen(), 20, "the shell to see the resize")
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
@@ -383,7 +383,7 @@ def test_a_port_the_job_listens_on_is_forwarded_and_no_other(
             return False
 
     try:
-        wait_for(served, "the job's server through the tunnel")
+        wait_until(served, 20, "the job's server through the tunnel")
     finally:
         tunnel.terminate()
         tunnel.wait(timeout=10)
@@ -422,7 +422,7 @@ def test_a_server_started_over_ssh_is_the_job_s_and_can_be_forwarded_to(
                      input="GET / HTTP/1.0\r\n\r\n", timeout=15)  # fmt: skip
         return answer.stdout.startswith("HTTP/1.0 200")
 
-    wait_for(forwarded, "the server the session started, through the gateway")
+    wait_until(forwarded, 20, "the server the session started, through the gateway")
 
 
 def test_the_host_key_is_kept_across_restarts(world, jobs, backend, host_tmp, mia_key):

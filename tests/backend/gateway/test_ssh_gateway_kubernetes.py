@@ -26,7 +26,7 @@ from tests.backend.gateway_support import (
     ssh_argv,
 )
 from tests.backend.jobs_support import make_job
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -112,8 +112,9 @@ def test_a_session_outlives_an_api_server_that_does_not_answer_for_a_while(
         assert session.stdout.readline() == "started\n"
         # Ten checks of the pod in a row answered 503, as an API server restarting would.
         fake_kubernetes.fail_reads("pods", 10)
-        wait_for(
+        wait_until(
             lambda: fake_kubernetes.read_failures_left("pods") == 0 or session.poll() is not None,
+            20,
             "ten failed checks of the pod",
         )
         out, err = session.communicate("on\n", timeout=60)
@@ -153,7 +154,7 @@ def test_ssh_w_gets_the_pod_s_answer_to_a_request_the_client_ended(
         cwd=host_tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: listening(pod_port), "the pod's server")
+        wait_until(lambda: listening(pod_port), 20, "the pod's server")
         # The request, then the client's EOF (its stdin ends) before the pod answers.
         answer = ssh(
             k8s_gateway, key, login(job), "-W", f"localhost:{pod_port}",
@@ -185,7 +186,7 @@ def test_ssh_l_reaches_a_port_of_the_pod_through_port_forward(
             return False
 
     try:
-        wait_for(served, "the pod's server through the gateway")
+        wait_until(served, 20, "the pod's server through the gateway")
     finally:
         tunnel.terminate()
         server.terminate()

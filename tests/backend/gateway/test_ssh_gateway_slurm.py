@@ -36,7 +36,8 @@ from tests.backend.gateway_support import (
     tunnel_to,
 )
 from tests.backend.jobs_support import make_job
-from tests.servers import free_port, wait_until
+from tests.polling import wait_until
+from tests.servers import free_port
 from tests.unix_accounts import JOB_PYTHON, job_account, require_root
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

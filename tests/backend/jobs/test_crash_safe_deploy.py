@@ -20,9 +20,10 @@ from backend.jobs import actions, tasks
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests import servers
-from tests.backend.jobs_support import JobManager
 from tests.backend.jobs.test_local_backend_e2e import NODES, log_of, submit
-from tests.jobmanager.test_local_backend import job_processes, wait_for
+from tests.backend.jobs_support import JobManager
+from tests.jobmanager.test_local_backend import job_processes
+from tests.polling import wait_until
 from tests.servers import kill_process_group, start_celery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -138,10 +139,10 @@ def crash_a_deployment(world, workers: CrashingWorkers, jobs: JobManager, point:
     a worker that does not die takes over. Returns the job."""
     workers.arm(point)
     job = submit(world, command=command)
-    wait_for(
+    wait_until(
         lambda: jobs.run() and workers.crashed(),
-        f"the worker to die at {point}",
         WORKER_START_SECONDS,
+        f"the worker to die at {point}",
     )
     assert workers.process.returncode == -9
     workers.start()
@@ -167,8 +168,8 @@ def crash_each_time_at(world, workers: CrashingWorkers, backend: LocalBackend, p
             never_running_without_processes(job, backend, jobs)
             return job.status in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.KILLED)
 
-        wait_for(
-            finished, f"job {job.job_id} to end after a crash at {point}", WORKER_START_SECONDS
+        wait_until(
+            finished, WORKER_START_SECONDS, f"job {job.job_id} to end after a crash at {point}"
         )
         assert job.status == JobStatus.FINISHED, job.status_message
         assert job.events.filter(to_status=JobStatus.FINISHED).count() == 1
@@ -188,6 +189,6 @@ def crash_each_time_at(world, workers: CrashingWorkers, backend: LocalBackend, p
             never_running_without_processes(job, backend, jobs)
             return job.status == JobStatus.KILLED and not job_processes(job.job_id)
 
-        wait_for(killed, f"job {doomed.job_id} to be killed after a crash at {point}")
+        wait_until(killed, 20, f"job {doomed.job_id} to be killed after a crash at {point}")
         assert time.monotonic() - asked < GRACE_SECONDS + 5
         assert doomed.job_id not in backend.reports()

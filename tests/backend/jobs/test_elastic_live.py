@@ -19,8 +19,8 @@ from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
     jobs,
     submit,
 )
-from tests.jobmanager.test_local_backend import wait_for
 from tests.jobmanager.test_local_elastic import SCRIPT, TRAINING_ENV, steps
+from tests.polling import wait_until
 from tests.unix_accounts import readable_script
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -55,17 +55,17 @@ def test_an_elastic_job_grows_when_a_job_ends_and_shrinks_for_a_guaranteed_one(
     )  # fmt: skip
     elastic = jobs.run_until(elastic, JobStatus.RUNNING)
     assert elastic.workers == 2
-    started = wait_for(lambda: steps(jobs.backend, elastic.job_id), "training", RESIZE_SECONDS)
+    started = wait_until(lambda: steps(jobs.backend, elastic.job_id), RESIZE_SECONDS, "training")
     assert started[0][:2] == (1, 2)
 
     release.touch()  # the other job ends
-    wait_for(lambda: jobs.run() and workers_of(elastic) == 4, "the grow", RESIZE_SECONDS)
+    wait_until(lambda: jobs.run() and workers_of(elastic) == 4, RESIZE_SECONDS, "the grow")
     assert elastic.events.last().reason == "resized from 2 to 4 workers: GPUs free"
     grown_at = max(step for step, world_size, _ in steps(jobs.backend, elastic.job_id))
-    wait_for(
+    wait_until(
         lambda: any(w == 4 for _, w, _ in steps(jobs.backend, elastic.job_id)),
-        "steps at 4 workers",
         RESIZE_SECONDS,
+        "steps at 4 workers",
     )
 
     guaranteed = submit(world, gpus_per_worker=4, command="sleep 600")
@@ -77,10 +77,10 @@ def test_an_elastic_job_grows_when_a_job_ends_and_shrinks_for_a_guaranteed_one(
         "needed its GPUs"
     )
     shrunk_at = max(step for step, _, _ in steps(jobs.backend, elastic.job_id))
-    wait_for(
+    wait_until(
         lambda: any(s > shrunk_at and w == 2 for s, w, _ in steps(jobs.backend, elastic.job_id)),
-        "steps at 2 workers again",
         RESIZE_SECONDS,
+        "steps at 2 workers again",
     )
 
     taken = steps(jobs.backend, elastic.job_id)

@@ -18,7 +18,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     start_prometheus,
     stop_at_end_fixture,
 )
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/usage/gpu-hours/"

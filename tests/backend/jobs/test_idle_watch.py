@@ -12,14 +12,14 @@ from django.utils import timezone
 from backend.jobs.idle import watch_idle_jobs
 from backend.jobs.models import JobAttempt, JobEvent, JobStatus, JobType
 from tests.backend.jobs_support import make_job
+from tests.backend.monitoring.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
 from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     eager_celery_fixture,
     start_agents,
     start_prometheus,
     stop_at_end_fixture,
 )
-from tests.backend.monitoring.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytest_plugins = ["tests.smtp"]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

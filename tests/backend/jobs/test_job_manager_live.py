@@ -29,13 +29,8 @@ from tests.factories import (
     UserFactory,
     VirtualClusterFactory,
 )
-from tests.servers import (
-    ROOT,
-    kill_process_group,
-    start_celery,
-    start_gunicorn,
-    wait_until,
-)
+from tests.polling import wait_until
+from tests.servers import ROOT, kill_process_group, start_celery, start_gunicorn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

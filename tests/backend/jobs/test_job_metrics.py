@@ -15,7 +15,8 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     stop_at_end_fixture,
 )
 from tests.jobmanager.test_kubernetes_backend import MIA
-from tests.servers import free_port, wait_until
+from tests.polling import wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.django_db
 pytest_plugins = ["tests.k8s_fake"]

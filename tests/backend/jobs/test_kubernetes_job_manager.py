@@ -15,7 +15,7 @@ from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.backend.jobs_support import JobManager
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 if TYPE_CHECKING:
     from tests.k8s_fake import FakeKubernetes

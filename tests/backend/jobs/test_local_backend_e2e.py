@@ -24,8 +24,9 @@ from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_r
 from backend.jobs.models import FailureClass, Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests.backend import jobs_support
-from tests.jobmanager.test_local_backend import job_processes, wait_for
+from tests.jobmanager.test_local_backend import job_processes
 from tests.jobmanager.test_local_sandbox import sandboxed_backend
+from tests.polling import wait_until
 from tests.sandbox_network import shared_with_jobs
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, readable_script
 
@@ -75,7 +76,7 @@ class JobManager(jobs_support.JobManager):
             wanted = job.status in statuses and attempt in (None, job.attempt)
             return job if wanted else None
 
-        return wait_for(reached, f"job {job.job_id} to be {' or '.join(statuses)}")
+        return wait_until(reached, 20, f"job {job.job_id} to be {' or '.join(statuses)}")
 
 
 @pytest.fixture
@@ -188,7 +189,7 @@ def test_a_command_exiting_3_is_retried_when_the_job_retries_on_any_failure(worl
 def test_stop_jobs_stops_what_a_stopped_portal_leaves_running(world, jobs, monkeypatch):
     job = submit(world, command="echo started; sleep 300")
     jobs.run_until(job, JobStatus.RUNNING)
-    wait_for(lambda: "started" in log_of(job), "the job to start")
+    wait_until(lambda: "started" in log_of(job), 20, "the job to start")
     # What make run says as it stops: the job keeps running, and how to stop it.
     assert left_running_message(jobs_left_running()) == (
         "1 job keeps running: the next make run adopts it. To stop it too: make stop-jobs."
@@ -199,7 +200,7 @@ def test_stop_jobs_stops_what_a_stopped_portal_leaves_running(world, jobs, monke
     call_command("stop_jobs", stdout=said)
 
     assert said.getvalue() == f"Stopping 1 job(s): {job.job_id}.\n"
-    wait_for(lambda: job_processes(job.job_id) == [], "its processes to end")
+    wait_until(lambda: job_processes(job.job_id) == [], 20, "its processes to end")
     job = jobs.run_until(job, JobStatus.KILLED)  # recorded at the job manager's next pass
     assert job.events.filter(reason="stopped with make stop-jobs").exists()
     assert left_running_message(jobs_left_running()) == ""
@@ -208,7 +209,7 @@ def test_stop_jobs_stops_what_a_stopped_portal_leaves_running(world, jobs, monke
 def test_a_job_killed_mid_run_leaves_no_process(world, jobs):
     job = submit(world, command="echo started; sleep 300 & sleep 300")
     jobs.run_until(job, JobStatus.RUNNING)
-    wait_for(lambda: "started" in log_of(job), "the job to start")
+    wait_until(lambda: "started" in log_of(job), 20, "the job to start")
 
     response = world.client(world.member).post(f"{JOBS}{job.job_id}/kill/", {}, format="json")
     assert response.status_code == 200
@@ -221,7 +222,7 @@ def test_a_job_killed_mid_run_leaves_no_process(world, jobs):
 def test_a_job_over_its_wall_time_ends_as_timeout_and_is_gone(world, jobs):
     job = submit(world, command="echo started; sleep 300", max_wall_time=600)
     jobs.run_until(job, JobStatus.RUNNING)
-    wait_for(lambda: "started" in log_of(job), "the job to start")
+    wait_until(lambda: "started" in log_of(job), 20, "the job to start")
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=601))
 
     job = jobs.run_until(job, JobStatus.TIMEOUT)
@@ -251,7 +252,7 @@ def test_a_preempted_borrower_gets_sigterm_is_requeued_at_its_place_and_runs_aga
         guaranteed.refresh_from_db()
         return guaranteed.status in (JobStatus.RUNNING, JobStatus.FINISHED)
 
-    wait_for(guaranteed_started, "the guaranteed job to start")
+    wait_until(guaranteed_started, 20, "the guaranteed job to start")
 
     (victim,) = [job for job in nlp_jobs if job.job_id in preempted]
     victim.refresh_from_db()
@@ -261,7 +262,7 @@ def test_a_preempted_borrower_gets_sigterm_is_requeued_at_its_place_and_runs_aga
     assert (first.failure_class, first.exit_code) == (FailureClass.PREEMPTION, 143)
     victim = jobs.run_until(victim, JobStatus.RUNNING, attempt=2)  # once the GPUs are back
     assert victim.retries_used == 0  # a preemption spends no retry
-    wait_for(lambda: "=== attempt 2 on " in log_of(victim), "the second attempt's log")
+    wait_until(lambda: "=== attempt 2 on " in log_of(victim), 20, "the second attempt's log")
 
 
 def test_a_two_worker_job_all_reduces_over_gloo_and_finishes(world, jobs, host_tmp):
@@ -310,7 +311,7 @@ def test_a_two_worker_job_all_reduces_over_gloo_in_the_runc_sandbox(world, jobs,
 def test_a_worker_restart_loses_no_job(world, jobs, host_tmp):
     job = submit(world, command="echo started; sleep 300", max_retries=2)
     jobs.run_until(job, JobStatus.RUNNING)
-    wait_for(lambda: "started" in log_of(job), "the job to start")
+    wait_until(lambda: "started" in log_of(job), 20, "the job to start")
 
     jobs.backend = local_backend(host_tmp)  # a new process: the old instance is gone
     jobs.run()

@@ -22,7 +22,7 @@ from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
     submit,
 )
 from tests.factories import JobFactory, MembershipFactory, UserFactory
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -74,7 +74,7 @@ def race_after_preemption(world, manager: JobManager, queued_hours: float = 0) -
         veteran.refresh_from_db()
         return newcomer.attempt > 0 or veteran.attempt > 1
 
-    wait_for(one_started, "the newcomer or the veteran to start")
+    wait_until(one_started, 20, "the newcomer or the veteran to start")
     return veteran, newcomer
 
 

@@ -26,7 +26,7 @@ from jobmanager.backends.slurm_commands import SlurmJob
 from repairmanager.states import RepairState
 from tests.backend.jobs_support import JobManager
 from tests.factories import QuotaFactory
-from tests.servers import wait_until
+from tests.polling import wait_until
 from tests.slurm_cluster import GPU_TYPE, wait_until_idle
 from tests.unix_accounts import (
     JOB_PYTHON,

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from backend.core.redis import redis_client, redis_key
 from backend.jobs import manager
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 

@@ -11,7 +11,6 @@ import pytest
 
 from backend.jobs.models import Job
 from jobmanager.backends.memory import MemoryBackend
-from tests.backend.repair_support import start_prometheus
 from tests.backend.jobs.test_job_manager_live import (  # noqa: F401 - the fixtures
     LiveSystem,
     ffdl_cluster,
@@ -19,7 +18,9 @@ from tests.backend.jobs.test_job_manager_live import (  # noqa: F401 - the fixtu
     start_beat,
     start_worker,
 )
-from tests.servers import kill_process_group, start_gunicorn, wait_until
+from tests.backend.repair_support import start_prometheus
+from tests.polling import wait_until
+from tests.servers import kill_process_group, start_gunicorn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

@@ -12,14 +12,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import (
-    ROOT,
-    free_port,
-    kill_process_group,
-    session_database_url,
-    start_gunicorn,
-    wait_until,
-)
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, kill_process_group, session_database_url, start_gunicorn
 from tests.unix_accounts import JOB_PYTHON, job_account, require_root
 
 pytestmark = pytest.mark.django_db(transaction=True)

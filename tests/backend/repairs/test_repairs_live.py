@@ -26,7 +26,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     stop_at_end_fixture,
 )
 from tests.factories import GpuTypeFactory, NodeFactory, UserFactory
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytest_plugins = ["tests.smtp"]
 

@@ -18,7 +18,8 @@ from backend.accounts.models import AllowedIpEvent
 from backend.storage.models import StorageRoot
 from tests.backend.jobs.test_job_manager_live import live_env, start_beat, start_worker
 from tests.factories import UserFactory
-from tests.servers import kill_process_group, start_gunicorn, wait_until
+from tests.polling import wait_until
+from tests.servers import kill_process_group, start_gunicorn
 from tests.storagemanager.trees import make_files
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

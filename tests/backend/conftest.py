@@ -1,4 +1,5 @@
-"""Fixtures for the backend's fault-injection tests."""
+"""Fixtures for the backend's tests: every role of a resource's role matrix, and a Redis
+of a test's own for the fault-injection tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import uuid
 
 import pytest
 
+from tests.backend.resources import roles  # noqa: F401 (the fixture of every role matrix)
 from tests.fault_servers import RedisServer
 
 

@@ -1,8 +1,8 @@
 """Who may see and act on a job: owner, VC admin, cluster admin; others do not learn it exists.
 
-``world`` has ``mia`` (member of vision, owns the job), ``vera`` (vision's admin), ``root``
-(cluster admin) and ``otto`` (member of nlp); here also ``cole``, another member of vision,
-and ``nora``, nlp's admin.
+The roles are tests/backend/resources.py's: ``member`` (mia, owns the job), ``colleague``
+(cole, another member of vision), ``vc_admin`` (vera), ``other_vc_member`` (otto, in nlp),
+``other_vc_admin`` (nora, nlp's admin), ``cluster_admin`` (root) and ``anonymous``.
 """
 
 from __future__ import annotations
@@ -10,105 +10,92 @@ from __future__ import annotations
 import pytest
 
 from backend.jobs.models import JobEvent, JobStatus
-from backend.vcs.models import Role
 from tests.backend.jobs_support import JOBS, job_url, make_job
-from tests.factories import MembershipFactory, UserFactory
+from tests.backend.resources import ANONYMOUS, ResourceTests
 
 pytestmark = pytest.mark.django_db
 
-ALLOWED = ["member", "vc_admin", "staff"]
-HIDDEN = ["colleague", "outsider", "other_vc_admin"]
+ALLOWED = ["member", "vc_admin", "cluster_admin"]
+HIDDEN = ["colleague", "other_vc_member", "other_vc_admin"]
 
 
-@pytest.fixture
-def users(world) -> dict[str, object]:
-    colleague = UserFactory(username="cole")
-    other_vc_admin = UserFactory(username="nora")
-    MembershipFactory(vc=world.vision, user=colleague, role=Role.MEMBER)
-    MembershipFactory(vc=world.nlp, user=other_vc_admin, role=Role.ADMIN)
-    return {
-        "member": world.member,
-        "vc_admin": world.vc_admin,
-        "staff": world.staff,
-        "colleague": colleague,
-        "outsider": world.outsider,
-        "other_vc_admin": other_vc_admin,
-        "anonymous": None,
+class JobResource(ResourceTests):
+    url = JOBS
+
+    def detail_url(self, job) -> str:
+        return job_url(job)
+
+
+class TestReadingAJob(JobResource):
+    methods = {"events": "get", "attempts": "get", "log": "get"}
+    expected = {
+        action: {role: 200 for role in ALLOWED} | {role: 404 for role in HIDDEN} | {ANONYMOUS: 401}
+        for action in ("retrieve", "events", "attempts", "log")
     }
 
+    @pytest.fixture
+    def resource(self, world, settings, tmp_path):
+        """Mia's running job in vision, with a log."""
+        settings.TRAINYARD_LOG_DIR = tmp_path
+        job = make_job(world, status=JobStatus.RUNNING)
+        (tmp_path / job.job_id).mkdir()
+        (tmp_path / job.job_id / "worker-0.log").write_text("epoch 1\n")
+        return job
 
-@pytest.fixture
-def logged_job(world, settings, tmp_path):
-    """Mia's running job in vision, with a log."""
-    settings.TRAINYARD_LOG_DIR = tmp_path
-    job = make_job(world, status=JobStatus.RUNNING)
-    (tmp_path / job.job_id).mkdir()
-    (tmp_path / job.job_id / "worker-0.log").write_text("epoch 1\n")
-    return job
-
-
-def expected_status(role: str, allowed: int) -> int:
-    if role == "anonymous":
-        return 401
-    return allowed if role in ALLOWED else 404
+    def check(self, action, role, user, response, job) -> None:
+        if response.status_code == 404:
+            assert response.json() == {"detail": "No Job matches the given query."}
 
 
-@pytest.mark.parametrize("action", ["", "events", "attempts", "log"])
-@pytest.mark.parametrize("role", [*ALLOWED, *HIDDEN, "anonymous"])
-def test_reading_a_job(world, users, logged_job, role, action):
-    response = world.client(users[role]).get(job_url(logged_job, action))
+class TestActingOnAHiddenJob(JobResource):
+    """Acting on a job one may not see is not found and changes nothing."""
 
-    assert response.status_code == expected_status(role, 200)
-    if response.status_code == 404:
-        assert response.json() == {"detail": "No Job matches the given query."}
+    expected = {
+        action: {role: 404 for role in HIDDEN} | {ANONYMOUS: 401}
+        for action in ("kill", "pause", "approve")
+    }
 
+    @pytest.fixture
+    def resource(self, world):
+        return make_job(world, status=JobStatus.UNAPPROVED)
 
-@pytest.mark.parametrize("action", ["kill", "pause", "approve"])
-@pytest.mark.parametrize("role", [*HIDDEN, "anonymous"])
-def test_acting_on_a_hidden_job_is_not_found_and_changes_nothing(world, users, role, action):
-    job = make_job(world, status=JobStatus.UNAPPROVED)
-
-    response = world.client(users[role]).post(job_url(job, action))
-
-    assert response.status_code == expected_status(role, 200)
-    job.refresh_from_db()
-    assert job.status == JobStatus.UNAPPROVED
-    assert not JobEvent.objects.filter(job=job).exists()
+    def check(self, action, role, user, response, job) -> None:
+        job.refresh_from_db()
+        assert job.status == JobStatus.UNAPPROVED
+        assert not JobEvent.objects.filter(job=job).exists()
 
 
-@pytest.mark.parametrize("role", ALLOWED)
-def test_owner_and_admins_may_kill(world, users, role):
-    job = make_job(world, status=JobStatus.RUNNING)
+class TestActingOnAJob(JobResource):
+    """The owner and admins may kill; approving needs the job's VC admin (or a cluster admin)."""
 
-    response = world.client(users[role]).post(job_url(job, "kill"))
+    expected = {
+        "kill": {role: 200 for role in ALLOWED},
+        "approve": {"vc_admin": 200, "cluster_admin": 200, "member": 403, "other_vc_admin": 404},
+    }
 
-    assert response.status_code == 200
-    assert JobEvent.objects.get(job=job).actor == users[role]
+    @pytest.fixture
+    def resource(self, world, action):
+        running = action == "kill"
+        return make_job(world, status=JobStatus.RUNNING if running else JobStatus.UNAPPROVED)
 
-
-@pytest.mark.parametrize(
-    ("role", "status"),
-    [("vc_admin", 200), ("staff", 200), ("member", 403), ("other_vc_admin", 404)],
-)
-def test_approving_needs_the_jobs_vc_admin(world, users, role, status):
-    job = make_job(world, status=JobStatus.UNAPPROVED)
-
-    response = world.client(users[role]).post(job_url(job, "approve"))
-
-    assert response.status_code == status
-    job.refresh_from_db()
-    assert job.status == (JobStatus.QUEUED if status == 200 else JobStatus.UNAPPROVED)
+    def check(self, action, role, user, response, job) -> None:
+        job.refresh_from_db()
+        if action == "kill":
+            assert JobEvent.objects.get(job=job).actor == user
+        else:
+            approved = response.status_code == 200
+            assert job.status == (JobStatus.QUEUED if approved else JobStatus.UNAPPROVED)
 
 
 # --- Lists ---------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def jobs_by_owner(world, users) -> dict[str, str]:
+def jobs_by_owner(world, roles) -> dict[str, str]:
     """One job for each of mia, vera and cole in vision, and otto in nlp: owner -> job id."""
     owners = {"member": world.vision, "vc_admin": world.vision, "colleague": world.vision}
-    jobs = {role: make_job(world, owner=users[role], vc=vc) for role, vc in owners.items()}
-    jobs["outsider"] = make_job(world, owner=world.outsider, vc=world.nlp)
+    jobs = {role: make_job(world, owner=roles[role], vc=vc) for role, vc in owners.items()}
+    jobs["other_vc_member"] = make_job(world, owner=world.outsider, vc=world.nlp)
     return {role: job.job_id for role, job in jobs.items()}
 
 
@@ -118,13 +105,13 @@ def jobs_by_owner(world, users) -> dict[str, str]:
         ("member", ["member"]),
         ("colleague", ["colleague"]),
         ("vc_admin", ["member", "vc_admin", "colleague"]),
-        ("staff", ["member", "vc_admin", "colleague", "outsider"]),
-        ("outsider", ["outsider"]),
-        ("other_vc_admin", ["outsider"]),
+        ("cluster_admin", ["member", "vc_admin", "colleague", "other_vc_member"]),
+        ("other_vc_member", ["other_vc_member"]),
+        ("other_vc_admin", ["other_vc_member"]),
     ],
 )
-def test_list_shows_only_what_the_user_may_see(world, users, jobs_by_owner, role, sees):
-    response = world.client(users[role]).get(JOBS)
+def test_list_shows_only_what_the_user_may_see(world, roles, jobs_by_owner, role, sees):
+    response = world.client(roles[role]).get(JOBS)
 
     assert response.status_code == 200
     assert sorted(job["id"] for job in response.json()["results"]) == sorted(
@@ -133,7 +120,7 @@ def test_list_shows_only_what_the_user_may_see(world, users, jobs_by_owner, role
     assert response.json()["count"] == len(sees)
 
 
-def test_filtering_by_another_tenants_vc_shows_nothing(world, users, jobs_by_owner):
+def test_filtering_by_another_tenants_vc_shows_nothing(world, roles, jobs_by_owner):
     response = world.client(world.member).get(JOBS, {"vc": "nlp"})
 
     assert response.json()["count"] == 0
@@ -148,8 +135,8 @@ def test_anonymous_cannot_list(world, anonymous):
     assert "results" not in response.json()
 
 
-def test_batch_cannot_reach_a_colleagues_job(world, users):
-    job = make_job(world, owner=users["colleague"])
+def test_batch_cannot_reach_a_colleagues_job(world, roles):
+    job = make_job(world, owner=roles["colleague"])
 
     response = world.client(world.member).post(
         f"{JOBS}batch/", {"action": "kill", "ids": [job.job_id]}, format="json"

@@ -99,7 +99,7 @@ class ResourceTests:
     def detail_url(self, resource: Any) -> str:
         return f"{self.url}{resource.pk}/"
 
-    def body(self, action: str, resource: Any) -> dict[str, Any] | None:
+    def body(self, action: str, resource: Any) -> Any:
         """The request's JSON body for ``action``; none by default."""
         return None
 

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from backend.accounts.actions import TokenCache, token_cache
 from backend.accounts.models import ApiToken
+from tests.backend.resources import ANONYMOUS, ResourceTests
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -185,19 +186,26 @@ def test_a_token_needs_a_name(world, body):
     assert "name" in response.json()
 
 
-@pytest.mark.parametrize("method", ["get", "delete"])
-def test_another_users_token_is_not_found(world, method):
-    create_token(world, user=world.outsider)
-    token_id = ApiToken.objects.get(user=world.outsider).id
+class TestTokensAreTheirOwners(ResourceTests):
+    """Another user's token is not found (and stays); anonymous users cannot make one."""
 
-    response = getattr(world.client(world.member), method)(f"{TOKENS}{token_id}/")
+    url = TOKENS
+    expected = {
+        "retrieve": {"member": 404},
+        "delete": {"member": 404},
+        "create": {ANONYMOUS: 401},
+    }
 
-    assert response.status_code == 404
-    assert ApiToken.objects.filter(id=token_id).exists()
+    @pytest.fixture
+    def resource(self, world):
+        create_token(world, user=world.outsider)
+        return ApiToken.objects.get(user=world.outsider)
 
+    def body(self, action, token):
+        return {"name": "x"} if action == "create" else None
 
-def test_anonymous_users_cannot_manage_tokens(anonymous):
-    assert anonymous.post(TOKENS, {"name": "x"}, format="json").status_code == 401
+    def check(self, action, role, user, response, token) -> None:
+        assert ApiToken.objects.filter(id=token.id).exists()
 
 
 def issue_token(*args: str) -> str:

@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 
 from backend.accounts.actions import create_api_token
 from backend.jobs.models import Job
+from tests.backend.resources import ANONYMOUS, ResourceTests
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -88,20 +89,28 @@ def test_deactivating_an_unknown_user_is_not_found(world):
     assert world.client(world.staff).post(f"{USERS}nobody/deactivate/").status_code == 404
 
 
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [("get", USERS), ("post", USERS), ("get", f"{USERS}mia/"), ("post", f"{USERS}mia/deactivate/")],
-)
-def test_only_cluster_admins_manage_users(world, anonymous, method, path):
-    body = {"username": "nina", "password": "violet-tangent-42"}
+class TestOnlyClusterAdminsManageUsers(ResourceTests):
+    """A VC admin is refused, anonymous users are asked to sign in; no user changes."""
 
-    as_vc_admin = getattr(world.client(world.vc_admin), method)(path, body, format="json")
-    as_anonymous = getattr(anonymous, method)(path, body, format="json")
+    url = USERS
+    expected = {
+        action: {"vc_admin": 403, ANONYMOUS: 401}
+        for action in ("list", "create", "retrieve", "deactivate")
+    }
 
-    assert as_vc_admin.status_code == 403
-    assert as_anonymous.status_code == 401
-    assert User.objects.get(username="mia").is_active
-    assert not User.objects.filter(username="nina").exists()
+    @pytest.fixture
+    def resource(self, world):
+        return world.member
+
+    def detail_url(self, user) -> str:
+        return f"{USERS}{user.username}/"
+
+    def body(self, action, user):
+        return {"username": "nina", "password": "violet-tangent-42"}
+
+    def check(self, action, role, user, response, member) -> None:
+        assert User.objects.get(username="mia").is_active
+        assert not User.objects.filter(username="nina").exists()
 
 
 def test_me_shows_my_vcs_and_roles(world):

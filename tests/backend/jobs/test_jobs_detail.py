@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend.jobs.models import JobStatus
-from tests.backend.jobs_support import job_url, make_job
+from tests.backend.jobs_support import JOBS, job_url, make_job
+from tests.backend.resources import ResourceTests
 
 pytestmark = pytest.mark.django_db
 
@@ -34,39 +35,34 @@ def test_unknown_job_is_not_found(world):
 # --- Priority ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["vc_admin", "staff"])
-def test_admin_changes_a_jobs_priority(world, role):
-    job = make_job(world)
+class TestChangingAJobsPriority(ResourceTests):
+    """Admins change a job's priority; its member owner may not, another tenant cannot find it."""
 
-    response = world.client(getattr(world, role)).patch(
-        job_url(job), {"priority": 7}, format="json"
-    )
+    url = JOBS
+    expected = {
+        "update": {"vc_admin": 200, "cluster_admin": 200, "member": 403, "other_vc_member": 404}
+    }
 
-    assert response.status_code == 200, response.json()
-    assert response.json()["priority"] == 7
-    job.refresh_from_db()
-    assert job.priority == 7
+    @pytest.fixture
+    def resource(self, world):
+        return make_job(world)
 
+    def detail_url(self, job) -> str:
+        return job_url(job)
 
-def test_member_cannot_change_their_jobs_priority(world):
-    job = make_job(world)
+    def body(self, action, job):
+        return {"priority": 7}
 
-    response = world.client(world.member).patch(job_url(job), {"priority": 7}, format="json")
-
-    assert response.status_code == 403
-    assert response.json()["detail"] == (
-        "Only an admin of VC vision can change a job's priority, wall time or retries."
-    )
-    job.refresh_from_db()
-    assert job.priority == 0
-
-
-def test_other_tenant_cannot_find_the_job_to_change_its_priority(world):
-    job = make_job(world)
-
-    response = world.client(world.outsider).patch(job_url(job), {"priority": 7}, format="json")
-
-    assert response.status_code == 404
+    def check(self, action, role, user, response, job) -> None:
+        job.refresh_from_db()
+        if response.status_code == 200:
+            assert response.json()["priority"] == 7
+            assert job.priority == 7
+        elif response.status_code == 403:
+            assert response.json()["detail"] == (
+                "Only an admin of VC vision can change a job's priority, wall time or retries."
+            )
+            assert job.priority == 0
 
 
 @pytest.mark.parametrize(

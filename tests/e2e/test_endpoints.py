@@ -14,13 +14,7 @@ from django.test import Client
 
 from backend.jobs.models import JobStatus
 from tests.backend.gateway_support import running_gateway
-from tests.backend.jobs.test_local_backend_e2e import (
-    NODES,
-    JobManager,
-    local_backend,
-    log_of,
-    submit,
-)
+from tests.backend.local_support import NODES, JobManager, local_backend, log_of, submit
 from tests.e2e.dashboard import chromium
 from tests.polling import wait_until
 from tests.servers import free_port

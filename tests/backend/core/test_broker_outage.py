@@ -12,7 +12,7 @@ from backend.celery import app
 from backend.jobs import tasks
 from jobmanager.backends.memory import MemoryBackend
 from tests import servers
-from tests.backend.jobs.test_job_manager import submit
+from tests.backend.manager_support import submit
 from tests.polling import wait_until
 from tests.servers import kill_process_group, start_celery
 

@@ -17,8 +17,8 @@ from backend.jobs import manager
 from backend.jobs.lease import last_applied_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
-from tests.backend.jobs.test_job_manager import submit
 from tests.backend.jobs_support import JobManager
+from tests.backend.manager_support import submit
 from tests.servers import ROOT, session_database_url
 
 pytestmark = pytest.mark.integration

@@ -36,14 +36,7 @@ from tests.backend.gateway_support import (
     ssh_argv,
     tunnel_to,
 )
-from tests.backend.jobs.test_local_backend_e2e import (
-    NODES,
-    JobManager,
-    local_backend,
-    log_of,
-    script,
-    submit,
-)
+from tests.backend.local_support import NODES, JobManager, local_backend, log_of, script, submit
 from tests.e2e.test_endpoints import signed_in
 from tests.polling import wait_until
 from tests.servers import ROOT, free_port

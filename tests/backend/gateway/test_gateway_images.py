@@ -10,7 +10,7 @@ import pytest
 
 from backend.jobs.models import JobStatus
 from tests.backend.gateway_support import registered_key, running_gateway, ssh
-from tests.backend.jobs.test_local_backend_e2e import NODES, JobManager, submit
+from tests.backend.local_support import NODES, JobManager, submit
 from tests.jobmanager.test_local_images import IMAGE, MARKER, build_image
 from tests.jobmanager.test_local_sandbox import private_network, sandboxed_backend
 from tests.unix_accounts import job_account

@@ -22,7 +22,7 @@ from tests.backend.gateway.test_gateway_hijacks import (
     through_proxy,
 )
 from tests.backend.gateway_support import registered_key, running_gateway, ssh, tunnel_to
-from tests.backend.jobs.test_local_backend_e2e import NODES, JobManager, log_of
+from tests.backend.local_support import NODES, JobManager, log_of
 from tests.e2e.test_endpoints import signed_in
 from tests.jobmanager.test_local_sandbox import private_network, sandboxed_backend, sleepers
 from tests.polling import wait_until

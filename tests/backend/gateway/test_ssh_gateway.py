@@ -27,14 +27,8 @@ from tests.backend.gateway_support import (
     ssh,
     ssh_argv,
 )
-from tests.backend.jobs.test_local_backend_e2e import (
-    NODES,
-    PYTHON,
-    JobManager,
-    local_backend,
-    submit,
-)
 from tests.backend.jobs_support import make_job
+from tests.backend.local_support import NODES, PYTHON, JobManager, local_backend, submit
 from tests.polling import wait_until
 from tests.servers import free_port
 from tests.unix_accounts import job_account

@@ -8,33 +8,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from backend.jobs.models import Job, JobStatus
 from backend.vcs.models import Quota
-from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
-    JobManager,
-    backend,
-    jobs,
-    submit,
-)
-from tests.factories import JobFactory
+from tests.backend.local_support import JobManager, backend, history, jobs, submit  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
 # How long the job manager may take to notice an end and start what waited for it.
 SLACK_SECONDS = 4.0
-
-
-def history(world, gpus: int, workers: int, seconds: float, count: int = 3) -> None:
-    """Finished jobs of the member's: what backfill learns how long such jobs run from."""
-    ended = timezone.now() - timedelta(hours=1)
-    for _ in range(count):
-        JobFactory(
-            owner=world.member, vc=world.vision, gpu_type=world.a100, workers=workers,
-            gpus_per_worker=gpus, status=JobStatus.FINISHED,
-            started_at=ended - timedelta(seconds=seconds), finished_at=ended,
-        )  # fmt: skip
 
 
 @pytest.mark.parametrize("policy", ["BF", "LAS", "FS"])

@@ -20,8 +20,8 @@ from backend.jobs import actions, tasks
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.local import LocalBackend
 from tests import servers
-from tests.backend.jobs.test_local_backend_e2e import NODES, log_of, submit
 from tests.backend.jobs_support import JobManager
+from tests.backend.local_support import NODES, log_of, submit
 from tests.jobmanager.test_local_backend import job_processes
 from tests.polling import wait_until
 from tests.servers import kill_process_group, start_celery

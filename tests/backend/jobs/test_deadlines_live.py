@@ -12,14 +12,7 @@ from django.utils import timezone
 
 from backend.jobs.models import Job, JobStatus
 from backend.vcs.models import Quota
-from tests.backend.jobs.test_backfill_live import history
-from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
-    JOBS,
-    JobManager,
-    backend,
-    jobs,
-    submit,
-)
+from tests.backend.local_support import JOBS, JobManager, backend, history, jobs, submit  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 

@@ -13,12 +13,7 @@ import pytest
 
 from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
-from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
-    JobManager,
-    backend,
-    jobs,
-    submit,
-)
+from tests.backend.local_support import JobManager, backend, jobs, submit  # noqa: F401 (fixtures)
 from tests.jobmanager.test_local_elastic import SCRIPT, TRAINING_ENV, steps
 from tests.polling import wait_until
 from tests.unix_accounts import readable_script

@@ -12,7 +12,7 @@ from django.utils import timezone
 from backend.jobs.idle import watch_idle_jobs
 from backend.jobs.models import JobAttempt, JobEvent, JobStatus, JobType
 from tests.backend.jobs_support import make_job
-from tests.backend.monitoring.test_metrics_endpoint import scrape, scrape_token  # noqa: F401 - the fixture
+from tests.backend.metrics_support import scrape, scrape_token  # noqa: F401 (fixtures)
 from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     eager_celery_fixture,
     start_agents,

@@ -16,6 +16,7 @@ from backend.jobs.models import FailureClass, Job, JobStatus
 from backend.jobs.scheduling import load_snapshot, schedule_pass
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
+from tests.backend.manager_support import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -42,14 +43,6 @@ def backend(tmp_path, settings) -> MemoryBackend:
 @pytest.fixture
 def jobs(backend, redis_namespace) -> JobManager:
     return JobManager(backend)
-
-
-def submit(world, user=None, **spec) -> Job:
-    body = {"vc": "vision", "gpu_type": "A100", "command": "python train.py", "gpus_per_worker": 1}
-    body |= spec
-    response = world.client(user or world.member).post(JOBS, body, format="json")
-    assert response.status_code == 201, response.json()
-    return Job.objects.get(job_id=response.json()["id"])
 
 
 def refreshed(job: Job) -> Job:

@@ -11,93 +11,26 @@ import subprocess
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import requests
 
-from backend.accounts.actions import create_api_token
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
-from tests import servers
-from tests.factories import (
-    GpuTypeFactory,
-    MembershipFactory,
-    NodeFactory,
-    QuotaFactory,
-    UserFactory,
-    VirtualClusterFactory,
+from tests.backend.live_support import (
+    LiveSystem,
+    ffdl_cluster,  # noqa: F401 (fixtures)
+    live_env,
+    start_beat,
+    start_worker,
 )
 from tests.polling import wait_until
-from tests.servers import ROOT, kill_process_group, start_celery, start_gunicorn
+from tests.servers import ROOT, kill_process_group, start_gunicorn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-GIB = 1024
-
-
-@dataclass
-class LiveSystem:
-    base_url: str
-    token: str
-    backend: MemoryBackend
-    env: dict[str, str]
-
-    def submit(self, body: dict) -> str:
-        response = requests.post(
-            f"{self.base_url}/api/v1/jobs/",
-            json=body,
-            headers={"Authorization": f"Token {self.token}"},
-            timeout=30,
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    def batch(self, action: str, ids: list[str]) -> None:
-        response = requests.post(
-            f"{self.base_url}/api/v1/jobs/batch/",
-            json={"action": action, "ids": ids},
-            headers={"Authorization": f"Token {self.token}"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
-
-
-def live_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
-    return servers.live_env(tmp_path, redis_url, "live") | {
-        "TRAINYARD_BACKEND": "memory",
-        "TRAINYARD_MEMORY_BACKEND_STATE": str(tmp_path / "memory-backend.json"),
-    }
-
-
-def start_worker(env: dict[str, str], name: str) -> subprocess.Popen:
-    return start_celery(
-        env, "worker", "--concurrency", "2", "--hostname", f"{name}@%h", "--without-gossip",
-        "--without-mingle", "--without-heartbeat",
-    )  # fmt: skip
-
-
-def start_beat(env: dict[str, str], directory: Path) -> subprocess.Popen:
-    return start_celery(env, "beat", "--schedule", str(directory / "celerybeat-schedule"))
-
 
 @pytest.fixture
-def ffdl_cluster(db):
-    """15 nodes of 4 GPUs, one VC whose quota is all of them, one member with a token."""
-    v100 = GpuTypeFactory(name="V100", cpus_per_gpu=4, memory_per_gpu=16 * GIB)
-    for index in range(15):
-        NodeFactory(name=f"v100-{index:02}", gpu_type=v100, gpus=4, cpus=16, memory=64 * GIB)
-    vc = VirtualClusterFactory(name="ffdl")
-    QuotaFactory(vc=vc, gpu_type=v100, gpus=60, cpus=240, memory=960 * GIB)
-    user = UserFactory(username="fay")
-    MembershipFactory(vc=vc, user=user)
-    _, token = create_api_token(user, "live")
-    return token
-
-
-@pytest.fixture
-def live_system(ffdl_cluster, tmp_path, redis_url):
+def live_system(ffdl_cluster, tmp_path, redis_url):  # noqa: F811 (the fixture)
     """Web (2 gunicorn workers), two Celery workers and beat (the job manager every second)."""
     env = live_env(tmp_path, redis_url) | {"TRAINYARD_JOB_MANAGER_INTERVAL": "1"}
     web, base_url = start_gunicorn(extra_env=env, workers=2)
@@ -182,7 +115,9 @@ def test_a_finished_job_makes_room_for_a_waiting_one(live_system):
 
 
 def test_racing_job_managers_never_start_a_job_twice_or_overcommit_a_node(
-    ffdl_cluster, tmp_path, redis_url
+    ffdl_cluster,  # noqa: F811 (the fixture)
+    tmp_path,
+    redis_url,
 ):
     env = live_env(tmp_path, redis_url) | {"TRAINYARD_TRIGGER_JOB_MANAGER": "false"}
     web, base_url = start_gunicorn(extra_env=env)

@@ -7,36 +7,33 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
 import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
 from backend.jobs.management.commands import stop_jobs
 from backend.jobs.management.commands.stop_jobs import jobs_left_running, left_running_message
 from backend.jobs.models import FailureClass, Job, JobStatus
-from jobmanager.backends.local import LocalBackend
-from tests.backend import jobs_support
+from tests.backend.local_support import (
+    JOBS,
+    NODES,
+    local_backend,
+    log_of,
+    script,
+    submit,
+)
 from tests.jobmanager.test_local_backend import job_processes
 from tests.jobmanager.test_local_sandbox import sandboxed_backend
 from tests.polling import wait_until
-from tests.sandbox_network import shared_with_jobs
-from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, readable_script
+from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
-JOBS = "/api/v1/jobs/"
 DEADLINE_SECONDS = 60
-# The world fixture's cluster, declared: every node of it runs on this host.
-NODES = ",".join([*(f"a100-{index}:A100:8" for index in range(1, 5)), "cpu-1:cpu:0", "cpu-2:cpu:0"])
-PYTHON = shlex.quote(JOB_PYTHON)
 SIGTERM_CATCHER = """
 import signal, sys, time
 
@@ -64,66 +61,6 @@ print(
 )
 dist.destroy_process_group()
 """
-
-
-class JobManager(jobs_support.JobManager):
-    def run_until(self, job: Job, *statuses: str, attempt: int | None = None) -> Job:
-        """Run the job manager until the job is in one of ``statuses`` (at ``attempt``)."""
-
-        def reached() -> Job | None:
-            self.run()
-            job.refresh_from_db()
-            wanted = job.status in statuses and attempt in (None, job.attempt)
-            return job if wanted else None
-
-        return wait_until(reached, 20, f"job {job.job_id} to be {' or '.join(statuses)}")
-
-
-@pytest.fixture
-def backend(host_tmp, settings) -> Iterator[LocalBackend]:
-    settings.TRAINYARD_LOG_DIR = host_tmp / "logs"
-    settings.TRAINYARD_STOP_GRACE_SECONDS = 2
-    backend = local_backend(host_tmp)
-    yield backend
-    for job_id in backend.reports():
-        backend.remove(job_id)
-
-
-def local_backend(host_tmp: Path, sandbox: str = "auto") -> LocalBackend:
-    """The backend of these tests: the default sandbox (runc as root) seeing the test's
-    directory, or ``sandbox``."""
-    return LocalBackend(
-        host_tmp / "local-backend",
-        host_tmp / "logs",
-        nodes=NODES,
-        cgroup_root=None,
-        kill_after_seconds=1,
-        sandbox=sandbox,
-        sandbox_readonly_paths=shared_with_jobs(host_tmp),
-    )
-
-
-@pytest.fixture
-def jobs(backend, redis_namespace) -> JobManager:
-    return JobManager(backend)
-
-
-def submit(world, user=None, **spec) -> Job:
-    body = {"vc": "vision", "gpu_type": "A100", "gpus_per_worker": 1} | spec
-    response = world.client(user or world.member).post(JOBS, body, format="json")
-    assert response.status_code == 201, response.json()
-    return Job.objects.get(job_id=response.json()["id"])
-
-
-def script(directory: Path, name: str, text: str) -> str:
-    """A command running ``text`` as a Python script written to ``directory``, which the
-    job's account can read."""
-    return f"{PYTHON} {shlex.quote(str(readable_script(directory, name, text)))}"
-
-
-def log_of(job: Job, rank: int = 0) -> str:
-    path = Path(settings.TRAINYARD_LOG_DIR) / job.job_id / f"worker-{rank}.log"
-    return path.read_text() if path.exists() else ""
 
 
 def test_a_job_that_prints_and_exits_0_finishes_and_its_log_is_served(world, jobs):

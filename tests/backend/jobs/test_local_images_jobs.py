@@ -11,7 +11,7 @@ import pytest
 
 from backend.jobs.models import JobStatus
 from jobmanager.backends.local import LocalBackend
-from tests.backend.jobs.test_local_backend_e2e import JOBS, NODES, JobManager, log_of, submit
+from tests.backend.local_support import JOBS, NODES, JobManager, log_of, submit
 from tests.jobmanager.test_local_images import IMAGE, MARKER, build_image
 from tests.jobmanager.test_local_sandbox import sandboxed_backend
 

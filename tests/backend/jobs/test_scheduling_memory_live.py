@@ -15,12 +15,7 @@ from backend.jobs.scheduling import apply_decisions
 from backend.vcs.models import Quota, Role
 from jobmanager.core import Decisions
 from jobmanager.core.snapshot import Preemption
-from tests.backend.jobs.test_local_backend_e2e import (  # noqa: F401 (fixtures)
-    JobManager,
-    backend,
-    jobs,
-    submit,
-)
+from tests.backend.local_support import JobManager, backend, jobs, submit  # noqa: F401 (fixtures)
 from tests.factories import JobFactory, MembershipFactory, UserFactory
 from tests.polling import wait_until
 

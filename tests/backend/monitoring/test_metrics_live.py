@@ -11,13 +11,7 @@ import pytest
 
 from backend.jobs.models import Job
 from jobmanager.backends.memory import MemoryBackend
-from tests.backend.jobs.test_job_manager_live import (  # noqa: F401 - the fixtures
-    LiveSystem,
-    ffdl_cluster,
-    live_env,
-    start_beat,
-    start_worker,
-)
+from tests.backend.live_support import LiveSystem, ffdl_cluster, live_env, start_beat, start_worker  # noqa: F401 (fixtures)
 from tests.backend.repair_support import start_prometheus
 from tests.polling import wait_until
 from tests.servers import kill_process_group, start_gunicorn

@@ -15,7 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from backend.monitoring import instruments
-from tests.backend.monitoring.test_metrics_endpoint import SCRAPE_TOKEN
+from tests.backend.metrics_support import SCRAPE_TOKEN
 from tests.servers import ROOT
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.utils import timezone
 from backend.accounts.actions import create_api_token
 from backend.accounts.models import AllowedIpEvent
 from backend.storage.models import StorageRoot
-from tests.backend.jobs.test_job_manager_live import live_env, start_beat, start_worker
+from tests.backend.live_support import live_env, start_beat, start_worker
 from tests.factories import UserFactory
 from tests.polling import wait_until
 from tests.servers import kill_process_group, start_gunicorn

@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.servers import free_port, wait_until
+from tests.polling import wait_until
+from tests.servers import free_port
 
 _HANDED_OUT: set[int] = set()
 

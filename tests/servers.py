@@ -8,16 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
 import requests
 from django.db import connection
 
-from tests.deadlines import deadline_after, pauses
+from tests.polling import wait_until
 from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,17 +48,6 @@ def session_database_url() -> str:
         f"mysql://{credentials}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 3306}"
         f"/{settings['NAME']}"
     )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds (times
-    the suite's deadline scale: tests/deadlines.py)."""
-    deadline, pause = deadline_after(timeout), pauses()
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(next(pause))
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def answers(url: str) -> int | None:

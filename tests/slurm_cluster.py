@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError
+from tests.polling import wait_until
 
 NODE_COUNT = 3
 GPUS_PER_NODE = 4
@@ -339,11 +340,10 @@ def _daemon(args: list[str], output: Path, env: dict[str, str] | None = None) ->
 
 
 def _wait_for(condition, what: str, cluster: SlurmCluster, seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"No {what} after {seconds:.0f} s; {_logs(cluster)}")
-        time.sleep(0.05)
+    try:
+        wait_until(condition, seconds, what)
+    except AssertionError as error:
+        raise TimeoutError(f"{error}; {_logs(cluster)}") from None
 
 
 def _kill(pid: int) -> None:

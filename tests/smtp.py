@@ -9,7 +9,6 @@ sent to one address.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from email import message_from_bytes
 from email.message import Message
@@ -17,7 +16,7 @@ from email.message import Message
 import pytest
 from aiosmtpd.controller import Controller
 
-from tests.deadlines import deadline_after
+from tests.polling import wait_until
 from tests.servers import free_port
 
 
@@ -43,11 +42,11 @@ class Inbox:
 
     def wait_for(self, count: int, timeout: float = 10) -> list[Message]:
         """The messages, once at least ``count`` have arrived (polled, with a deadline)."""
-        deadline = deadline_after(timeout)
-        while len(self.messages) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{len(self.messages)} emails arrived, not {count}")
-            time.sleep(0.01)
+        wait_until(
+            lambda: len(self.messages) >= count,
+            timeout,
+            f"{count} emails (so far {len(self.messages)} arrived)",
+        )
         return self.messages
 
 

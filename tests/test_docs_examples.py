@@ -40,8 +40,8 @@ from backend.vcs.actions import set_membership
 from backend.vcs.models import VirtualCluster
 from tests.docs_examples import DOCUMENTS, ROOT, Example, shell_examples
 from tests.e2e.dashboard import LiveServers, live_servers, set_password
-from tests.jobmanager.test_local_backend import wait_for
 from tests.jobmanager.test_local_images import build_image
+from tests.polling import wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
@@ -144,7 +144,7 @@ class Demo:
             job = self.api(username, f"jobs/{job_id}/").json()
             return job if job["status"] in statuses else None
 
-        return wait_for(reached, f"job {job_id} to be {'/'.join(statuses)}", JOB_SECONDS)
+        return wait_until(reached, JOB_SECONDS, f"job {job_id} to be {'/'.join(statuses)}")
 
     def job_ends(self, username: str, job_id: str) -> dict:
         return self.job_reaches(username, job_id, ENDED)
@@ -337,7 +337,7 @@ def elastic_job(demo: Demo, terminal: Terminal, example: Example) -> None:
         steps = ELASTIC_STEP.findall(demo.log(terminal.user, job_id))
         return steps if len(steps) >= 3 else None
 
-    steps = wait_for(stepping, f"elastic job {job_id}'s first steps", JOB_SECONDS)
+    steps = wait_until(stepping, JOB_SECONDS, f"elastic job {job_id}'s first steps")
     numbers = [int(step) for step, _world, _loss in steps]
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), steps
     assert {int(world) for _step, world, _loss in steps} <= {2, 3, 4}, steps

@@ -23,9 +23,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.backend.test_run_trainyard import signed_in
+from tests.backend.core.test_run_trainyard import signed_in
 from tests.docs_examples import ROOT, Example, shell_examples
-from tests.servers import free_port, wait_until
+from tests.polling import wait_until
+from tests.servers import free_port
 from tests.unix_accounts import TEST_ACCOUNT_ENV, require_root
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from tests.servers import ROOT, free_port, is_healthy, kill_process_group, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, is_healthy, kill_process_group
 
 pytestmark = pytest.mark.integration
 

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     configure_django(database_url, args.var_dir)
     fill(args.jobs)
     subprocess.run(["make", "-s", "frontend"], cwd=REPO_ROOT, check=True)
-    from tests.servers import free_port, is_healthy, kill_process_group, wait_until
+    from tests.polling import wait_until
+    from tests.servers import free_port, is_healthy, kill_process_group
 
     port = free_port()
     web = subprocess.Popen(

@@ -1,4 +1,6 @@
-"""Fixtures for the backend's fault-injection tests."""
+"""Fixtures for the backend's tests: every role of a resource's role matrix, and a Redis
+of a test's own for the fault-injection tests; the local backend end to end (tests/backend/
+local_support.py) for the tests of every app that run it."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import uuid
 
 import pytest
 
+from tests.backend.local_support import backend, jobs  # noqa: F401 (the local backend end to end)
+from tests.backend.resources import roles  # noqa: F401 (the fixture of every role matrix)
 from tests.fault_servers import RedisServer
 
 

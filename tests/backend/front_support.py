@@ -13,7 +13,8 @@ from pathlib import Path
 
 from jobmanager.backends import RunAs
 from tests.fault_servers import own_port
-from tests.servers import ROOT, is_healthy, kill_process_group, session_database_url, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, is_healthy, kill_process_group, session_database_url
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, TEST_ACCOUNT_ENV
 
 

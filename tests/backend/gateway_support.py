@@ -17,7 +17,8 @@ from pathlib import Path
 from django.conf import settings
 
 from backend.accounts.actions import add_ssh_key
-from tests.servers import ROOT, free_port, kill_process_group, session_database_url, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, kill_process_group, session_database_url
 from tests.unix_accounts import TEST_ACCOUNT_ENV
 
 # The client as a user runs it (log level INFO: banners shown), knowing the gateway's
@@ -56,7 +57,7 @@ def running_gateway(
     directory: Path, nodes: str, var_dir: Path | None = None, **env: str
 ) -> Iterator[Gateway]:
     """The gateway on a free port, over the local backend whose state and logs lie in
-    ``directory`` (as tests/backend/test_local_backend_e2e.py lays them out), with its
+    ``directory`` (as tests/backend/jobs/test_local_backend_e2e.py lays them out), with its
     var/ (its host key) in ``var_dir`` (a new one by default)."""
     port = free_port()
     var_dir = var_dir or directory / f"gateway-{port}"

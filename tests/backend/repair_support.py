@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.servers import ROOT, free_port, kill_process_group, wait_until
+from tests.polling import wait_until
+from tests.servers import ROOT, free_port, kill_process_group
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCRAPE_INTERVAL = "1s"

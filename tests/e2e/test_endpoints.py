@@ -14,15 +14,9 @@ from django.test import Client
 
 from backend.jobs.models import JobStatus
 from tests.backend.gateway_support import running_gateway
-from tests.backend.test_local_backend_e2e import (
-    NODES,
-    JobManager,
-    local_backend,
-    log_of,
-    submit,
-)
+from tests.backend.local_support import NODES, JobManager, local_backend, log_of, submit
 from tests.e2e.dashboard import chromium
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.servers import free_port
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, job_account
 
@@ -108,7 +102,7 @@ def test_jupyter_opens_through_the_endpoint_proxy_for_its_owner_only(
             return False
 
     try:
-        wait_for(answers, "Jupyter to answer through the proxy")
+        wait_until(answers, 20, "Jupyter to answer through the proxy")
     except BaseException:
         print(log_of(job), gateway.output())
         raise

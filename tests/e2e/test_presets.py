@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 from tests.backend.gateway_support import SSH_OPTIONS, registered_key, running_gateway
 from tests.e2e import test_dashboard
 from tests.e2e.dashboard import live_servers
-from tests.jobmanager.test_local_backend import wait_for
+from tests.polling import wait_until
 from tests.servers import free_port
 from tests.unix_accounts import job_account
 
@@ -113,7 +113,7 @@ def test_a_server_preset_opens_from_its_job_page(open_browser, world, gateway, l
         except requests.RequestException:
             return False
 
-    wait_for(answers, f"{label} to answer at {href}", SERVER_SECONDS)
+    wait_until(answers, SERVER_SECONDS, f"{label} to answer at {href}")
     with window.context.expect_page() as opened:
         link.click()
     expect(opened.value).to_have_title(says)

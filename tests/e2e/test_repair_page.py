@@ -18,7 +18,7 @@ from tests.backend.repair_support import (  # noqa: F401 - the fixture
 )
 from tests.e2e import test_dashboard
 from tests.e2e.dashboard import live_servers
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

@@ -10,14 +10,12 @@ command for real and their harnesses play nothing.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from jobmanager.backends import ClusterBackend, JobLaunch, RunAs, WorkerSpec
-from tests.deadlines import deadline_after, pauses
+from tests.polling import wait_until
 
 T = TypeVar("T")
 ELASTIC_MEMORY_MIB = 1024  # a worker under torchrun's elastic agent
@@ -111,7 +109,7 @@ class Harness:
         thread.start()
         fake, namespace = self.kubernetes.fake, self.kubernetes.namespace
         selector = f"trainyard.io/job={launch.job_id}"
-        going = wait_for(
+        going = wait_until(
             lambda: (
                 (pods := fake.list("pods", namespace, selector))
                 and all(pod["metadata"].get("deletionTimestamp") for pod in pods)
@@ -141,15 +139,3 @@ class Harness:
         for job_id in self.launched:
             self.backend.stop(job_id, 0)
             self.backend.remove(job_id)
-
-
-def wait_for(condition: Callable[[], T], seconds: float, what: str) -> T:
-    """Poll ``condition`` until it returns something true; that value."""
-    deadline = deadline_after(seconds)
-    for pause in pauses():
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {seconds} s (as written)"
-        time.sleep(pause)
-    raise AssertionError("unreachable")

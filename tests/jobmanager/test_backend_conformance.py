@@ -21,7 +21,8 @@ from jobmanager.backends.base import NODE_UNHEALTHY, JobReport
 from jobmanager.backends.kubernetes import KubernetesBackend
 from jobmanager.backends.local import JOB_PATH, LocalBackend
 from jobmanager.backends.slurm import SlurmBackend
-from tests.jobmanager.conformance import Harness, Work, wait_for
+from tests.jobmanager.conformance import Harness, Work
+from tests.polling import wait_until
 from tests.sandbox_network import shared_with_jobs
 from tests.servers import free_port
 from tests.slurm_cluster import wait_until_idle
@@ -91,7 +92,7 @@ def report_when(
         report = harness.backend.reports().get(job_id)
         return report if report is not None and condition(report) else None
 
-    found = wait_for(holds, ENDS_SECONDS, what)
+    found = wait_until(holds, ENDS_SECONDS, what)
     assert found is not None
     return found
 
@@ -124,7 +125,7 @@ def test_every_worker_s_output_reaches_the_log_store(harness):
     harness.play(launch, work)
 
     report_when(harness, launch.job_id, lambda r: r.succeeded, "the gang succeeds")
-    wait_for(
+    wait_until(
         lambda: all(work.line(rank) in harness.log(launch.job_id, rank) for rank in (0, 1)),
         ENDS_SECONDS,
         "each worker's line in its log",
@@ -153,7 +154,7 @@ def test_deploying_the_same_attempt_twice_starts_it_once(harness):
     report = report_when(harness, launch.job_id, lambda r: r.started, "the workers start")
     assert [worker.rank for worker in report.workers] == [0, 1]
     if harness.executes:  # each worker printed its line once
-        wait_for(lambda: work.line(1) in harness.log(launch.job_id, 1), ENDS_SECONDS, "a line")
+        wait_until(lambda: work.line(1) in harness.log(launch.job_id, 1), ENDS_SECONDS, "a line")
         assert harness.log(launch.job_id, 1).count(work.line(1)) == 1
 
 
@@ -174,7 +175,7 @@ def test_stop_ends_every_worker_and_remove_forgets_the_job(harness):
         report = harness.backend.reports().get(launch.job_id)
         return report is None or report.ended
 
-    wait_for(ended, ENDS_SECONDS, "the stopped job ends")
+    wait_until(ended, ENDS_SECONDS, "the stopped job ends")
     report = harness.backend.reports().get(launch.job_id)
     if report is not None:  # Kubernetes forgets pods the kubelet ended; others keep them
         assert all(w.state == WorkerState.FAILED for w in report.workers)
@@ -260,7 +261,7 @@ def test_a_failed_node_fails_its_worker_naming_the_node(harness):
 
     _lose_node(harness, lost)
     try:
-        report = wait_for(
+        report = wait_until(
             lambda: (r := harness.backend.reports()[launch.job_id]).failed_worker and r,
             NODE_DOWN_SECONDS,
             "the worker on the lost node fails",
@@ -303,7 +304,7 @@ SERVER = (
 
 def _target(harness: Harness):
     """The gateway's target for the backend (the Kubernetes fake runs no process: its
-    exec and port-forward are tests/backend/test_ssh_gateway_kubernetes.py's)."""
+    exec and port-forward are tests/backend/gateway/test_ssh_gateway_kubernetes.py's)."""
     if harness.name == "kubernetes":
         pytest.skip("the fake runs no process to enter (see test_ssh_gateway_kubernetes)")
     from backend.gateway.slurm import SlurmTarget
@@ -332,7 +333,7 @@ def test_a_session_into_a_worker_runs_there_as_its_owner_with_its_exit_status(ha
     target = _target(harness)
     launch, _ = _serving_job(harness)
     admission = _admission(launch, 1)
-    assert wait_for(lambda: target.available(admission), ENDS_SECONDS, "worker 1 to enter")
+    assert wait_until(lambda: target.available(admission), ENDS_SECONDS, "worker 1 to enter")
 
     async def session(tty):
         output = bytearray()
@@ -365,7 +366,7 @@ def test_a_port_forward_reaches_the_job_s_own_server_and_no_other_port(harness):
             return target.listener(job_id, "localhost", port, 1)
         return None
 
-    found = wait_for(lambda: listener(launch.job_id, port), ENDS_SECONDS, "its server")
+    found = wait_until(lambda: listener(launch.job_id, port), ENDS_SECONDS, "its server")
     with connect(found) as connection:
         connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
         answer = connection.makefile("rb").read()
@@ -373,7 +374,7 @@ def test_a_port_forward_reaches_the_job_s_own_server_and_no_other_port(harness):
 
     # Another job of the same owner serves beside it: not this job's port.
     other, other_port = _serving_job(harness)
-    wait_for(lambda: listener(other.job_id, other_port), ENDS_SECONDS, "the other's server")
+    wait_until(lambda: listener(other.job_id, other_port), ENDS_SECONDS, "the other's server")
     # Refused as another's port, or (a job in a network namespace of its own, the local
     # sandbox) as no port of the job's at all.
     refused = "is not job {0}'s|no process of job {0} listens on port {1}"
@@ -413,14 +414,14 @@ def test_a_resize_brings_a_running_elastic_job_to_its_new_workers_in_the_same_at
     launch = harness.elastic(harness.launch(job_id, work.command), 2, 3)
     harness.backend.deploy(launch)
     harness.play(launch, work)
-    wait_for(lambda: said_ranks(harness, job_id) == {0, 1}, RESIZE_SECONDS, "2 workers meet")
+    wait_until(lambda: said_ranks(harness, job_id) == {0, 1}, RESIZE_SECONDS, "2 workers meet")
 
     grown = harness.elastic(harness.launch(job_id, work.command, workers=3), 2, 3)
     harness.resize(grown, 5, RESIZE_SECONDS)
     harness.play(grown, work)
 
     # Under torchrun a worker's RANK is the rendezvous's: rank 2 is said once 3 met.
-    wait_for(lambda: 2 in said_ranks(harness, job_id), RESIZE_SECONDS, "3 workers meet")
+    wait_until(lambda: 2 in said_ranks(harness, job_id), RESIZE_SECONDS, "3 workers meet")
     report = report_when(harness, job_id, lambda r: r.started, "every worker leaves pending")
     assert report.attempt == 1  # the same attempt, not a new one
     assert states(report) == [(WorkerState.RUNNING, None)] * 3

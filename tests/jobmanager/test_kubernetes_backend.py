@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from jobmanager.backends.k8s_manifests import (
     service_name,
 )
 from jobmanager.backends.kubernetes import KubernetesBackend
-from tests.deadlines import deadline_after
+from tests.polling import wait_until
 
 pytest_plugins = ["tests.k8s_fake"]
 
@@ -119,14 +118,6 @@ def read_policy(cluster, job_id: str = JOB) -> dict:
 
 def states(backend, job_id: str = JOB) -> list[tuple[str, int | None]]:
     return [(w.state, w.exit_code) for w in backend.reports()[job_id].workers]
-
-
-def wait_until(condition, seconds: float = 10.0) -> None:
-    """Poll a condition a thread makes true, with a deadline."""
-    deadline = deadline_after(seconds)
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        time.sleep(0.01)
 
 
 # --- deployment ---------------------------------------------------------------------------
@@ -397,7 +388,7 @@ def test_a_deployed_job_that_lost_a_pod_reports_that_worker_failed(k8s_cluster, 
         pod_names(launch)[1], k8s_cluster.namespace, grace_period_seconds=0
     )
 
-    wait_until(lambda: len(job_pods(k8s_cluster)) == 1)
+    wait_until(lambda: len(job_pods(k8s_cluster)) == 1, 10, "len(job_pods(k8s_cluster)) == 1")
     worker = backend.reports()[JOB].workers[1]
     assert (worker.state, worker.reason) == (WorkerState.FAILED, "PodMissing")
 
@@ -409,7 +400,7 @@ def test_a_job_whose_pods_all_vanished_is_absent(k8s_cluster, backend):
     for name in pod_names(launch):
         k8s_cluster.core.delete_namespaced_pod(name, k8s_cluster.namespace, grace_period_seconds=0)
 
-    wait_until(lambda: not job_pods(k8s_cluster))
+    wait_until(lambda: not job_pods(k8s_cluster), 10, "not job_pods(k8s_cluster)")
     assert JOB not in backend.reports()
 
 
@@ -448,7 +439,7 @@ def test_stop_deletes_the_pods_with_the_grace_period(k8s_cluster, backend):
         assert len(fake.requests_for("DELETE", "pods")) == 2
         for name in pod_names(launch):
             fake.finish_deletion(k8s_cluster.namespace, name)
-    wait_until(lambda: JOB not in backend.reports(), seconds=60)
+    wait_until(lambda: JOB not in backend.reports(), 60, "JOB not in backend.reports()")
 
 
 def test_stop_keeps_an_ended_pod_for_its_exit_code(k8s_cluster, backend):
@@ -476,7 +467,11 @@ def test_remove_force_deletes_a_pod_stuck_terminating_and_the_service(k8s_cluste
 
     backend.remove(JOB)
 
-    wait_until(lambda: not job_pods(k8s_cluster) and not job_services(k8s_cluster))
+    wait_until(
+        lambda: not job_pods(k8s_cluster) and not job_services(k8s_cluster),
+        10,
+        "not job_pods(k8s_cluster) and not job_services(k8s_cluster)",
+    )
     assert JOB not in backend.reports()
     if k8s_cluster.fake is not None:
         deletes = k8s_cluster.fake.requests_for("DELETE", "pods")[-2:]
@@ -592,9 +587,15 @@ def test_the_node_watcher_thread_follows_the_nodes(k8s_cluster):
 
         fake.set_node_condition("gpu-node-2", "XidError", True, "Xid79")
 
-        wait_until(lambda: "gpu-node-2" in backend.bad_nodes())
+        wait_until(
+            lambda: "gpu-node-2" in backend.bad_nodes(), 10, '"gpu-node-2" in backend.bad_nodes()'
+        )
         fake.add_node("gpu-node-3", gpus=8)
-        wait_until(lambda: "gpu-node-3" in {n.name for n in backend.nodes()})
+        wait_until(
+            lambda: "gpu-node-3" in {n.name for n in backend.nodes()},
+            10,
+            '"gpu-node-3" in {n.name for n in backend.nodes()}',
+        )
     finally:
         backend.node_watcher.stop()
     assert not backend.node_watcher.running

@@ -14,7 +14,7 @@ from jobmanager.backends.base import STOPPED
 from jobmanager.backends.k8s_logs import timestamp_key
 from jobmanager.backends.kubernetes import KubernetesBackend
 from tests.jobmanager.test_kubernetes_backend import MIA
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytest_plugins = ["tests.k8s_fake"]
 

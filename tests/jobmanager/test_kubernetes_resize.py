@@ -16,7 +16,6 @@ import pytest
 from jobmanager.backends import DeployError, JobLaunch, WorkerState
 from jobmanager.backends.k8s_manifests import pod_manifest, service_name
 from jobmanager.backends.kubernetes import KubernetesBackend
-from tests.jobmanager.conformance import wait_for
 from tests.jobmanager.test_kubernetes_backend import (
     JOB,
     KUBERNETES_VERSION,
@@ -24,6 +23,7 @@ from tests.jobmanager.test_kubernetes_backend import (
     job_pods,
     job_services,
 )
+from tests.polling import wait_until
 
 pytest_plugins = ["tests.k8s_fake"]
 
@@ -86,7 +86,7 @@ def resize_in_background(
 def kubelet_ends_the_deleted_pods(cluster, fake) -> list[str]:
     """Once the resize has deleted every pod (gracefully), the kubelet ends them; their
     names."""
-    wait_for(
+    wait_until(
         lambda: all(pod["metadata"].get("deletionTimestamp") for pod in job_pods(cluster)),
         SECONDS,
         "the resize deletes every pod",
@@ -197,7 +197,7 @@ def test_while_a_resize_waits_for_the_kubelet_its_workers_are_pending_not_failed
     running(k8s_cluster, fake)
 
     thread, raised = resize_in_background(backend, elastic(k8s_cluster, 4))
-    wait_for(
+    wait_until(
         lambda: all(p["metadata"].get("deletionTimestamp") for p in job_pods(k8s_cluster)),
         SECONDS,
         "the resize deletes every pod",

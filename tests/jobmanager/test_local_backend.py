@@ -30,24 +30,12 @@ from jobmanager.backends import (
 )
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
-from tests.deadlines import deadline_after, pauses
 from tests.jobmanager.conftest import NODES
+from tests.polling import wait_until
 from tests.unix_accounts import job_account, owned_directory
 
 DEADLINE_SECONDS = 20
 T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], what: str, deadline: float = DEADLINE_SECONDS) -> T:
-    """Poll ``condition`` until it returns something true; fail after ``deadline`` s."""
-    give_up, pause = deadline_after(deadline), pauses()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > give_up:
-            pytest.fail(f"waited {deadline} s for {what}")
-        time.sleep(next(pause))
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:
@@ -111,7 +99,7 @@ def test_a_job_that_prints_and_exits_0_succeeds_with_its_output_in_the_log(backe
     job = launch("echo hello from $TRAINYARD_JOB_ID; echo oops >&2")
 
     backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
 
     assert report.succeeded and report.attempt == 1
     assert report.workers[0].exit_code == 0
@@ -124,7 +112,7 @@ def test_a_job_that_exits_3_fails_with_3(backend):
     job = launch("exit 3")
 
     backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
 
     assert report.failed_worker is not None
     assert (report.workers[0].state, report.workers[0].exit_code) == (WorkerState.FAILED, 3)
@@ -144,7 +132,7 @@ def test_workers_get_the_distributed_environment_their_gpus_and_nothing_secret(
     )
 
     backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
 
     assert report.succeeded
     envs = [dict(_env_lines(log_of(backend, job.job_id, rank))) for rank in (0, 1)]
@@ -193,7 +181,7 @@ def test_a_job_runs_in_its_own_working_directory_when_it_names_one(backend, host
     job = launch("pwd", working_dir=str(directory))
 
     backend.deploy(job)
-    wait_for(ended(backend, job.job_id), "the job to end")
+    wait_until(ended(backend, job.job_id), 20, "the job to end")
 
     assert str(directory) in log_of(backend, job.job_id).splitlines()
 
@@ -204,23 +192,23 @@ def test_a_job_runs_in_its_own_working_directory_when_it_names_one(backend, host
 def test_a_stopped_job_gets_sigterm_and_reports_how_it_ended(backend):
     job = launch("trap 'echo caught TERM; exit 143' TERM; echo ready; sleep 300 & wait")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
 
     backend.stop(job.job_id, grace_seconds=30)
-    report = wait_for(ended(backend, job.job_id), "the job to stop")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to stop")
 
     assert report.workers[0].exit_code == 143
     assert "caught TERM" in log_of(backend, job.job_id)
-    wait_for(lambda: not job_processes(job.job_id), "its processes to be gone")
+    wait_until(lambda: not job_processes(job.job_id), 20, "its processes to be gone")
 
 
 def test_a_grandchild_ignoring_sigterm_is_killed_once_the_command_exits(backend):
     job = launch("(trap '' TERM; echo ready; exec sleep 300) & wait")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
 
     backend.stop(job.job_id, grace_seconds=30)
-    report = wait_for(ended(backend, job.job_id), "the job to stop")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to stop")
 
     assert report.workers[0].exit_code == 143  # the shell died of the SIGTERM
     assert job_processes(job.job_id) == []  # the init killed the sleep before reporting
@@ -229,13 +217,13 @@ def test_a_grandchild_ignoring_sigterm_is_killed_once_the_command_exits(backend)
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(backend):
     job = launch("trap '' TERM; (sleep 300; echo never) & echo ready; wait; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
 
     backend.stop(job.job_id, grace_seconds=1)
     assert backend.reports()[job.job_id].workers[0].state == WorkerState.RUNNING  # in grace
     # Another process (a new instance) enforces the grace period the first one recorded.
     later = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
-    report = wait_for(ended(later, job.job_id), "the grace period to run out")
+    report = wait_until(ended(later, job.job_id), 20, "the grace period to run out")
 
     assert report.workers[0].exit_code == 128 + signal.SIGKILL
     assert job_processes(job.job_id) == []
@@ -247,11 +235,11 @@ def test_orphans_are_adopted_and_reaped_by_the_init(backend):
     # sandbox, to the container's pid 1 (tini, the init's child), which reaps it.
     job = launch("(sleep 1 &); echo forked; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "forked"), "the job to start")
+    wait_until(logged(backend, job.job_id, "forked"), 20, "the job to start")
     init = psutil.Process(backend.init_pids(job.job_id)[0])
     # In a sandbox, tini (the container's pid 1): the init's child once `runc run
     # --detach` has handed it over and exited (under load runc may still be there).
-    reaper = init if backend.sandbox is None else wait_for(lambda: _tini_of(init), "tini")
+    reaper = init if backend.sandbox is None else wait_until(lambda: _tini_of(init), 20, "tini")
 
     def children() -> list[tuple[list[str], str]]:
         found = []
@@ -264,8 +252,8 @@ def test_orphans_are_adopted_and_reaped_by_the_init(backend):
                 pass
         return found
 
-    wait_for(lambda: (["sleep", "1"], "sleeping") in children(), "the orphan to be adopted")
-    wait_for(lambda: len(children()) == 1, "the orphan to end and be reaped")
+    wait_until(lambda: (["sleep", "1"], "sleeping") in children(), 20, "the orphan to be adopted")
+    wait_until(lambda: len(children()) == 1, 20, "the orphan to end and be reaped")
     assert children()[0][1] != psutil.STATUS_ZOMBIE
 
 
@@ -280,7 +268,7 @@ def _tini_of(init: psutil.Process) -> psutil.Process | None:
 def test_removing_a_running_job_leaves_no_process(backend):
     job = launch("sleep 300 & sleep 300", workers=2)
     backend.deploy(job)
-    wait_for(lambda: len(job_processes(job.job_id)) >= 4, "the workers to start")
+    wait_until(lambda: len(job_processes(job.job_id)) >= 4, 20, "the workers to start")
 
     backend.remove(job.job_id)
 
@@ -295,14 +283,14 @@ def test_removing_a_running_job_leaves_no_process(backend):
 def test_a_new_instance_adopts_running_jobs_and_sees_those_that_died_unwatched(backend, tmp_path):
     job = launch("echo ready; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
 
     adopter = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
     assert adopter.reports()[job.job_id].workers[0].state == WorkerState.RUNNING
 
     os.kill(adopter.init_pids(job.job_id)[0], signal.SIGKILL)  # dies while nobody watches
     later = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
-    report = wait_for(ended(later, job.job_id), "the death to be seen")
+    report = wait_until(ended(later, job.job_id), 20, "the death to be seen")
 
     assert (report.workers[0].state, report.workers[0].exit_code) == (WorkerState.FAILED, None)
     assert job_processes(job.job_id)  # its sleep lives on, orphaned, until removed
@@ -333,7 +321,7 @@ def test_deploying_a_new_attempt_replaces_the_old_one(backend):
 
     assert not old_init.is_running() or old_init.status() == psutil.STATUS_ZOMBIE
     assert backend.reports()[first.job_id].attempt == 2
-    wait_for(logged(backend, first.job_id, "second"), "the second attempt to run")
+    wait_until(logged(backend, first.job_id, "second"), 20, "the second attempt to run")
     assert "=== attempt 2 on local-0" in log_of(backend, first.job_id)
 
 
@@ -472,7 +460,7 @@ def test_without_a_cgroup_v2_hierarchy_limits_are_not_enforced_and_jobs_still_ru
     assert "is not a cgroup v2 hierarchy" in backend.limits_note
     assert backend.limits_in_force.startswith("setrlimit: each process's memory (RLIMIT_DATA)")
     assert backend.isolation(job).limits == backend.limits_in_force
-    assert wait_for(ended(backend, job.job_id), "the job to end").succeeded
+    assert wait_until(ended(backend, job.job_id), 20, "the job to end").succeeded
 
 
 def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(tmp_path, host_tmp):
@@ -483,7 +471,7 @@ def test_where_cgroups_are_delegated_each_worker_gets_its_cpu_and_memory_limits(
     job = replace(launch("echo ran"), workers=(WorkerSpec(0, "local-0", (0,), 1500, 512),))
 
     backend.deploy(job)
-    wait_for(ended(backend, job.job_id), "the job to end")
+    wait_until(ended(backend, job.job_id), 20, "the job to end")
 
     assert backend.limits_enforced and backend.limits_note == ""
     assert backend.limits_in_force == (
@@ -574,7 +562,7 @@ def test_an_inventory_asked_at_every_call_is_asked_once_while_pinned(host_tmp):
             backend.deploy(job)
     assert len(asked) == 1
     for job in jobs:
-        wait_for(ended(backend, job.job_id), "the job to end")
+        wait_until(ended(backend, job.job_id), 20, "the job to end")
         backend.remove(job.job_id)
 
     declared.append(BackendNode("local-1", "A100", 8, 16000, 65536, declared=True))

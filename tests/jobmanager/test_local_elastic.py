@@ -18,7 +18,8 @@ import pytest
 from jobmanager.backends import JobLaunch, WorkerSpec, WorkerState
 from jobmanager.backends.local import JOB_PATH, LocalBackend
 from tests.jobmanager.conftest import NODES
-from tests.jobmanager.test_local_backend import launch, wait_for
+from tests.jobmanager.test_local_backend import launch
+from tests.polling import wait_until
 from tests.sandbox_network import shared_with_jobs
 
 TRAINING_ENV = Path("/opt/trainyard/training-env")
@@ -70,16 +71,16 @@ def test_an_elastic_job_grows_and_shrinks_and_its_training_goes_on(backend, host
     elastic = sized(launch(command, min_workers=2, max_workers=4), 2)
     job_id = elastic.job_id
     backend.deploy(elastic)
-    wait_for(lambda: reached(backend, job_id, 2, 10), "10 steps at 2 workers", RESIZE_SECONDS)
+    wait_until(lambda: reached(backend, job_id, 2, 10), RESIZE_SECONDS, "10 steps at 2 workers")
 
     backend.resize(sized(elastic, 4), grace_seconds=5)
     grown_at = max(s for s, w, _ in steps(backend, job_id) if w == 2)
-    wait_for(lambda: reached(backend, job_id, 4, grown_at + 10), "steps at 4", RESIZE_SECONDS)
+    wait_until(lambda: reached(backend, job_id, 4, grown_at + 10), RESIZE_SECONDS, "steps at 4")
     assert [w.state for w in backend.reports()[job_id].workers] == [WorkerState.RUNNING] * 4
 
     backend.resize(sized(elastic, 2), grace_seconds=5)
     shrunk_at = max(s for s, w, _ in steps(backend, job_id) if w == 4)
-    wait_for(lambda: reached(backend, job_id, 2, shrunk_at + 10), "2 again", RESIZE_SECONDS)
+    wait_until(lambda: reached(backend, job_id, 2, shrunk_at + 10), RESIZE_SECONDS, "2 again")
 
     report = backend.reports()[job_id]
     assert [w.rank for w in report.workers] == [0, 1]

@@ -20,8 +20,9 @@ import pytest
 from jobmanager.backends import BackendNode, LaunchRefused, WorkerState, images
 from jobmanager.backends.images import MANIFEST, REF_NAME, ImageBroken, ImageStore, mount_root
 from jobmanager.backends.local import LocalBackend
-from tests.jobmanager.test_local_backend import launch, logged, wait_for
+from tests.jobmanager.test_local_backend import launch, logged
 from tests.jobmanager.test_local_sandbox import in_session, run_to_end, sandboxed_backend
+from tests.polling import wait_until
 from tests.servers import free_port
 
 IMAGE = "trainyard-images-test/busybox:1"
@@ -119,7 +120,7 @@ def test_deploying_a_running_attempt_again_changes_nothing_though_its_image_left
 ):
     job = launch("echo STARTED; sleep 300", image=IMAGE)
     imaged.deploy(job)
-    wait_for(logged(imaged, job.job_id, "STARTED"), "the job to start")
+    wait_until(logged(imaged, job.job_id, "STARTED"), 20, "the job to start")
     shutil.rmtree(image_store / IMAGE.split("/")[0])
     imaged.deploy(job)  # as the job manager may repeat it after a crash
     assert imaged.reports()[job.job_id].workers[0].state is WorkerState.RUNNING
@@ -128,7 +129,7 @@ def test_deploying_a_running_attempt_again_changes_nothing_though_its_image_left
 def test_a_session_into_the_job_enters_its_image(imaged):
     job = launch("echo STARTED; sleep 300", image=IMAGE)
     imaged.deploy(job)
-    wait_for(logged(imaged, job.job_id, "STARTED"), "the job to start")
+    wait_until(logged(imaged, job.job_id, "STARTED"), 20, "the job to start")
     session = in_session(imaged, job.job_id, "cat /etc/os-release; id -u; echo $PATH")
     assert session.returncode == 0, session.stderr
     assert session.stdout.splitlines() == [MARKER, str(job.run_as.uid), "/bin"]
@@ -284,7 +285,7 @@ def registry(host_tmp, image_store) -> Iterator[str]:
     )  # fmt: skip
     try:
         drop_in.write_text(f'[[registry]]\nlocation = "{address}"\ninsecure = true\n')
-        wait_for(lambda: answers(f"http://{address}/v2/"), "the registry")
+        wait_until(lambda: answers(f"http://{address}/v2/"), 20, "the registry")
         layout = image_store / IMAGE.rsplit(":", 1)[0]
         run(["skopeo", "copy", "--quiet", f"oci:{layout}:1", f"docker://{address}/{IMAGE}"])
         yield address

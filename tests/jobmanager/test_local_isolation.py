@@ -21,14 +21,8 @@ import pytest
 from jobmanager.backends import BackendNode, DeployError, LaunchRefused, RunAs
 from jobmanager.backends.confine import Confinement
 from jobmanager.backends.local import JOB_PATH, LocalBackend
-from tests.jobmanager.test_local_backend import (
-    ended,
-    job_processes,
-    launch,
-    log_of,
-    logged,
-    wait_for,
-)
+from tests.jobmanager.test_local_backend import ended, job_processes, launch, log_of, logged
+from tests.polling import wait_until
 from tests.unix_accounts import (
     JOB_PYTHON,
     JOB_PYTHONPATH,
@@ -45,7 +39,7 @@ PYTHON = shlex.quote(JOB_PYTHON)
 def run_to_end(backend: LocalBackend, command: str, **fields) -> tuple[int | None, str]:
     job = launch(command, **fields)
     backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
     return report.workers[0].exit_code, log_of(backend, job.job_id)
 
 
@@ -121,7 +115,7 @@ def test_the_init_keeps_none_of_the_job_s_environment_and_stays_out_of_its_reach
         "echo ready; sleep 300", env={"LD_PRELOAD": "/nonexistent/evil.so", "MY_SETTING": "x"}
     )
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
     init = psutil.Process(backend.init_pids(job.job_id)[0])
     (command,) = init.children()
 
@@ -135,7 +129,7 @@ def test_the_init_keeps_none_of_the_job_s_environment_and_stays_out_of_its_reach
         "echo root=$(ps -o pid= -u 0 | wc -l)"
     )
     backend.deploy(mine)
-    report = wait_for(ended(backend, mine.job_id), "the probe to end")
+    report = wait_until(ended(backend, mine.job_id), 20, "the probe to end")
     assert report.succeeded
     probe = log_of(backend, mine.job_id)
     assert "kill=1" in probe
@@ -163,7 +157,7 @@ def test_a_job_s_directories_are_its_owner_s_and_the_backend_s_files_root_s(back
     mia = job_account("mia")
     job = launch("echo ready; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
 
     def owner_and_mode(path: Path) -> tuple[int, int]:
         info = path.lstat()
@@ -184,7 +178,7 @@ def test_a_job_s_directories_are_its_owner_s_and_the_backend_s_files_root_s(back
 def test_one_tenant_s_job_reaches_nothing_of_another_s(backend):
     alice = launch("echo secret > mine.txt; echo ready; exec sleep 300", owner="alice")
     backend.deploy(alice)
-    wait_for(logged(backend, alice.job_id, "ready"), "alice's job to start")
+    wait_until(logged(backend, alice.job_id, "ready"), 20, "alice's job to start")
     (sleeper,) = [p for p in job_processes(alice.job_id) if p.name() == "sleep"]
     work, logs = backend.state_dir / alice.job_id / "work", backend.log_dir / alice.job_id
     attempts = {
@@ -220,7 +214,7 @@ def test_a_link_a_job_leaves_in_place_of_its_log_is_never_followed(backend, host
     backend.deploy(
         launch(f"cd {logs} && rm worker-0.log && ln -s {precious} worker-0.log", job_id=job_id)
     )
-    wait_for(ended(backend, job_id), "the first attempt to end")
+    wait_until(ended(backend, job_id), 20, "the first attempt to end")
     assert (logs / "worker-0.log").is_symlink()
 
     with pytest.raises(DeployError, match="worker 0"):
@@ -236,7 +230,7 @@ def test_a_bare_job_s_memory_is_capped_where_no_cgroup_limits_it(bare_backend):
     job = launch(allocate)  # its worker has 1024 MiB
 
     bare_backend.deploy(job)
-    report = wait_for(ended(bare_backend, job.job_id), "the job to end")
+    report = wait_until(ended(bare_backend, job.job_id), 20, "the job to end")
 
     assert report.workers[0].exit_code == 1
     assert "MemoryError" in log_of(bare_backend, job.job_id)
@@ -270,7 +264,7 @@ def test_a_worker_opens_its_own_gpus_and_no_other(host_tmp):
     mia = job_account("mia")
 
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "gpu3="), "the probe")
+    wait_until(logged(backend, job.job_id, "gpu3="), 20, "the probe")
 
     log = log_of(backend, job.job_id)
     assert [line for line in log.splitlines() if line.startswith("gpu")] == [
@@ -308,7 +302,7 @@ def test_a_session_enters_a_running_worker_as_its_owner_with_its_directory_env_a
     backend = bare_backend
     job = launch("echo ready; sleep 300", env={"MY_SETTING": "from-the-job"})
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
     confinement = backend.session_confinement(job.job_id, rank=0)
     assert isinstance(confinement, Confinement)
 

@@ -27,7 +27,8 @@ from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.sandbox import available, container_name
 from jobmanager.retries import classify
 from tests.jobmanager.conftest import NODES, remove_every_job
-from tests.jobmanager.test_local_backend import ended, launch, log_of, logged, wait_for
+from tests.jobmanager.test_local_backend import ended, launch, log_of, logged
+from tests.polling import wait_until
 from tests.sandbox_network import claimed_subnet
 from tests.spawner import running_spawner
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, require_root
@@ -92,7 +93,7 @@ def run_to_end(backend: LocalBackend, command: str, **fields) -> tuple[int | Non
     """The exit code, failure reason and log of a one-worker job of ``command``."""
     job = launch(command, **fields)
     backend.deploy(job)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
     worker = report.workers[0]
     return worker.exit_code, worker.reason, log_of(backend, job.job_id)
 
@@ -103,8 +104,8 @@ def test_a_job_sees_only_its_own_processes(sandboxed):
     server = f"{PYTHON} -c 'import time; time.sleep(300)' --IdentityProvider.token=s3cr3t"
     alices = launch(f"echo STARTED; exec {server}", owner="alice")
     sandboxed.deploy(alices)
-    wait_for(logged(sandboxed, alices.job_id, "STARTED"), "alice's server")
-    wait_for(lambda: _command_lines_with("s3cr3t"), "alice's server on the host")
+    wait_until(logged(sandboxed, alices.job_id, "STARTED"), 20, "alice's server")
+    wait_until(lambda: _command_lines_with("s3cr3t"), 20, "alice's server on the host")
 
     probe = "echo @BEGIN@; ps -eo pid=,args=; echo @END@"
     code, _, log = run_to_end(sandboxed, probe, owner="bob")
@@ -134,10 +135,10 @@ def test_a_stop_asked_as_the_container_starts_ends_the_job_with_sigterm(sandboxe
     # Once the init runs runc, it has its own handlers (a spawner's fork inherits the
     # spawner's until then), and runc takes a while yet to start the container.
     init = psutil.Process(sandboxed.init_pids(job.job_id)[0])
-    wait_for(lambda: init.children(), "the init to start runc")
+    wait_until(lambda: init.children(), 20, "the init to start runc")
     sandboxed.stop(job.job_id, grace_seconds=300)
 
-    report = wait_for(ended(sandboxed, job.job_id), "the stopped job to end")
+    report = wait_until(ended(sandboxed, job.job_id), 20, "the stopped job to end")
 
     assert report.workers[0].exit_code == 143, log_of(sandboxed, job.job_id)
 
@@ -163,7 +164,7 @@ def test_a_memory_hog_is_held_to_the_job_s_limit_and_fails_saying_so(sandboxed):
     job = launch(command)
     job = replace(job, workers=tuple(replace(w, memory=256) for w in job.workers))
     sandboxed.deploy(job)
-    report = wait_for(ended(sandboxed, job.job_id), "the hog to be killed")
+    report = wait_until(ended(sandboxed, job.job_id), 20, "the hog to be killed")
     worker = report.workers[0]
     assert worker.state is WorkerState.FAILED
     assert worker.reason.startswith("OOMKilled"), (worker, log_of(sandboxed, job.job_id))
@@ -182,14 +183,14 @@ def test_a_container_runc_left_half_made_is_the_node_s_failure_and_forgotten_on_
     (half_made / "exec.fifo").touch()
 
     sandboxed.deploy(job)
-    worker = wait_for(ended(sandboxed, job.job_id), "the worker to end").workers[0]
+    worker = wait_until(ended(sandboxed, job.job_id), 20, "the worker to end").workers[0]
     assert worker.state is WorkerState.FAILED
     assert worker.reason.startswith("SandboxNotStarted"), (worker, log_of(sandboxed, job.job_id))
     assert classify(worker.exit_code, "", reason=worker.reason).failure_class == "infrastructure"
 
     sandboxed.remove(job.job_id)
     sandboxed.deploy(job)
-    report = wait_for(ended(sandboxed, job.job_id), "the job deployed again to end")
+    report = wait_until(ended(sandboxed, job.job_id), 20, "the job deployed again to end")
     assert report.workers[0].state is WorkerState.SUCCEEDED, log_of(sandboxed, job.job_id)
     assert "ran\n" in log_of(sandboxed, job.job_id)
 
@@ -217,11 +218,11 @@ def test_a_fork_loop_stops_at_the_job_s_pids_limit(sandboxed):
 def test_killing_a_job_kills_what_it_double_forked_into_a_new_session(sandboxed):
     job = launch(f"{UNMARKED} setsid nohup sleep 8771 > /dev/null 2>&1 & echo FORKED; sleep 300")
     sandboxed.deploy(job)
-    wait_for(logged(sandboxed, job.job_id, "FORKED"), "the fork")
-    wait_for(lambda: sleepers("8771"), "the double-forked sleep")
+    wait_until(logged(sandboxed, job.job_id, "FORKED"), 20, "the fork")
+    wait_until(lambda: sleepers("8771"), 20, "the double-forked sleep")
     sandboxed.stop(job.job_id, grace_seconds=0)
     sandboxed.remove(job.job_id)
-    wait_for(lambda: not sleepers("8771"), "the double-forked sleep to die")
+    wait_until(lambda: not sleepers("8771"), 20, "the double-forked sleep to die")
 
 
 def sleepers(argument: str) -> list[psutil.Process]:
@@ -294,8 +295,8 @@ def test_runc_is_the_runtime_in_use(sandboxed):
     sandboxed.deploy(job)
     assert sandboxed.sandbox is not None
     root = str(sandboxed.sandbox.runtime_root)
-    listed = wait_for(
-        lambda: job.job_id in (out := runc_list(root)) and out, "the container to be listed"
+    listed = wait_until(
+        lambda: job.job_id in (out := runc_list(root)) and out, 20, "the container to be listed"
     )
     assert "running" in listed
 
@@ -342,7 +343,7 @@ def test_two_workers_of_a_job_reach_each_other_at_the_job_s_address(sandboxed):
     )
     job = launch(command, workers=2)
     sandboxed.deploy(job)
-    report = wait_for(ended(sandboxed, job.job_id), "the two workers to end")
+    report = wait_until(ended(sandboxed, job.job_id), 20, "the two workers to end")
     assert [w.exit_code for w in report.workers] == [0, 0], log_of(sandboxed, job.job_id, 1)
     assert "GOT hello from 1" in log_of(sandboxed, job.job_id, 0)
     address = sandboxed.job_address(job.job_id)
@@ -352,14 +353,14 @@ def test_two_workers_of_a_job_reach_each_other_at_the_job_s_address(sandboxed):
 def test_the_host_reaches_a_job_at_its_address_and_other_jobs_do_not(sandboxed):
     server = launch(python_job(LISTEN), env={"LISTEN_PORT": "7711"})
     sandboxed.deploy(server)
-    wait_for(logged(sandboxed, server.job_id, "LISTENING"), "the job's server")
+    wait_until(logged(sandboxed, server.job_id, "LISTENING"), 20, "the job's server")
     address = sandboxed.job_address(server.job_id)
     assert address is not None
     _, _, log = run_to_end(sandboxed, f"{python_job(CONNECT)} {address} 7711 once")
     assert "UNREACHABLE" in log, log  # another job, even of the same owner
     with socket.create_connection((address, 7711), timeout=10) as connection:
         connection.sendall(b"hello from the host")
-    wait_for(logged(sandboxed, server.job_id, "GOT hello from the host"), "the host's hello")
+    wait_until(logged(sandboxed, server.job_id, "GOT hello from the host"), 20, "the host's hello")
 
 
 def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandboxed):
@@ -379,7 +380,7 @@ def test_a_job_reaches_no_port_of_the_host_and_has_no_route_without_egress(sandb
 def test_an_ended_job_is_removed_at_once_and_its_namespace_and_bundle_soon_after(sandboxed):
     job = launch("echo ran")
     sandboxed.deploy(job)
-    wait_for(ended(sandboxed, job.job_id), "the job to end")
+    wait_until(ended(sandboxed, job.job_id), 20, "the job to end")
     assert sandboxed.sandbox is not None
     root = str(sandboxed.sandbox.runtime_root)
     netns = sandboxed.job_namespace(job.job_id)
@@ -393,8 +394,9 @@ def test_an_ended_job_is_removed_at_once_and_its_namespace_and_bundle_soon_after
     assert job.job_id not in sandboxed.reports() and job.job_id not in runc_list(root)
     assert "ran\n" in log_of(sandboxed, job.job_id)  # the log stays
     trash = sandboxed.state_dir / ".removing"
-    wait_for(
+    wait_until(
         lambda: not os.path.exists(netns) and not any(trash.iterdir()),
+        20,
         "the namespace and the bundle to go",
     )
     parent = sandboxed.sandbox.cgroup_parent
@@ -406,23 +408,23 @@ def test_a_job_takes_a_namespace_made_ahead_of_it_never_one_another_job_used(san
     assert network is not None and sandboxed.spare_namespaces > 0
     first = launch("true")
     sandboxed.deploy(first)  # its namespace made on its path, the spares behind it
-    spares = wait_for(lambda: _spares(network, at_least=sandboxed.spare_namespaces), "spares")
-    wait_for(ended(sandboxed, first.job_id), "the first job to end")
+    spares = wait_until(lambda: _spares(network, at_least=sandboxed.spare_namespaces), 20, "spares")
+    wait_until(ended(sandboxed, first.job_id), 20, "the first job to end")
     first_netns = sandboxed.job_namespace(first.job_id)
     sandboxed.remove(first.job_id)
     assert first_netns not in spares
-    wait_for(lambda: not os.path.exists(first_netns), "the first job's namespace to go")
+    wait_until(lambda: not os.path.exists(first_netns), 20, "the first job's namespace to go")
 
     server = launch(python_job(LISTEN), env={"LISTEN_PORT": "7713"})
     sandboxed.deploy(server)
     netns, address = sandboxed.job_namespace(server.job_id), sandboxed.job_address(server.job_id)
     assert netns in spares and netns not in _spares(network)  # taken: no other job gets it
-    wait_for(logged(sandboxed, server.job_id, "LISTENING"), "the job's server")
+    wait_until(logged(sandboxed, server.job_id, "LISTENING"), 20, "the job's server")
     with socket.create_connection((address, 7713), timeout=10) as connection:
         connection.sendall(b"hello from the host")
-    wait_for(logged(sandboxed, server.job_id, "GOT hello from the host"), "the host's hello")
+    wait_until(logged(sandboxed, server.job_id, "GOT hello from the host"), 20, "the host's hello")
     sandboxed.remove(server.job_id)
-    wait_for(lambda: not os.path.exists(netns), "the server's namespace to go")
+    wait_until(lambda: not os.path.exists(netns), 20, "the server's namespace to go")
 
     left = _spares(network)
     network.remove_spares()  # as the backend's process does at its end
@@ -445,7 +447,7 @@ def in_session(backend: LocalBackend, job_id: str, command: str) -> subprocess.C
     through session_enter, the worker's confinement passed on a pipe."""
     # None until runc has written the container's pid, which may come after the job's
     # first output on a loaded host.
-    confinement = wait_for(lambda: backend.session_confinement(job_id), "the container")
+    confinement = wait_until(lambda: backend.session_confinement(job_id), 20, "the container")
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())
     os.close(writer)
@@ -463,7 +465,7 @@ def in_session(backend: LocalBackend, job_id: str, command: str) -> subprocess.C
 def test_a_session_enters_the_job_s_container_and_what_it_forks_dies_with_the_job(sandboxed):
     job = launch("echo STARTED; sleep 300")
     sandboxed.deploy(job)
-    wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
+    wait_until(logged(sandboxed, job.job_id, "STARTED"), 20, "the job to start")
     session = in_session(
         sandboxed, job.job_id,
         f"id -u; ps -eo args=; {UNMARKED} setsid nohup sleep 8772 > /dev/null 2>&1 & echo FORKED",
@@ -473,17 +475,17 @@ def test_a_session_enters_the_job_s_container_and_what_it_forks_dies_with_the_jo
     assert lines[0] == str(job.run_as.uid)
     assert any(line.startswith("sleep 300") for line in lines), lines  # the job's own
     assert "FORKED" in lines
-    wait_for(lambda: sleepers("8772"), "the session's double-forked sleep")
+    wait_until(lambda: sleepers("8772"), 20, "the session's double-forked sleep")
     sandboxed.stop(job.job_id, grace_seconds=0)
     sandboxed.remove(job.job_id)
-    wait_for(lambda: not sleepers("8772"), "the session's sleep to die with the job")
+    wait_until(lambda: not sleepers("8772"), 20, "the session's sleep to die with the job")
 
 
 def test_a_terminal_session_gets_a_terminal_inside_the_container(sandboxed):
     job = launch("echo STARTED; sleep 300")
     sandboxed.deploy(job)
-    wait_for(logged(sandboxed, job.job_id, "STARTED"), "the job to start")
-    confinement = wait_for(lambda: sandboxed.session_confinement(job.job_id), "the container")
+    wait_until(logged(sandboxed, job.job_id, "STARTED"), 20, "the job to start")
+    confinement = wait_until(lambda: sandboxed.session_confinement(job.job_id), 20, "the container")
     master, slave = os.openpty()
     reader, writer = os.pipe()
     os.write(writer, json.dumps(confinement.to_json()).encode())

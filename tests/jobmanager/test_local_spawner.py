@@ -16,7 +16,8 @@ import pytest
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_spawner import spawn
 from tests.jobmanager.conftest import NODES
-from tests.jobmanager.test_local_backend import ended, launch, log_of, wait_for
+from tests.jobmanager.test_local_backend import ended, launch, log_of
+from tests.polling import wait_until
 from tests.spawner import running_spawner
 from tests.unix_accounts import JOB_PYTHON, job_account
 
@@ -44,11 +45,11 @@ def test_a_spawned_init_runs_the_job_as_its_owner_and_records_its_end(host_tmp, 
     with running_spawner(socket_path):
         backend.deploy(job)
         assert "local_spawner.py" in init_command_line(backend, job.job_id)
-        wait_for(lambda: "ty-test-mia" in log_of(backend, job.job_id), "the job's output")
+        wait_until(lambda: "ty-test-mia" in log_of(backend, job.job_id), 20, "the job's output")
 
     # The spawner gone, the job runs on, and is stopped as any other.
     backend.stop(job.job_id, grace_seconds=1)
-    report = wait_for(ended(backend, job.job_id), "the job to end")
+    report = wait_until(ended(backend, job.job_id), 20, "the job to end")
     assert report.workers[0].exit_code == 128 + 15
     backend.remove(job.job_id)
 
@@ -63,7 +64,7 @@ def test_without_a_spawner_listening_inits_start_afresh(host_tmp, socket_path):
     backend.deploy(job)
 
     assert "local_init.py" in init_command_line(backend, job.job_id)
-    wait_for(lambda: "ran\n" in log_of(backend, job.job_id), "the job's output")
+    wait_until(lambda: "ran\n" in log_of(backend, job.job_id), 20, "the job's output")
     backend.remove(job.job_id)
 
 

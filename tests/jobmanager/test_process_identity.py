@@ -19,7 +19,8 @@ import pytest
 from jobmanager.backends import WorkerState, process_identity
 from jobmanager.backends.local import LocalBackend
 from tests.jobmanager.conftest import NODES
-from tests.jobmanager.test_local_backend import launch, logged, wait_for
+from tests.jobmanager.test_local_backend import launch, logged
+from tests.polling import wait_until
 from tests.unix_accounts import require_root
 
 # What a second backend process sees of the job, run where /proc/stat says the given btime.
@@ -64,7 +65,7 @@ def test_a_running_job_is_still_running_after_the_kernel_s_boot_time_moves(backe
     require_root()  # a mount namespace of its own
     job = launch("echo ready; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
     moved = int(psutil.boot_time()) + shift
 
     boot_time, state = seen_by_another_backend(backend, job.job_id, moved)
@@ -78,7 +79,7 @@ def test_a_running_job_is_still_running_after_the_kernel_s_boot_time_moves(backe
 def test_a_job_recorded_by_an_older_version_with_a_wall_clock_start_is_adopted(backend):
     job = launch("echo ready; sleep 300")
     backend.deploy(job)
-    wait_for(logged(backend, job.job_id, "ready"), "the job to start")
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
     state_file = backend.state_dir / job.job_id / "state.json"
     state = json.loads(state_file.read_text())
     for worker in state["workers"]:

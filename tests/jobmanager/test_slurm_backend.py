@@ -13,7 +13,7 @@ import pytest
 from jobmanager.backends import JobLaunch, LaunchRefused, RunAs, WorkerSpec, WorkerState
 from jobmanager.backends.slurm import CORDON_REASON, SlurmBackend
 from jobmanager.backends.slurm_commands import leaf_switch_records
-from tests.jobmanager.conformance import wait_for
+from tests.polling import wait_until
 from tests.unix_accounts import job_account, reachable_directory, require_root
 
 SECONDS = 20.0
@@ -45,7 +45,9 @@ def log(backend: SlurmBackend, job_id: str, rank: int) -> str:
 
 
 def ended(backend: SlurmBackend, job_id: str):  # type: ignore[no-untyped-def]
-    return wait_for(lambda: (r := backend.reports()[job_id]).ended and r, SECONDS, f"{job_id} ends")
+    return wait_until(
+        lambda: (r := backend.reports()[job_id]).ended and r, SECONDS, f"{job_id} ends"
+    )
 
 
 def test_each_worker_gets_exactly_its_node_and_its_number_of_gpus_as_its_owner(backend):
@@ -74,7 +76,7 @@ def test_each_worker_gets_exactly_its_node_and_its_number_of_gpus_as_its_owner(b
 def test_no_worker_starts_until_every_node_of_the_gang_is_free(backend):
     busy = a_launch("busy000001", (WorkerSpec(0, "node2", (0, 1, 2, 3), 1000, 64),), "sleep 600")
     backend.deploy(busy)
-    wait_for(lambda: backend.reports()["busy000001"].started, SECONDS, "node2 taken")
+    wait_until(lambda: backend.reports()["busy000001"].started, SECONDS, "node2 taken")
     gang = a_launch(
         "gang000001",
         (WorkerSpec(0, "node1", (0,), 1000, 64), WorkerSpec(1, "node2", (0,), 1000, 64)),
@@ -106,7 +108,7 @@ def test_cordon_drains_the_node_in_slurm_with_the_reason_and_uncordon_resumes_it
         "drained001", (WorkerSpec(0, "node3", (0,), 1000, 64),), "sleep 3; echo finished"
     )
     backend.deploy(running)
-    wait_for(lambda: backend.reports()["drained001"].started, SECONDS, "the worker starts")
+    wait_until(lambda: backend.reports()["drained001"].started, SECONDS, "the worker starts")
 
     backend.cordon("node3", True)
     try:
@@ -118,7 +120,7 @@ def test_cordon_drains_the_node_in_slurm_with_the_reason_and_uncordon_resumes_it
     finally:
         backend.cordon("node3", False)
     # resumed, Slurm pings the node again before it counts it as responding
-    wait_for(lambda: {n.name: n for n in backend.nodes()}["node3"].ready, SECONDS, "ready")
+    wait_until(lambda: {n.name: n for n in backend.nodes()}["node3"].ready, SECONDS, "ready")
 
 
 def test_a_deploy_cut_short_after_sbatch_adopts_the_job_slurm_has_rather_than_submit_again(
@@ -155,7 +157,7 @@ def test_a_deploy_cut_short_before_sbatch_leaves_the_workers_environment_for_ses
 
     backend.deploy(launch)  # the job manager's next round
 
-    wait_for(lambda: backend.reports()["cutshort01"].started, SECONDS, "the worker starts")
+    wait_until(lambda: backend.reports()["cutshort01"].started, SECONDS, "the worker starts")
     step = backend.worker_step("cutshort01", 0)
     assert step is not None and step.node == "node2"
     assert step.env["MASTER_ADDR"] == {n.name: n for n in backend.slurm.nodes()}["node2"].address
@@ -190,9 +192,9 @@ def test_slurm_ends_a_job_past_its_wall_time_when_the_portal_does_not(backend):
     # (at its next check, every 30 s, past the minute).
     launch = a_launch("walltime02", (WorkerSpec(0, "node2", (0,), 1000, 64),), "sleep 600")
     backend.deploy(replace(launch, wall_time=1.0))
-    wait_for(lambda: backend.reports()["walltime02"].started, SECONDS, "the worker starts")
+    wait_until(lambda: backend.reports()["walltime02"].started, SECONDS, "the worker starts")
 
-    report = wait_for(
+    report = wait_until(
         lambda: (r := backend.reports()["walltime02"]).ended and r, 150.0, "Slurm ends it"
     )
 

@@ -22,7 +22,7 @@ import pytest
 from jobmanager.backends import DeployError, JobLaunch, WorkerSpec, WorkerState
 from jobmanager.backends.local import JOB_PATH
 from jobmanager.backends.slurm import SlurmBackend
-from tests.jobmanager.conformance import wait_for
+from tests.polling import wait_until
 from tests.slurm_cluster import wait_until_idle
 from tests.unix_accounts import job_account, reachable_directory, require_root
 
@@ -100,7 +100,7 @@ def allocations(backend: SlurmBackend, job_id: str) -> list[tuple[str, str]]:
 def test_an_elastic_job_grows_and_shrinks_by_new_allocations_and_its_training_goes_on(backend):
     launch = elastic(backend, "grow000001", ("node1", "node2"))
     backend.deploy(launch)
-    wait_for(lambda: reached(backend, "grow000001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
+    wait_until(lambda: reached(backend, "grow000001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
 
     grown = replace(launch, workers=sized(("node1", "node2", "node3")))
     backend.resize(grown, grace_seconds=5)
@@ -109,14 +109,14 @@ def test_an_elastic_job_grows_and_shrinks_by_new_allocations_and_its_training_go
     # While the old allocation ends and the new one waits for it: pending, never failed.
     resizing = backend.reports()["grow000001"]
     assert [w.state for w in resizing.workers] == [WorkerState.PENDING] * 3
-    wait_for(lambda: reached(backend, "grow000001", 3, grown_at), RESIZE_SECONDS, "steps at 3")
+    wait_until(lambda: reached(backend, "grow000001", 3, grown_at), RESIZE_SECONDS, "steps at 3")
     report = backend.reports()["grow000001"]
     assert (report.attempt, [w.state for w in report.workers]) == (1, [WorkerState.RUNNING] * 3)
     assert allocations(backend, "grow000001") == [("RUNNING", "node[1-3]")]  # the old one ended
 
     backend.resize(replace(launch, workers=sized(("node1", "node2"))), grace_seconds=5)
     shrunk_at = last_step(backend, "grow000001")
-    wait_for(lambda: reached(backend, "grow000001", 2, shrunk_at), RESIZE_SECONDS, "2 again")
+    wait_until(lambda: reached(backend, "grow000001", 2, shrunk_at), RESIZE_SECONDS, "2 again")
 
     # node3's GPU is back: a job taking all four of node3's GPUs starts.
     other = replace(
@@ -124,7 +124,7 @@ def test_an_elastic_job_grows_and_shrinks_by_new_allocations_and_its_training_go
         workers=(WorkerSpec(0, "node3", (0, 1, 2, 3), 1000, 64),),
     )  # fmt: skip
     backend.deploy(other)
-    wait_for(lambda: backend.reports()["node3all01"].started, RESIZE_SECONDS, "node3 free")
+    wait_until(lambda: backend.reports()["node3all01"].started, RESIZE_SECONDS, "node3 free")
 
     report = backend.reports()["grow000001"]
     assert [(w.rank, w.state) for w in report.workers] == [(0, WorkerState.RUNNING), (1, "running")]
@@ -143,7 +143,7 @@ def test_an_elastic_job_grows_and_shrinks_by_new_allocations_and_its_training_go
 def test_a_resize_cut_short_by_a_killed_job_manager_is_finished_by_the_next_one(backend):
     launch = elastic(backend, "crash00001", ("node1", "node2"))
     backend.deploy(launch)
-    wait_for(lambda: reached(backend, "crash00001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
+    wait_until(lambda: reached(backend, "crash00001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
     grown = replace(launch, workers=sized(("node1", "node2", "node3")))
 
     # The job manager's process resizes, and is killed (SIGKILL) before sbatch runs.
@@ -170,7 +170,7 @@ def test_a_resize_cut_short_by_a_killed_job_manager_is_finished_by_the_next_one(
     # The next job manager's look at its jobs finishes the resize.
     report = backend.reports()["crash00001"]
     assert [w.state for w in report.workers] == [WorkerState.PENDING] * 3
-    wait_for(lambda: reached(backend, "crash00001", 3, cut_at), RESIZE_SECONDS, "steps at 3")
+    wait_until(lambda: reached(backend, "crash00001", 3, cut_at), RESIZE_SECONDS, "steps at 3")
     assert allocations(backend, "crash00001") == [("RUNNING", "node[1-3]")]
     taken = [s for s, _, _ in steps(backend, "crash00001")]
     assert taken == list(range(1, len(taken) + 1))  # resumed, never from step 0
@@ -179,7 +179,7 @@ def test_a_resize_cut_short_by_a_killed_job_manager_is_finished_by_the_next_one(
 def test_a_refused_new_allocation_fails_the_gang_and_its_retry_resumes(backend):
     launch = elastic(backend, "refuse0001", ("node1", "node2"))
     backend.deploy(launch)
-    wait_for(lambda: reached(backend, "refuse0001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
+    wait_until(lambda: reached(backend, "refuse0001", 2, 5), RESIZE_SECONDS, "5 steps at 2")
 
     # Five GPUs on a node of four: Slurm refuses the allocation.
     too_big = (*sized(("node1", "node2")), WorkerSpec(2, "node3", (0, 1, 2, 3, 4), 1000, 1024))
@@ -191,10 +191,10 @@ def test_a_refused_new_allocation_fails_the_gang_and_its_retry_resumes(backend):
     assert "Slurm refused" in report.workers[0].reason
     # The old allocation stops with its grace (its last step saved), then the job manager's
     # retry (a new attempt) resumes where it was.
-    wait_for(lambda: not allocations(backend, "refuse0001"), RESIZE_SECONDS, "the old one ends")
+    wait_until(lambda: not allocations(backend, "refuse0001"), RESIZE_SECONDS, "the old one ends")
     saved = last_step(backend, "refuse0001")
     backend.stop("refuse0001", 0)
     backend.deploy(replace(launch, attempt=2))
-    wait_for(lambda: reached(backend, "refuse0001", 2, saved), RESIZE_SECONDS, "the retry runs")
+    wait_until(lambda: reached(backend, "refuse0001", 2, saved), RESIZE_SECONDS, "the retry runs")
     taken = [s for s, _, _ in steps(backend, "refuse0001")]
     assert taken == list(range(1, len(taken) + 1))

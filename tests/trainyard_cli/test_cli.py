@@ -18,7 +18,7 @@ import pytest
 from backend.accounts.actions import create_api_token
 from backend.jobs.models import Job, JobStatus
 from tests.e2e.dashboard import PASSWORD, live_servers, set_password
-from tests.servers import wait_until
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

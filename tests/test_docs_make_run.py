@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.backend.core.test_run_trainyard import signed_in
+from tests.backend.operations.test_run_trainyard import signed_in
 from tests.docs_examples import ROOT, Example, shell_examples
 from tests.polling import wait_until
 from tests.servers import free_port

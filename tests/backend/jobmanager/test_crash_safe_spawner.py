@@ -1,6 +1,6 @@
 """A Celery worker killed (SIGKILL) around the start of a worker's init, the inits forked by
 the resident spawner (as run_trainyard runs them) rather than by a launcher: no job is
-left stuck (the checks of tests/backend/jobs/test_crash_safe_deploy.py)."""
+left stuck (the checks of tests/backend/jobmanager/test_crash_safe_deploy.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.backend.jobs.test_crash_safe_deploy import (  # noqa: F401 (fixtures)
+from tests.backend.jobmanager.test_crash_safe_deploy import (  # noqa: F401 (fixtures)
     CrashingWorkers,
     backend,
     crash_each_time_at,

@@ -1,5 +1,5 @@
 """The local backend end to end: jobs submitted over REST, the job manager run in this
-process (as tests/backend/jobs/test_job_manager.py runs it) with its default retry rules, and
+process (as tests/backend/jobmanager/test_job_manager.py runs it) with its default retry rules, and
 every worker a real process on this host, run as its owner's Unix account (provisioned on
 submission as ty-test-<user>)."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backend.operations.management.commands.run_trainyard import Child, HeldUnixSocket
-from tests.backend.core.test_restart_backoff import died
+from tests.backend.operations.test_restart_backoff import died
 from tests.polling import wait_until
 from tests.servers import ROOT
 

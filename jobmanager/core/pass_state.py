@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
+from jobmanager.core.overdue import is_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
 from jobmanager.core.queues import QueueBook
@@ -62,6 +64,12 @@ class PassState:
     lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
     summary: RunningSummary = field(default_factory=RunningSummary)
     ever_fits: dict[JobShape, bool] = field(default_factory=dict)
+    # What does not change during a pass, worked out once a job: whether it is overdue,
+    # its LAS rank (jobmanager.core.ordering), by job id.
+    overdue: dict[str, bool] = field(default_factory=dict)
+    las_ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Each job's rank as last worked out in the pass (jobmanager.core.queues.Walk's known).
+    ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def could_ever_run(self, shape: JobShape) -> bool:
         """Whether the schedulable nodes, were they empty, could hold the gang (cached:
@@ -69,6 +77,14 @@ class PassState:
         known = self.ever_fits.get(shape)
         if known is None:
             known = self.ever_fits[shape] = fits_when_empty(self.cluster, shape)
+        return known
+
+    def is_overdue(self, job: QueuedJob, vc: VcState) -> bool:
+        """jobmanager.core.overdue.is_overdue for the pass's snapshot (cached: the clock
+        does not move during a pass)."""
+        known = self.overdue.get(job.id)
+        if known is None:
+            known = self.overdue[job.id] = is_overdue(self.snapshot, job, vc)
         return known
 
     def holds_queue(self, policy: Policy, job: QueuedJob) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from jobmanager.core.overdue import is_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
-from jobmanager.core.queues import QueueBook
+from jobmanager.core.queues import HeapEntry, QueueBook
 from jobmanager.core.reservations import Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
@@ -21,6 +21,20 @@ from jobmanager.core.snapshot import (
     VcState,
     WorkerPlacement,
 )
+
+
+class Usage(dict[tuple[str, str], float]):
+    """Each (VC, user)'s usage during a pass (0 for one not given), counting its changes,
+    so that ranks worked out from it can tell whether they still hold."""
+
+    changes = 0
+
+    def __missing__(self, key: tuple[str, str]) -> float:
+        return 0.0
+
+    def __setitem__(self, key: tuple[str, str], value: float) -> None:
+        self.changes += 1
+        super().__setitem__(key, value)
 
 
 @dataclass
@@ -58,7 +72,7 @@ class PassState:
     ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
     preempted: set[str] = field(default_factory=set)
     started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
-    usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    usage: Usage = field(default_factory=Usage)
     borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
     lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
@@ -68,8 +82,9 @@ class PassState:
     # its LAS rank (jobmanager.core.ordering), by job id.
     overdue: dict[str, bool] = field(default_factory=dict)
     las_ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    # Each job's rank as last worked out in the pass (jobmanager.core.queues.Walk's known).
-    ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Each VC's first heap of stream heads with the usage changes it was ranked at
+    # (jobmanager.core.scheduler._walk: a later walk of the pass starts from a copy).
+    first_heaps: dict[str, tuple[int, list[HeapEntry]]] = field(default_factory=dict)
 
     def could_ever_run(self, shape: JobShape) -> bool:
         """Whether the schedulable nodes, were they empty, could hold the gang (cached:

@@ -6,10 +6,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobmanager.core.overdue import is_overdue
+from jobmanager.core.overdue import is_overdue, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
-from jobmanager.core.queues import HeapEntry, QueueBook
+from jobmanager.core.queues import HeapEntry, QueueBook, las_level
 from jobmanager.core.reservations import Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
@@ -17,6 +17,7 @@ from jobmanager.core.snapshot import (
     JobShape,
     Policy,
     QueuedJob,
+    RunningJob,
     Snapshot,
     VcState,
     WorkerPlacement,
@@ -82,6 +83,10 @@ class PassState:
     # its LAS rank (jobmanager.core.ordering), by job id.
     overdue: dict[str, bool] = field(default_factory=dict)
     las_ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Likewise for running jobs, LAS's victims (jobmanager.core.las): whether each was
+    # overdue when it started, and its LAS queue now.
+    was_overdue_ids: dict[str, bool] = field(default_factory=dict)
+    running_levels: dict[str, int] = field(default_factory=dict)
     # Each VC's first heap of stream heads with the usage changes it was ranked at
     # (jobmanager.core.scheduler._walk: a later walk of the pass starts from a copy).
     first_heaps: dict[str, tuple[int, list[HeapEntry]]] = field(default_factory=dict)
@@ -100,6 +105,22 @@ class PassState:
         known = self.overdue.get(job.id)
         if known is None:
             known = self.overdue[job.id] = is_overdue(self.snapshot, job, vc)
+        return known
+
+    def was_overdue(self, running: RunningJob, vc: VcState) -> bool:
+        """jobmanager.core.overdue.was_overdue for the pass's snapshot (cached)."""
+        known = self.was_overdue_ids.get(running.id)
+        if known is None:
+            known = self.was_overdue_ids[running.id] = was_overdue(self.snapshot, running, vc)
+        return known
+
+    def running_level(self, running: RunningJob) -> int:
+        """The running job's LAS queue by what it has attained now (cached)."""
+        known = self.running_levels.get(running.id)
+        if known is None:
+            snapshot = self.snapshot
+            attained = running.attained_at(snapshot.now)
+            known = self.running_levels[running.id] = las_level(attained, snapshot.las_thresholds)
         return known
 
     def holds_queue(self, policy: Policy, job: QueuedJob) -> bool:

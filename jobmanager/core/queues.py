@@ -166,12 +166,11 @@ class Walk:
         self.static = static
         self.skip = skip
         self.dead = dead
+        self.heap: list[HeapEntry]
         if first is not None:
             self.heap = first.copy()
             return
-        self.heap: list[HeapEntry] = [
-            (rank(stream[0][1]), stream[0][0], 0, key) for key, stream in streams.items()
-        ]
+        self.heap = [(rank(stream[0][1]), stream[0][0], 0, key) for key, stream in streams.items()]
         heapq.heapify(self.heap)
 
     def first_heap(self) -> list[HeapEntry]:

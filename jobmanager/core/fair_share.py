@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobmanager.core.overdue import OVERDUE, is_overdue
+from jobmanager.core.overdue import OVERDUE
 from jobmanager.core.pass_state import PassState
 from jobmanager.core.snapshot import QueuedJob, VcState
 
@@ -36,7 +36,7 @@ def load_usage(state: PassState) -> None:
 def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
     """A job's place in a fair-share VC's queue: first if overdue, else by its user's
     usage (least first)."""
-    if is_overdue(state.snapshot, job, vc):
+    if state.is_overdue(job, vc):
         return (OVERDUE,)
     return (state.usage[(vc.name, job.user)],)
 

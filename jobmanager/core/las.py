@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jobmanager.core.outcomes import preempt, wait
-from jobmanager.core.overdue import OVERDUE, is_overdue, time_queued, was_overdue
+from jobmanager.core.overdue import OVERDUE, is_overdue, time_queued
 from jobmanager.core.pass_state import PassState, VcQueue
 from jobmanager.core.preemption import Borrowers, fewest_victims
 from jobmanager.core.queues import las_level
@@ -64,10 +64,10 @@ def _victims(
             running.vc != queue.vc.name
             or running.id in state.preempted
             or now - running.started_at < snapshot.las_quantum
-            or was_overdue(snapshot, running, queue.vc)
+            or state.was_overdue(running, queue.vc)
         ):
             continue
-        running_level = las_level(running.attained_at(now), snapshot.las_thresholds)
+        running_level = state.running_level(running)
         if running_level > level or (
             job is not None
             and running_level == level

@@ -24,7 +24,10 @@ from jobmanager.core.snapshot import Policy, QueuedJob, VcState
 def rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
     """A job's place in its VC's queue before its queue order, by the VC's policy."""
     if vc.policy == Policy.LAS:
-        level = las_rank(state.snapshot, job, vc)
+        # Its LAS queue depends on the job and the snapshot only: once a job and pass.
+        level = state.las_ranks.get(job.id)
+        if level is None:
+            level = state.las_ranks[job.id] = las_rank(state.snapshot, job, vc)
         if level == (OVERDUE,):
             return level
         return (*level, state.usage[(vc.name, job.user)])

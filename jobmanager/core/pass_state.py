@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
+from jobmanager.core.overdue import is_overdue, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
-from jobmanager.core.queues import QueueBook
+from jobmanager.core.queues import HeapEntry, QueueBook, las_level
 from jobmanager.core.reservations import Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
@@ -15,10 +17,25 @@ from jobmanager.core.snapshot import (
     JobShape,
     Policy,
     QueuedJob,
+    RunningJob,
     Snapshot,
     VcState,
     WorkerPlacement,
 )
+
+
+class Usage(dict[tuple[str, str], float]):
+    """Each (VC, user)'s usage during a pass (0 for one not given), counting its changes,
+    so that ranks worked out from it can tell whether they still hold."""
+
+    changes = 0
+
+    def __missing__(self, key: tuple[str, str]) -> float:
+        return 0.0
+
+    def __setitem__(self, key: tuple[str, str], value: float) -> None:
+        self.changes += 1
+        super().__setitem__(key, value)
 
 
 @dataclass
@@ -56,12 +73,23 @@ class PassState:
     ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
     preempted: set[str] = field(default_factory=set)
     started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
-    usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    usage: Usage = field(default_factory=Usage)
     borrowed_gpus: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     las_victims: dict[tuple[str, int], Borrowers] = field(default_factory=dict)
     lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
     summary: RunningSummary = field(default_factory=RunningSummary)
     ever_fits: dict[JobShape, bool] = field(default_factory=dict)
+    # What does not change during a pass, worked out once a job: whether it is overdue,
+    # its LAS rank (jobmanager.core.ordering), by job id.
+    overdue: dict[str, bool] = field(default_factory=dict)
+    las_ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Likewise for running jobs, LAS's victims (jobmanager.core.las): whether each was
+    # overdue when it started, and its LAS queue now.
+    was_overdue_ids: dict[str, bool] = field(default_factory=dict)
+    running_levels: dict[str, int] = field(default_factory=dict)
+    # Each VC's first heap of stream heads with the usage changes it was ranked at
+    # (jobmanager.core.scheduler._walk: a later walk of the pass starts from a copy).
+    first_heaps: dict[str, tuple[int, list[HeapEntry]]] = field(default_factory=dict)
 
     def could_ever_run(self, shape: JobShape) -> bool:
         """Whether the schedulable nodes, were they empty, could hold the gang (cached:
@@ -69,6 +97,30 @@ class PassState:
         known = self.ever_fits.get(shape)
         if known is None:
             known = self.ever_fits[shape] = fits_when_empty(self.cluster, shape)
+        return known
+
+    def is_overdue(self, job: QueuedJob, vc: VcState) -> bool:
+        """jobmanager.core.overdue.is_overdue for the pass's snapshot (cached: the clock
+        does not move during a pass)."""
+        known = self.overdue.get(job.id)
+        if known is None:
+            known = self.overdue[job.id] = is_overdue(self.snapshot, job, vc)
+        return known
+
+    def was_overdue(self, running: RunningJob, vc: VcState) -> bool:
+        """jobmanager.core.overdue.was_overdue for the pass's snapshot (cached)."""
+        known = self.was_overdue_ids.get(running.id)
+        if known is None:
+            known = self.was_overdue_ids[running.id] = was_overdue(self.snapshot, running, vc)
+        return known
+
+    def running_level(self, running: RunningJob) -> int:
+        """The running job's LAS queue by what it has attained now (cached)."""
+        known = self.running_levels.get(running.id)
+        if known is None:
+            snapshot = self.snapshot
+            attained = running.attained_at(snapshot.now)
+            known = self.running_levels[running.id] = las_level(attained, snapshot.las_thresholds)
         return known
 
     def holds_queue(self, policy: Policy, job: QueuedJob) -> bool:

@@ -38,6 +38,8 @@ def las_level(attained: float, thresholds: tuple[float, ...]) -> int:
 
 
 StreamKey = tuple[JobShape, object]
+# A stream's head in a Walk: its rank, its place in the stream, its index, the stream.
+HeapEntry = tuple[tuple[Any, ...], tuple[Any, ...], int, StreamKey]
 
 
 class QueueBook:
@@ -146,6 +148,8 @@ class Walk:
     ranks later is put back in line. With ``static``, the caller promises that a job's rank
     does not change during the walk, and a head is not ranked again. Jobs in ``skip`` are
     passed over; a stream whose shape ``dead(shape)`` says cannot start is dropped whole.
+    ``first``, if given, is the ``first_heap`` of an earlier walk of the same streams whose
+    heads rank now as they did then: the walk starts from a copy instead of ranking them.
     """
 
     def __init__(
@@ -155,16 +159,23 @@ class Walk:
         skip: set[str],
         dead: Callable[[JobShape], bool],
         static: bool = False,
+        first: list[HeapEntry] | None = None,
     ) -> None:
         self.streams = streams
         self.rank = rank
         self.static = static
         self.skip = skip
         self.dead = dead
-        self.heap: list[tuple[tuple[Any, ...], tuple[Any, ...], int, StreamKey]] = []
-        for key, stream in streams.items():
-            self.heap.append((rank(stream[0][1]), stream[0][0], 0, key))
+        self.heap: list[HeapEntry]
+        if first is not None:
+            self.heap = first.copy()
+            return
+        self.heap = [(rank(stream[0][1]), stream[0][0], 0, key) for key, stream in streams.items()]
         heapq.heapify(self.heap)
+
+    def first_heap(self) -> list[HeapEntry]:
+        """The heap as the walk starts (before any peek): for a later walk's ``first``."""
+        return self.heap.copy()
 
     def peek(self) -> QueuedJob | None:
         heap = self.heap

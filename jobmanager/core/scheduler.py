@@ -181,13 +181,30 @@ def _walk(
     state: PassState, queue: VcQueue, skip: set[str], dead: Callable[[JobShape], bool]
 ) -> Walk:
     vc = queue.vc
-    return Walk(
+    static = rank_is_static(state, vc)
+    # A pass walks a VC's streams up to three times (for its first job, in phase one, in
+    # phase two): later walks start from the first one's heap while its heads rank the
+    # same: always for static ranks, and under fair share and LAS while no user's usage
+    # has changed (their only input that moves during a pass). Not under largest fit
+    # first, whose ranks follow the free capacity.
+    reusable = static or vc.policy.shares_fairly
+    changes = state.usage.changes
+    first = None
+    if reusable:
+        known = state.first_heaps.get(vc.name)
+        if known is not None and (static or known[0] == changes):
+            first = known[1]
+    walk = Walk(
         state.book.streams[vc.name],
         lambda job: rank(state, vc, job),
         skip,
         dead,
-        static=rank_is_static(state, vc),
+        static=static,
+        first=first,
     )
+    if reusable and first is None:
+        state.first_heaps[vc.name] = (changes, walk.first_heap())
+    return walk
 
 
 def _phase_one(state: PassState, queue: VcQueue, unpreemptible: int) -> None:

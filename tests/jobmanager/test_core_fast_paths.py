@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from jobmanager.core.dedication import snapshot_with_pools
-from jobmanager.core.queues import QueueBook
+from jobmanager.core.overdue import is_overdue, was_overdue
+from jobmanager.core.pass_state import PassState
+from jobmanager.core.queues import QueueBook, Walk, las_level
 from jobmanager.core.reservations import RunningEnds, effective_end
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import JobShape, Resources, RunningJob, Snapshot, WorkerPlacement
@@ -44,6 +47,43 @@ def test_phase_one_stopping_after_the_last_job_not_preemptible_decides_as_readin
 
     assert decided == schedule(snapshot, book=reading_all)
     assert decided == schedule(snapshot)
+
+
+class _FreshWalk(Walk):
+    """A walk that ranks every stream's head afresh, never from an earlier walk's heap."""
+
+    def __init__(self, *args, first=None, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+@EXAMPLES
+@given(snapshots(), st.booleans())
+def test_what_a_pass_works_out_once_decides_as_working_it_out_each_time(snapshot, explain):
+    """A pass works out once whether a job is overdue, a running job's LAS queue and
+    whether it was overdue, and starts later walks of a VC's streams from the first walk's
+    heap while no usage changed: it decides as working each out again every time."""
+    snapshot = replace(snapshot, explain=explain)
+    decided = schedule(snapshot)
+    with (
+        patch("jobmanager.core.scheduler.Walk", _FreshWalk),
+        patch.object(
+            PassState, "is_overdue", lambda state, job, vc: is_overdue(state.snapshot, job, vc)
+        ),
+        patch.object(
+            PassState,
+            "was_overdue",
+            lambda state, running, vc: was_overdue(state.snapshot, running, vc),
+        ),
+        patch.object(
+            PassState,
+            "running_level",
+            lambda state, running: las_level(
+                running.attained_at(state.snapshot.now), state.snapshot.las_thresholds
+            ),
+        ),
+    ):
+        afresh = schedule(snapshot)
+    assert decided == afresh
 
 
 # Times on a coarse grid, so that ends tie (broken by running order) and jobs reach their

@@ -353,6 +353,40 @@ def print_table(trace: Trace, outcomes: list[Outcome]) -> None:
         )
 
 
+def print_goal(trace: Trace, outcomes: list[Outcome]) -> None:
+    """Issue 34's goal on this trace: Trainyard's best policy meets at least as many
+    deadlines as ElasticFlow, and the jobs without a deadline end no later on average than
+    under Tiresias (the best-effort jobs where the trace has some; where every job has a
+    deadline, all the jobs)."""
+    ours = [o for o in outcomes if o.label.startswith("Trainyard")]
+    reference = next((o for o in outcomes if o.label == "ElasticFlow"), None)
+    tiresias = next((o for o in outcomes if o.label == "Tiresias"), None)
+    if not ours or reference is None or tiresias is None:
+        print(f"goal on {trace.setup.name}: not judged (needs Trainyard, ElasticFlow, Tiresias)")
+        return
+    best = max(ours, key=lambda o: (o.met, -o.mean_jct))
+    deadlines = best.met >= reference.met
+    if trace.best_effort_jobs:
+        which, ours_jct, theirs = (
+            "best-effort jobs'",
+            best.best_effort_jct,
+            tiresias.best_effort_jct,
+        )
+    else:
+        which, ours_jct, theirs = (
+            "all jobs' (none without a deadline)",
+            best.mean_jct,
+            tiresias.mean_jct,
+        )
+    jct = ours_jct <= theirs
+    print(
+        f"goal on {trace.setup.name}: {best.label} met {best.met:.3f} >= ElasticFlow "
+        f"{reference.met:.3f}: {'yes' if deadlines else 'NO'}; {which} mean JCT "
+        f"{ours_jct / 3600:.2f} h <= Tiresias {theirs / 3600:.2f} h: {'yes' if jct else 'NO'}"
+        f" -> goal {'met' if deadlines and jct else 'NOT met'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.skip_artifact:
@@ -367,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             trace = Trace(setup, path, read_trace(path))
             results.append((trace, run_trace(args, trace)))
             print_table(trace, results[-1][1])
-    if args.chart:
-        chart(results, args.chart)
+            print_goal(trace, results[-1][1])
+            if args.chart:  # after each trace: a run stopped later keeps what it made
+                chart(results, args.chart)
     return 0
 
 

@@ -215,8 +215,11 @@ class JobSession(asyncssh.SSHServerSession):
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.task: asyncio.Task | None = None
+        # What the client sent before the process could take it, in order; the process
+        # takes input directly only once that is written (``input_open``).
         self.input_buffer: list[bytes] = []
         self.input_closed = False
+        self.input_open = False
         self.writing: asyncio.Future | None = None
         self.ended = False
 
@@ -283,9 +286,10 @@ class JobSession(asyncssh.SSHServerSession):
             self.channel.write_stderr(f"trainyard: cannot start the session: {error}\r\n".encode())
             self._exit(GONE_EXIT)
             return
-        for data in self.input_buffer:
+        for data in self.input_buffer:  # what arrives meanwhile is appended, and written
             await process.write(data)
         self.input_buffer.clear()
+        self.input_open = True
         if self.input_closed:
             process.close_input()
         code = await process.wait()
@@ -326,7 +330,7 @@ class JobSession(asyncssh.SSHServerSession):
         self.can_write.set()
 
     def data_received(self, data: bytes, datatype: int | None) -> None:
-        if self.process is None:
+        if self.process is None or not self.input_open:
             self.input_buffer.append(data)
             return
         self.channel.pause_reading()  # until the process has taken it: flow control
@@ -340,7 +344,7 @@ class JobSession(asyncssh.SSHServerSession):
                 self.channel.resume_reading()
 
     def eof_received(self) -> bool:
-        if self.process is None:
+        if self.process is None or not self.input_open:
             self.input_closed = True
         else:
             self.process.close_input()

@@ -19,7 +19,7 @@ from backend.core.bulk import rows_by_key
 from backend.core.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.core.lease import Lease
 from backend.core.quantities import millicpus
-from backend.jobmanager.estimates import learned_run_times
+from backend.jobs.estimates import learned_run_times
 from backend.jobs.history import Attained, attained_service, decayed_usage
 from backend.jobs.models import (
     ACTIVE_STATUSES,

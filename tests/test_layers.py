@@ -56,7 +56,7 @@ UPWARD_TODAY = {
     "backend.clusters.api.views -> backend.accounts.unix",
     "backend.clusters.api.views -> backend.vcs.resources",
     # Capacity reads the running jobs' placements through the job manager's snapshot.
-    "backend.clusters.capacity -> backend.jobmanager.scheduling",
+    "backend.clusters.capacity -> backend.jobs.snapshot",
     # Removing a node moves its jobs off.
     "backend.clusters.removal -> backend.jobs.models",
     "backend.clusters.removal -> backend.repairs.actions",
@@ -66,10 +66,6 @@ UPWARD_TODAY = {
     "backend.vcs.api.views -> backend.jobs.insight",
     "backend.vcs.resources -> backend.jobs.models",
     "backend.vcs.resources -> backend.jobs.usage",
-    # Forecast, insight and admission read the snapshot the job manager schedules from.
-    "backend.jobs.admission -> backend.jobmanager.scheduling",
-    "backend.jobs.forecast -> backend.jobmanager.scheduling",
-    "backend.jobs.insight -> backend.jobmanager.scheduling",
 }
 
 

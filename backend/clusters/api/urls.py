@@ -1,12 +1,9 @@
-"""The clusters API: GPU types, nodes, and the cluster's summary and use by VC."""
-
-from django.urls import path
+"""The clusters API: GPU types and nodes (the cluster's summary and use by VC are the jobs
+API's, backend/jobs/api/cluster.py)."""
 
 from backend.clusters.api.views import (
     GpuTypeViewSet,
     NodeViewSet,
-    cluster_summary_view,
-    vc_usage_view,
 )
 from backend.core.routers import AppRouter
 
@@ -15,7 +12,5 @@ router.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 router.register("nodes", NodeViewSet, basename="node")
 
 urlpatterns = [
-    path("cluster/summary/", cluster_summary_view, name="cluster-summary"),
-    path("cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
     *router.urls,
 ]

@@ -21,6 +21,7 @@ from backend.core.permissions import (
 from backend.core.scoping import TenantScopedViewSet
 from backend.jobs.forecast import deadline_summary
 from backend.jobs.insight import vc_queue
+from backend.jobs.vc_resources import vc_resources
 from backend.vcs import actions
 from backend.vcs.api.serializers import (
     DeadlineSummarySerializer,
@@ -36,7 +37,6 @@ from backend.vcs.api.serializers import (
     VirtualClusterSettingsSerializer,
 )
 from backend.vcs.models import Membership, VirtualCluster
-from backend.vcs.resources import vc_resources
 
 CHANGE_MEMBERS = "Only an admin of VC {vc} can change members."
 

@@ -47,17 +47,6 @@ APP_ORDER = (
     "monitoring",
     "operations",
 )
-# Imports that still point up, each named: the test fails on one not listed here and on a
-# listed one that is gone, so that this list only shrinks (issue 35).
-UPWARD_TODAY = {
-    # The clusters API's nodes show their free GPUs (the jobs' capacity), and name the VC a
-    # node is dedicated to.
-    "backend.clusters.api.serializers -> backend.vcs.models",
-    "backend.clusters.api.views -> backend.jobs.capacity",
-    # Removing a node moves its jobs off.
-    "backend.clusters.removal -> backend.jobs.models",
-    "backend.clusters.removal -> backend.repairs.actions",
-}
 
 
 def app_imports(app_dir: Path) -> set[tuple[str, str]]:
@@ -106,5 +95,4 @@ def test_the_finder_sees_an_upward_import_made_inside_a_function(tmp_path):
 def test_apps_import_only_the_apps_below_them():
     upward = upward_imports(ROOT / "backend", APP_ORDER)
 
-    assert sorted(upward - UPWARD_TODAY) == [], "an app imports one above it"
-    assert sorted(UPWARD_TODAY - upward) == [], "gone: take it off UPWARD_TODAY"
+    assert sorted(upward) == [], "an app imports one above it"

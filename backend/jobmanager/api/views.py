@@ -12,16 +12,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from backend.clusters import actions, removal
-from backend.clusters.api.filters import NodeFilter
-from backend.clusters.api.serializers import (
+from backend.clusters import actions
+from backend.clusters.models import GpuType, Node
+from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
+from backend.core.scoping import TenantScopedViewSet
+from backend.jobmanager import removal
+from backend.jobmanager.api.filters import NodeFilter
+from backend.jobmanager.api.serializers import (
     GpuTypeSerializer,
     NodeSerializer,
     NodeUpdateSerializer,
 )
-from backend.clusters.models import GpuType, Node
-from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
-from backend.core.scoping import TenantScopedViewSet
 from backend.jobs.capacity import node_capacities
 
 

@@ -21,13 +21,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from backend.clusters.removal import remove_drained_nodes
 from backend.core.job_manager_triggers import JOB_MANAGER_LEASE, job_manager_rerun_key
 from backend.core.lease import Lease, LeaseLost, acquire_lease
 from backend.core.redis import redis_client
 from backend.jobmanager.deployment import deploy, resize
 from backend.jobmanager.node_sync import sync_nodes
 from backend.jobmanager.reconcile import Reconciled, reconcile
+from backend.jobmanager.removal import remove_drained_nodes
 from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.forecast import refresh_forecasts
 from backend.jobs.models import TERMINAL_STATUSES, Job

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from django.utils import timezone
 
 from backend.core.quantities import millicpus
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.job_request import JobRequest
 from backend.jobs.models import Admission, JobType
+from backend.jobs.snapshot import load_snapshot
 from backend.vcs.models import InfeasibleDeadlines
 from jobmanager.core.deadlines import admit
 from jobmanager.core.snapshot import Elastic, JobShape, QueuedJob, Resources

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
+from backend.jobs.snapshot import load_snapshot
 from backend.vcs.models import VirtualCluster
 from jobmanager.core.snapshot import Snapshot
 from jobmanager.core.timeline import estimate_start_times, forecast_deadlines

@@ -10,11 +10,11 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from backend.jobmanager.scheduling import JOB_COLUMNS, load_snapshot, queued_job
 from backend.jobs.admission import request_as_queued
 from backend.jobs.forecast import forecast
 from backend.jobs.job_request import JobRequest
 from backend.jobs.models import Job, JobStatus
+from backend.jobs.snapshot import JOB_COLUMNS, load_snapshot, queued_job
 from backend.jobs.submission import needs_approval
 from backend.vcs.models import VirtualCluster
 from jobmanager.core import schedule

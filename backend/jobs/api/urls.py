@@ -1,8 +1,9 @@
-"""The jobs API: jobs, job arrays, and GPU-hours."""
+"""The jobs API: jobs, job arrays, GPU-hours, and the cluster's summary and use by VC."""
 
 from django.urls import path
 
 from backend.core.routers import AppRouter
+from backend.jobs.api.cluster import cluster_summary_view, vc_usage_view
 from backend.jobs.api.views import (
     JobArrayViewSet,
     JobViewSet,
@@ -15,6 +16,8 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("job-arrays", JobArrayViewSet, basename="job-array")
 
 urlpatterns = [
+    path("cluster/summary/", cluster_summary_view, name="cluster-summary"),
+    path("cluster/vc-usage/", vc_usage_view, name="cluster-vc-usage"),
     path("usage/gpu-hours/", gpu_hours_view, name="usage-gpu-hours"),
     path("usage/gpu-hours/export/", gpu_hours_export_view, name="usage-gpu-hours-export"),
     *router.urls,

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from backend.clusters.inventory import REGISTERED, registered_nodes
 from backend.clusters.models import Node
-from backend.clusters.removal import remove_drained_nodes
 from backend.jobmanager.node_sync import sync_nodes
+from backend.jobmanager.removal import remove_drained_nodes
 from backend.jobs.models import Job, JobStatus, StopOutcome
 from jobmanager.backends.base import BackendNode
 from jobmanager.backends.local import LocalBackend

@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from backend.core.lease import LeaseLost, acquire_lease
 from backend.jobmanager import deployment, manager
-from backend.jobmanager.scheduling import load_snapshot, schedule_pass
+from backend.jobmanager.scheduling import schedule_pass
 from backend.jobs.models import FailureClass, Job, JobStatus
+from backend.jobs.snapshot import load_snapshot
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JobManager
 from tests.backend.manager_support import submit

@@ -17,8 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from backend.clusters.models import Node
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import Job
+from backend.jobs.snapshot import load_snapshot
 from jobmanager.backends.memory import MemoryBackend
 from tests.backend.jobs_support import JOBS, JobManager
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.history import decayed_gpu_seconds
 from backend.jobs.models import JobAttempt, JobStatus
+from backend.jobs.snapshot import load_snapshot
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from backend.accounts.host_key import load_host_key
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import Job, JobStatus
+from backend.jobs.snapshot import load_snapshot
 from jobmanager.core import schedule
 from tests.backend.jobs_support import JOBS, make_job, submit
 from tests.factories import JobFactory

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobmanager.scheduling import load_snapshot
 from backend.jobs.models import Job, JobStatus
+from backend.jobs.snapshot import load_snapshot
 from backend.vcs.models import InfeasibleDeadlines
 from tests.backend.jobs_support import JOBS, OMIT, make_job, submit
 

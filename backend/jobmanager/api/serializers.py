@@ -4,7 +4,6 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from backend.accounts.api.serializers import TenancySerializer
 from backend.clusters.models import GpuType, Node
 from backend.core.fields import MemoryField
 from backend.vcs.models import VirtualCluster
@@ -76,47 +75,3 @@ class NodeSerializer(serializers.ModelSerializer):
 class NodeUpdateSerializer(NodeSerializer):
     class Meta(NodeSerializer.Meta):
         read_only_fields = [*NodeSerializer.Meta.read_only_fields, "name"]
-
-
-class FragmentSerializer(serializers.Serializer):
-    """One bar of a fragmentation histogram: how many schedulable nodes have k free GPUs."""
-
-    free_gpus = serializers.IntegerField()
-    nodes = serializers.IntegerField()
-
-
-class ClusterRowSerializer(serializers.Serializer):
-    """One GPU type of the cluster summary (CPUs as numbers of CPUs, memory in MiB)."""
-
-    gpu_type = serializers.CharField()
-    nodes = serializers.IntegerField()
-    schedulable_nodes = serializers.IntegerField()
-    gpus_total = serializers.IntegerField()
-    gpus_used = serializers.IntegerField()
-    gpus_free = serializers.IntegerField()
-    cpus_total = serializers.FloatField()
-    cpus_used = serializers.FloatField()
-    memory_total = serializers.IntegerField()
-    memory_used = serializers.IntegerField()
-    fragmentation = FragmentSerializer(many=True)
-
-
-class ClusterSummarySerializer(serializers.Serializer):
-    """GET /api/v1/cluster/summary/'s answer."""
-
-    gpu_types = ClusterRowSerializer(many=True)
-    tenancy = TenancySerializer()
-
-
-class VcUsageRowSerializer(serializers.Serializer):
-    vc = serializers.CharField()
-    gpu_type = serializers.CharField()
-    quota_gpus = serializers.IntegerField()
-    used_gpus = serializers.IntegerField()
-    queued_gpus = serializers.IntegerField()
-
-
-class VcUsageSerializer(serializers.Serializer):
-    """GET /api/v1/cluster/vc-usage/'s answer: per VC and GPU type, aggregates only."""
-
-    vcs = VcUsageRowSerializer(many=True)

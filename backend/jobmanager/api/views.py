@@ -6,27 +6,24 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
-from rest_framework.decorators import action, api_view
+from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from backend.accounts.unix import tenancy
-from backend.clusters import actions, removal
-from backend.clusters.api.filters import NodeFilter
-from backend.clusters.api.serializers import (
-    ClusterSummarySerializer,
-    GpuTypeSerializer,
-    NodeSerializer,
-    NodeUpdateSerializer,
-    VcUsageSerializer,
-)
-from backend.clusters.capacity import cluster_summary, node_capacities
+from backend.clusters import actions
 from backend.clusters.models import GpuType, Node
 from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
 from backend.core.scoping import TenantScopedViewSet
-from backend.vcs.resources import every_vc_usage
+from backend.jobmanager import removal
+from backend.jobmanager.api.filters import NodeFilter
+from backend.jobmanager.api.serializers import (
+    GpuTypeSerializer,
+    NodeSerializer,
+    NodeUpdateSerializer,
+)
+from backend.jobs.capacity import node_capacities
 
 
 class ClusterInventoryViewSet(
@@ -117,23 +114,3 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
         """Let the node take new work again."""
         node = actions.uncordon_node(self.get_object())
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
-
-
-@extend_schema(responses=ClusterSummarySerializer)
-@api_view(["GET"])
-def cluster_summary_view(request: Request) -> Response:
-    """Per GPU type: nodes, GPUs/CPUs/memory total, used and free, and how many schedulable
-    nodes have k free GPUs (the fragmentation histogram); and how tenants are kept apart
-    (``tenancy``: ``multi-tenant``, or ``single-user`` when every job runs as the portal's
-    own account), in words."""
-    return Response(
-        {"gpu_types": cluster_summary(), "tenancy": tenancy()}, status=status.HTTP_200_OK
-    )
-
-
-@extend_schema(responses=VcUsageSerializer)
-@api_view(["GET"])
-def vc_usage_view(request: Request) -> Response:
-    """Per VC and GPU type: quota, GPUs in use and GPUs waiting jobs ask for (aggregates:
-    no job is named), for the cluster status page."""
-    return Response({"vcs": every_vc_usage()})

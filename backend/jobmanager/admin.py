@@ -10,9 +10,10 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from backend.clusters import actions, removal
+from backend.clusters import actions
 from backend.clusters.models import GpuType, Node
 from backend.core.admin import ActionAdmin, admin_user
+from backend.jobmanager import removal
 
 # Set on a request whose node was cordoned to drain rather than deleted.
 DRAINING = "trainyard_node_draining"

@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 
 from django.db.models import F, Sum
 
-from backend.clusters.capacity import fragmentation, free_gpu_histograms, node_capacities
 from backend.core.quantities import millicpus
+from backend.jobs.capacity import fragmentation, free_gpu_histograms, node_capacities
 from backend.jobs.models import ACTIVE_STATUSES, Job, JobStatus
 from backend.jobs.usage import JobTotals, resources_dict, vc_borrowed, vc_queued, vc_used
 from backend.vcs.models import Quota, VirtualCluster

@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from backend.clusters.api.serializers import FragmentSerializer
 from backend.clusters.models import GpuType
 from backend.core.fields import MemoryField
+from backend.jobs.api.cluster import FragmentSerializer
 from backend.jobs.models import JobStatus
 from backend.vcs.models import (
     InfeasibleDeadlines,

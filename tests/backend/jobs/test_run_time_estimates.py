@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from backend.jobmanager.estimates import learned_run_times
+from backend.jobs.estimates import learned_run_times
 from backend.jobs.models import Job, JobStatus
 from tests.factories import JobFactory
 

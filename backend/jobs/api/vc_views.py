@@ -19,10 +19,7 @@ from backend.core.permissions import (
     IsVcAdminOrReadOnly,
 )
 from backend.core.scoping import TenantScopedViewSet
-from backend.jobs.forecast import deadline_summary
-from backend.jobs.insight import vc_queue
-from backend.vcs import actions
-from backend.vcs.api.serializers import (
+from backend.jobs.api.vc_serializers import (
     DeadlineSummarySerializer,
     DeadlineWindowSerializer,
     MembershipChangeSerializer,
@@ -35,8 +32,11 @@ from backend.vcs.api.serializers import (
     VirtualClusterSerializer,
     VirtualClusterSettingsSerializer,
 )
+from backend.jobs.forecast import deadline_summary
+from backend.jobs.insight import vc_queue
+from backend.jobs.vc_resources import vc_resources
+from backend.vcs import actions
 from backend.vcs.models import Membership, VirtualCluster
-from backend.vcs.resources import vc_resources
 
 CHANGE_MEMBERS = "Only an admin of VC {vc} can change members."
 

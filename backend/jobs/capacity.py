@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from backend.clusters.models import Node
-from backend.jobmanager.scheduling import load_cluster_state
+from backend.jobs.snapshot import load_cluster_state
 from jobmanager.core import Resources
 from jobmanager.core.placement import FreeNode
 

@@ -93,19 +93,11 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     held: dict[tuple[str, int, int], int] = defaultdict(int)
     held_on: dict[str, int] = defaultdict(int)
     # An elastic job's workers above min_workers are borrowed, as all of a borrowing job's.
+    fields = ("vc", "gpu_type", "borrowing", "workers", "min_workers", "max_workers")
     active = (
         Job.objects.filter(status__in=ACTIVE_STATUSES)
         .order_by()
-        .only(
-            "vc",
-            "gpu_type",
-            "borrowing",
-            "workers",
-            "min_workers",
-            "max_workers",
-            "gpus_per_worker",
-            "placement",
-        )  # fmt: skip
+        .only(*fields, "gpus_per_worker", "placement")
     )
     for job in active.iterator(chunk_size=2000):
         borrowed = job.borrowed_workers * job.gpus_per_worker

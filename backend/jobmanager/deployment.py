@@ -358,8 +358,9 @@ def _mark_running(job: Job, isolation: Isolation) -> None:
     JobAttempt.objects.update_or_create(
         job=job,
         number=job.attempt,
-        defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing},
-    )
+        defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing,
+                  "sizes": [attempt_size(job, now)]},
+    )  # fmt: skip
 
 
 def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:

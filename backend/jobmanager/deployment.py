@@ -27,6 +27,7 @@ from backend.jobs.models import (
     JobAttempt,
     JobStatus,
     attempt_gpus_to_json,
+    attempt_size,
 )
 from backend.jobs.paths import PATH_FIELDS, job_path_errors
 from backend.jobs.transitions import bulk_transition, transition
@@ -295,14 +296,15 @@ def _mark_all_running(
             job.run_as, job.limits = isolation.run_as[:200], isolation.limits[:300]
             nodes = job.placed_nodes
             gpus = attempt_gpus_to_json(job.placed_workers)
+            sizes = [attempt_size(job, now)]
             if (job.pk, job.attempt) in existing:
                 JobAttempt.objects.filter(job=job, number=job.attempt).update(
-                    started_at=now, nodes=nodes, gpus=gpus, borrowing=job.borrowing
+                    started_at=now, nodes=nodes, gpus=gpus, borrowing=job.borrowing, sizes=sizes
                 )
             else:
                 attempts.append(
                     {"job_id": job.pk, "number": job.attempt, "nodes": nodes, "gpus": gpus,
-                     "borrowing": job.borrowing}
+                     "borrowing": job.borrowing, "sizes": sizes}
                 )  # fmt: skip
             outcomes[(job.pk, job.attempt)] = "running"
         bulk_transition(
@@ -356,8 +358,9 @@ def _mark_running(job: Job, isolation: Isolation) -> None:
     JobAttempt.objects.update_or_create(
         job=job,
         number=job.attempt,
-        defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing},
-    )
+        defaults={"started_at": now, "nodes": nodes, "gpus": gpus, "borrowing": job.borrowing,
+                  "sizes": [attempt_size(job, now)]},
+    )  # fmt: skip
 
 
 def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:

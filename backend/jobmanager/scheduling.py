@@ -15,8 +15,10 @@ from backend.core.instruments import SCHEDULER_PASS_SECONDS, record_decisions
 from backend.core.lease import Lease
 from backend.jobs.models import (
     Job,
+    JobAttempt,
     JobStatus,
     StopOutcome,
+    attempt_size,
     placement_from_json,
     placement_to_json,
 )
@@ -109,9 +111,11 @@ def apply_decisions(
 
 def apply_resizes(decisions: Decisions, now: datetime) -> list[int]:
     """Grow or shrink the running elastic jobs the pass resized (its workers, placement
-    and resize count), each with an event saying why; the pks of those resized. A job
-    that changed meanwhile (stopping, restarted) is left alone."""
+    and resize count), each with an event saying why, and its running attempt's sizes (for
+    booked vs borrowed GPU-hours); the pks of those resized. A job that changed meanwhile
+    (stopping, restarted) is left alone."""
     resized: list[int] = []
+    resized_jobs: list[Job] = []
     by_id = {resize.job_id: resize for resize in decisions.resizes}
     for job in _locked_jobs(list(by_id)):
         resize = by_id[job.job_id]
@@ -131,7 +135,23 @@ def apply_resizes(decisions: Decisions, now: datetime) -> list[int]:
         )  # fmt: skip
         record_event(job, job.status, None, reason)
         resized.append(job.pk)
+        resized_jobs.append(job)
+    _record_sizes(resized_jobs, now)
     return resized
+
+
+def _record_sizes(jobs: list[Job], now: datetime) -> None:
+    """Each resized job's size since now on its running attempt, in bounded queries."""
+    by_attempt = {(job.pk, job.attempt): job for job in jobs}
+    changed = []
+    for chunk in range(0, len(jobs), 1000):
+        pks = [job.pk for job in jobs[chunk : chunk + 1000]]
+        for attempt in JobAttempt.objects.filter(job_id__in=pks, ended_at__isnull=True):
+            job = by_attempt.get((attempt.job_id, attempt.number))
+            if job is not None:
+                attempt.sizes = [*attempt.sizes, attempt_size(job, now)]
+                changed.append(attempt)
+    JobAttempt.objects.bulk_update(changed, ["sizes"], batch_size=500)
 
 
 def _resize_reason(

@@ -5,7 +5,9 @@ attempts up to now), cut to the asked window and, for series, to days or months.
 exactly those GPUs (the mean of Prometheus's points over the attempt, as the job page's
 chart reads them); null, with the reason, where Prometheus has none. **idle**: booked
 minus used. **borrowed**: the part of booked held beyond the VC's quota (preemptible work
-on borrowed GPUs), counted apart as well as within booked.
+on borrowed GPUs), counted apart as well as within booked: all of an attempt that borrowed,
+and an elastic job's workers above min_workers. An attempt's GPUs follow its resizes
+(``JobAttempt.sizes``); one recorded before sizes were kept holds its start size all along.
 """
 
 from __future__ import annotations
@@ -196,13 +198,11 @@ def gpu_hours(
         if not parts:
             continue
         per_gpu, reason = utilisation.points(attempt, start, end)
-        gpus = gpu_count(attempt)
-        for piece in parts:
+        for piece, gpus, borrowed_gpus in _sized(attempt, parts, now):
             row = rows.setdefault((key, piece.bucket), Row(key, piece.bucket))
             booked = gpus * piece.hours
             row.booked += booked
-            if attempt.borrowing:
-                row.borrowed += booked
+            row.borrowed += borrowed_gpus * piece.hours
             mean = _mean_in(per_gpu, piece) if per_gpu is not None else None
             if mean is None:  # one attempt unmeasured: the row's used hours are unknown
                 row.used = None
@@ -210,6 +210,19 @@ def gpu_hours(
             elif row.used is not None:
                 row.used += booked * min(100.0, max(0.0, mean)) / 100
     return [row.as_dict() for _, row in sorted(rows.items(), key=lambda item: _order(item[0]))]
+
+
+def _sized(attempt: JobAttempt, parts: list[Piece], now: datetime) -> list[tuple[Piece, int, int]]:
+    """Each piece cut at the attempt's resizes, with the GPUs and borrowed GPUs it held
+    there (an elastic job's workers above min_workers borrowed)."""
+    spans = attempt.sizes_over(attempt_end(attempt, now))
+    found = []
+    for piece in parts:
+        for since, until, gpus, borrowed in spans:
+            start, end = max(piece.start, since), min(piece.end, until)
+            if end > start and gpus:
+                found.append((Piece(piece.bucket, start, end), gpus, min(borrowed, gpus)))
+    return found
 
 
 def _order(key: tuple[str, str | None]) -> tuple[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -440,6 +441,14 @@ class Job(models.Model):
         return self.min_workers < self.max_workers
 
     @property
+    def borrowed_workers(self) -> int:
+        """Its workers on borrowed, preemptible GPUs: all when it borrows, else an elastic
+        job's above min_workers (the VC's quota counts min_workers as guaranteed)."""
+        if self.borrowing:
+            return self.workers
+        return max(0, self.workers - self.min_workers) if self.is_elastic else 0
+
+    @property
     def warnings(self) -> list[str]:
         """What its owner should know before it runs (an elastic job without checkpoints)."""
         warning = resize_warning(self.command, self.env or {}, self.min_workers, self.max_workers)
@@ -486,6 +495,11 @@ class JobAttempt(models.Model):
     borrowing = models.BooleanField(
         default=False, help_text="Ran beyond its VC's quota on borrowed GPUs (preemptible)."
     )
+    # Its sizes over time (issue 34): [{"since": ISO time, "gpus": n, "borrowed": m}, ...],
+    # one at its start and one at each resize of an elastic job, "borrowed" the GPUs of
+    # its workers above min_workers (all of them when it borrows). Empty for attempts
+    # recorded before sizes were kept: ``gpu_count`` for its whole life.
+    sizes = models.JSONField(default=list, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=16, choices=FailureClass.choices, blank=True)
     failure_rule = models.CharField(max_length=100, blank=True)
@@ -509,6 +523,32 @@ class JobAttempt(models.Model):
     def gpu_count(self) -> int:
         """How many GPUs it held, all workers together."""
         return sum(len(worker.gpus) for worker in self.placed_gpus)
+
+    def sizes_over(self, end: datetime) -> list[tuple[datetime, datetime, int, int]]:
+        """(from, to, GPUs, borrowed GPUs) from its start to ``end``, split at each resize;
+        without sizes recorded, its start size all along (borrowed all when it borrowed)."""
+        gpus = self.gpu_count
+        steps = [(self.started_at, gpus, gpus if self.borrowing else 0)]
+        for size in self.sizes:
+            since = max(datetime.fromisoformat(size["since"]), self.started_at)
+            step = (since, int(size["gpus"]), int(size["borrowed"]))
+            steps = [*steps[:-1], step] if since <= steps[-1][0] else [*steps, step]
+        spans = []
+        for index, (since, count, borrowed) in enumerate(steps):
+            until = steps[index + 1][0] if index + 1 < len(steps) else end
+            until = min(until, end)
+            if until > since:
+                spans.append((since, until, count, borrowed))
+        return spans
+
+
+def attempt_size(job: Job, at: datetime) -> dict[str, object]:
+    """A job's size now, as an attempt records it (``JobAttempt.sizes``)."""
+    return {
+        "since": at.isoformat(),
+        "gpus": job.workers * job.gpus_per_worker,
+        "borrowed": job.borrowed_workers * job.gpus_per_worker,
+    }
 
 
 class JobEvent(models.Model):

@@ -92,12 +92,20 @@ def _gpus(vcs: dict[int, str], gpu_types: dict[int, str]) -> GaugeMetricFamily:
     # One pass over the jobs holding resources: their GPUs per VC, and per node as placed.
     held: dict[tuple[str, int, int], int] = defaultdict(int)
     held_on: dict[str, int] = defaultdict(int)
-    active = Job.objects.filter(status__in=ACTIVE_STATUSES).values_list(
-        "vc_id", "gpu_type_id", "borrowing", "workers", "gpus_per_worker", "placement"
+    # An elastic job's workers above min_workers are borrowed, as all of a borrowing job's.
+    fields = ("vc", "gpu_type", "borrowing", "workers", "min_workers", "max_workers")
+    active = (
+        Job.objects.filter(status__in=ACTIVE_STATUSES)
+        .order_by()
+        .only(*fields, "gpus_per_worker", "placement")
     )
-    for vc_id, gpu_type_id, borrowing, workers, gpus_per_worker, placement in active:
-        held["borrowed" if borrowing else "used", gpu_type_id, vc_id] += workers * gpus_per_worker
-        for worker in placement_from_json(placement):
+    for job in active.iterator(chunk_size=2000):
+        borrowed = job.borrowed_workers * job.gpus_per_worker
+        if borrowed < job.total_gpus or not borrowed:
+            held["used", job.gpu_type_id, job.vc_id] += job.total_gpus - borrowed
+        if borrowed:
+            held["borrowed", job.gpu_type_id, job.vc_id] += borrowed
+        for worker in placement_from_json(job.placement):
             held_on[worker.node] += len(worker.gpus)
     for (state, gpu_type_id, vc_id), gpus in sorted(held.items()):
         family.add_metric([state, gpu_types.get(gpu_type_id, ""), vcs.get(vc_id, "")], gpus)

@@ -369,7 +369,8 @@ def _gpu_hours_rows(request: Request) -> tuple[dict, list[dict]]:
 @api_view(["GET"])
 def gpu_hours_view(request: Request) -> Response:
     """Booked, used, idle and borrowed GPU-hours of the jobs one may see (one's own, a VC
-    admin's VCs', all for cluster admins) per cluster, VC, user, job or GPU type."""
+    admin's VCs', all for cluster admins) per cluster, VC, user, job or GPU type. An elastic
+    job's GPUs follow its resizes; its workers above min_workers are borrowed."""
     asked, rows = _gpu_hours_rows(request)
     return Response(
         {

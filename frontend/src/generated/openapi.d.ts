@@ -995,7 +995,8 @@ export interface paths {
         };
         /**
          * @description Booked, used, idle and borrowed GPU-hours of the jobs one may see (one's own, a VC
-         *     admin's VCs', all for cluster admins) per cluster, VC, user, job or GPU type.
+         *     admin's VCs', all for cluster admins) per cluster, VC, user, job or GPU type. An elastic
+         *     job's GPUs follow its resizes; its workers above min_workers are borrowed.
          */
         get: operations["v1_usage_gpu_hours_retrieve"];
         put?: never;

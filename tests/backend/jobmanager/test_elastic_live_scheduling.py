@@ -81,8 +81,11 @@ def test_an_elastic_job_starts_small_grows_into_freed_gpus_and_shrinks_for_its_v
         "needed its GPUs"
     )
     assert borrowed_gpus(world) == 0
-    # Resized, never restarted: one attempt throughout.
-    assert list(elastic.attempts.values_list("number", flat=True)) == [1]
+    # Resized, never restarted: one attempt throughout, its sizes kept for GPU-hours
+    # (GPUs, borrowed GPUs): at its start, grown, shrunk.
+    (attempt,) = elastic.attempts.all()
+    assert attempt.number == 1
+    assert [(size["gpus"], size["borrowed"]) for size in attempt.sizes] == [(4, 0), (8, 4), (4, 0)]
 
 
 def test_a_backend_that_does_not_resize_runs_an_elastic_job_at_its_size(

@@ -9,9 +9,12 @@ import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
-from backend.jobs.models import FailureClass, JobAttempt, JobStatus
+from backend.jobmanager.scheduling import apply_resizes
+from backend.jobs.models import FailureClass, JobAttempt, JobStatus, attempt_size
+from jobmanager.core import Decisions, Resize, WorkerPlacement
 from tests.backend.jobs_support import make_job
 from tests.backend.repair_support import (  # noqa: F401 - the fixtures
     start_agents,
@@ -167,3 +170,40 @@ def test_used_hours_follow_the_utilisation_of_exactly_the_jobs_gpus(
     (gone,) = rows(world, world.member, group_by="job", job=job.job_id)
     assert gone["used_gpu_hours"] is None
     assert "cannot be read now" in gone["used_unavailable_reason"]
+
+
+def test_an_elastic_job_grown_is_booked_and_borrowed_as_it_was_sized(world, settings):
+    """A 2..4 job of one GPU a worker, started at 2 three hours ago and grown to 4 by the
+    scheduler an hour later: 2x1 + 4x2 booked, its 2 workers above min_workers borrowed
+    for 2 hours."""
+    settings.TRAINYARD_PROMETHEUS_URL = ""
+    start = timezone.now() - timedelta(hours=3)
+    on = [{"node": "a100-1", "gpus": [gpu]} for gpu in (0, 1)]
+    job = make_job(world, status=JobStatus.RUNNING, workers=2, min_workers=2, max_workers=4,
+                   placement=on)  # fmt: skip
+    JobAttempt.objects.create(
+        job=job, number=job.attempt, nodes=["a100-1"], gpus=on, started_at=start,
+        sizes=[attempt_size(job, start)],
+    )  # fmt: skip
+    grown = tuple(WorkerPlacement("a100-1", (gpu,), 1000, 1 << 30) for gpu in range(4))
+    decisions = Decisions(resizes=[Resize(job.job_id, grown, workers_from=2, reason="")])
+    with transaction.atomic():
+        assert apply_resizes(decisions, start + timedelta(hours=1)) == [job.pk]
+
+    (row,) = rows(world, world.member, group_by="job", job=job.job_id, since=T0.isoformat())
+    assert row["booked_gpu_hours"] == pytest.approx(2 * 1 + 4 * 2, abs=0.01)
+    assert row["borrowed_gpu_hours"] == pytest.approx(2 * 2, abs=0.01)
+    # Cut at the resize: the first hour alone is 2 GPU-hours booked, none borrowed.
+    first_hour = {"since": start.isoformat(), "until": (start + timedelta(hours=1)).isoformat()}
+    (early,) = rows(world, world.member, group_by="job", job=job.job_id, **first_hour)
+    assert (early["booked_gpu_hours"], early["borrowed_gpu_hours"]) == (2, 0)
+
+
+def test_an_attempt_recorded_without_sizes_keeps_its_start_size(world, ran, settings):
+    """Attempts from before sizes were kept: their GPUs at the start, borrowed all or none."""
+    settings.TRAINYARD_PROMETHEUS_URL = ""
+    assert all(one.sizes == [] for one in JobAttempt.objects.all())
+    jobs = rows(world, world.staff, group_by="job", **WINDOW)
+    assert by_key(jobs)[ran["borrowed"].job_id] == 2
+    assert by_key(jobs, "borrowed_gpu_hours")[ran["borrowed"].job_id] == 2
+    assert by_key(jobs, "borrowed_gpu_hours")[ran["preempted"].job_id] == 0

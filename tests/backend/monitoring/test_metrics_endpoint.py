@@ -63,6 +63,26 @@ def test_the_gauges_count_what_the_database_holds(world):
     assert got[("trainyard_database_up", ())] == 1
 
 
+def test_an_elastic_jobs_workers_above_min_workers_are_borrowed_gpus(world):
+    """A 2..4 job grown to 4 workers of 2 GPUs: 4 GPUs used within the VC's quota, 4
+    borrowed; a borrowing elastic job's GPUs are all borrowed."""
+    on = [{"node": "a100-2", "gpus": [2 * w, 2 * w + 1]} for w in range(4)]
+    make_job(world, status=JobStatus.RUNNING, workers=4, min_workers=2, max_workers=4,
+             gpus_per_worker=2, placement=on)  # fmt: skip
+    on = [{"node": "a100-3", "gpus": [w]} for w in range(3)]
+    make_job(world, owner=world.outsider, vc=world.nlp, status=JobStatus.RUNNING, workers=3,
+             min_workers=2, max_workers=4, borrowing=True, placement=on)  # fmt: skip
+
+    got = scrape()
+
+    gpus = "trainyard_gpus"
+    assert got[(gpus, (("gpu_type", "A100"), ("state", "used"), ("vc", "vision")))] == 4
+    assert got[(gpus, (("gpu_type", "A100"), ("state", "borrowed"), ("vc", "vision")))] == 4
+    assert got[(gpus, (("gpu_type", "A100"), ("state", "borrowed"), ("vc", "nlp")))] == 3
+    assert (gpus, (("gpu_type", "A100"), ("state", "used"), ("vc", "nlp"))) not in got
+    assert got[(gpus, (("gpu_type", "A100"), ("state", "free"), ("vc", "")))] == 32 - 8 - 3
+
+
 def test_requests_are_timed_per_view_with_their_database_time(world):
     client = Client()
     client.force_login(world.member)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from backend.core.bulk import insert_rows
+from backend.core.deadlocks import atomic_retrying_deadlocks
 from backend.core.exceptions import ActionRefused
 from backend.core.job_manager_triggers import run_job_manager_after_commit
 from backend.jobs.job_request import JobRequest, RequestedResources
@@ -50,11 +53,8 @@ def submit_job(
         existing = find_idempotent_submission(owner, idempotency_key)
         if existing:
             return existing, False
-    try:
-        with transaction.atomic():
-            job = _create_job(owner, request, idempotency_key)
-            if job.status == JobStatus.QUEUED:
-                run_job_manager_after_commit()
+    try:  # a deadlock with the job manager's pass is run again, not refused
+        job = atomic_retrying_deadlocks(partial(_store_job, owner, request, idempotency_key))
     except IntegrityError:
         if idempotency_key:
             existing = find_idempotent_submission(owner, idempotency_key)
@@ -62,6 +62,13 @@ def submit_job(
                 return existing, False
         raise
     return job, True
+
+
+def _store_job(owner: User, request: JobRequest, idempotency_key: str | None) -> Job:
+    job = _create_job(owner, request, idempotency_key)
+    if job.status == JobStatus.QUEUED:
+        run_job_manager_after_commit()
+    return job
 
 
 def _create_job(owner: User, request: JobRequest, idempotency_key: str | None) -> Job:
@@ -257,38 +264,43 @@ def submit_job_array(
     Each task counts against the per-user GPU limit as a single job would: the tasks past
     it wait for a VC admin's approval. Committed when this returns.
     """
-    with transaction.atomic():
-        array = JobArray.objects.create(
-            owner=owner, vc=request.vc, name=request.name, size=len(task_envs)
-        )
-        held = _held_for_limit(owner, request)
-        tasks = []  # (job id, index, status, message) of each task
-        for index, task_env in enumerate(task_envs):
-            reason = approval_message(request, held) if held is not None else ""
-            if held is not None and not reason:
-                held += request.workers * request.gpus_per_worker
-            status = JobStatus.UNAPPROVED if reason else JobStatus.QUEUED
-            tasks.append((new_job_id(), index, status, reason, {**request.env, **task_env}))
-        template = Job.from_request(owner, request, array=array)
-        insert_rows(
-            template,
-            (
-                {"job_id": job_id, "array_index": index, "status": status,
-                 "status_message": reason, "env": env}
-                for job_id, index, status, reason, env in tasks
-            ),
-        )  # fmt: skip
-        pks = dict(Job.objects.filter(array=array).values_list("array_index", "pk"))
-        submitted = f"submitted (array {array.array_id})"
-        insert_rows(
-            JobEvent(from_status="", actor=owner, actor_name=owner.get_username()),
-            (
-                {"job_id": pks[index], "to_status": status, "reason": reason or submitted}
-                for _, index, status, reason, _ in tasks
-            ),
-        )
-        if any(status == JobStatus.QUEUED for _, _, status, _, _ in tasks):
-            run_job_manager_after_commit()
+    return atomic_retrying_deadlocks(partial(_store_job_array, owner, request, task_envs))
+
+
+def _store_job_array(
+    owner: User, request: JobRequest, task_envs: list[dict[str, str]]
+) -> tuple[JobArray, list[str]]:
+    array = JobArray.objects.create(
+        owner=owner, vc=request.vc, name=request.name, size=len(task_envs)
+    )
+    held = _held_for_limit(owner, request)
+    tasks = []  # (job id, index, status, message) of each task
+    for index, task_env in enumerate(task_envs):
+        reason = approval_message(request, held) if held is not None else ""
+        if held is not None and not reason:
+            held += request.workers * request.gpus_per_worker
+        status = JobStatus.UNAPPROVED if reason else JobStatus.QUEUED
+        tasks.append((new_job_id(), index, status, reason, {**request.env, **task_env}))
+    template = Job.from_request(owner, request, array=array)
+    insert_rows(
+        template,
+        (
+            {"job_id": job_id, "array_index": index, "status": status,
+             "status_message": reason, "env": env}
+            for job_id, index, status, reason, env in tasks
+        ),
+    )  # fmt: skip
+    pks = dict(Job.objects.filter(array=array).values_list("array_index", "pk"))
+    submitted = f"submitted (array {array.array_id})"
+    insert_rows(
+        JobEvent(from_status="", actor=owner, actor_name=owner.get_username()),
+        (
+            {"job_id": pks[index], "to_status": status, "reason": reason or submitted}
+            for _, index, status, reason, _ in tasks
+        ),
+    )
+    if any(status == JobStatus.QUEUED for _, _, status, _, _ in tasks):
+        run_job_manager_after_commit()
     return array, [job_id for job_id, *_ in tasks]
 
 

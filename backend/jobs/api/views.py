@@ -197,14 +197,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         job = self.get_object()
         change = JobChangeSerializer(data=request.data, context={"vc": job.vc})
         change.is_valid(raise_exception=True)
-        job = actions.change_job(job, acting_user(request), change.validated_data)
+        job = atomic_retrying_deadlocks(  # a deadlock with the job manager's pass: again
+            partial(actions.change_job, job, acting_user(request), change.validated_data)
+        )
         return Response(JobSerializer(job).data)
 
     def _act(self, request: Request, name: str) -> Response:
         job = self.get_object()
         body = JobActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = JOB_ACTIONS[name](job, acting_user(request), body.validated_data["reason"])
+        job = atomic_retrying_deadlocks(  # a deadlock with the job manager's pass: again
+            partial(JOB_ACTIONS[name], job, acting_user(request), body.validated_data["reason"])
+        )
         return self._shown(job)
 
     @extend_schema(request=JobActionSerializer, responses=JobSerializer)

@@ -1,4 +1,4 @@
-"""A submission that MariaDB chooses as a deadlock's victim is stored on a second run, not
+"""A submission or a job action that MariaDB chooses as a deadlock's victim is done on a second run, not
 answered 503 (a documented submission met one beside the job manager's pass on MariaDB).
 
 The job manager's stand-in takes two rows a submission needs in the other order: a real
@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
@@ -19,7 +20,7 @@ from backend.clusters.models import Node
 from backend.jobs import actions
 from backend.jobs.models import Job, JobArray
 from backend.vcs.models import Membership, VirtualCluster
-from tests.backend.jobs_support import submit
+from tests.backend.jobs_support import JOBS, make_job, submit
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -119,3 +120,19 @@ def test_an_array_chosen_as_a_deadlocks_victim_is_stored_whole_on_a_second_run(
     assert runs == [2]
     assert JobArray.objects.get().size == 3
     assert sorted(Job.objects.values_list("job_id", flat=True)) == sorted(response.json()["jobs"])
+
+
+def test_a_kill_chosen_as_a_deadlocks_victim_is_done_on_a_second_run(limited):
+    job = make_job(limited)
+    held_job = Job.objects.select_for_update().filter(pk=job.pk)
+    owner = User.objects.select_for_update().filter(pk=limited.member.pk)
+
+    response = crossed_with(
+        lambda: limited.client(limited.member).post(f"{JOBS}{job.job_id}/kill/", {}, "json"),
+        first=lambda: list(owner),  # the kill's event refers to its actor
+        then=lambda: list(held_job),  # the kill holds its job first
+    )
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "killed"
+    assert job.events.filter(to_status="killed").count() == 1

@@ -1,5 +1,6 @@
-"""A submission or a job action that MariaDB chooses as a deadlock's victim is done on a second run, not
-answered 503 (a documented submission met one beside the job manager's pass on MariaDB).
+"""A submission or a job action that MariaDB chooses as a deadlock's victim is done on a
+second run, not answered 503 (a documented submission met one beside the job manager's
+pass on MariaDB).
 
 The job manager's stand-in takes two rows a submission needs in the other order: a real
 deadlock on the real server. It has written more rows first, so InnoDB rolls the

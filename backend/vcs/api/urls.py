@@ -1,7 +1,8 @@
-"""The virtual clusters API: VCs, their quotas, queues and members."""
+"""The virtual clusters API: VCs, their quotas and members (their queues and deadlines are
+the jobs API's, under the same /vcs/{name}/)."""
 
 from backend.core.routers import AppRouter
-from backend.jobs.api.vc_views import VirtualClusterViewSet
+from backend.vcs.api.views import VirtualClusterViewSet
 
 router = AppRouter()
 router.register("vcs", VirtualClusterViewSet, basename="vc")

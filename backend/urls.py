@@ -13,7 +13,7 @@ from backend.monitoring.views import metrics_view
 API_URLCONFS = [
     "backend.jobs.api.urls",
     "backend.vcs.api.urls",
-    "backend.jobmanager.api.urls",
+    "backend.clusters.api.urls",
     "backend.accounts.api.urls",
     "backend.repairs.api.urls",
     "backend.storage.api.urls",

@@ -8,4 +8,4 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from backend.jobs import extensions
 
-        extensions.register()  # a VC's resources in its detail
+        extensions.register()  # a VC's resources and a node's free GPUs in their answers

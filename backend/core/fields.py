@@ -57,6 +57,10 @@ class StringListJSONField(serializers.JSONField):
     """JSON holding a list of strings, e.g. node names."""
 
 
+# Where an answer's context keeps each added field's values, loaded once per answer.
+ADDED_VALUES = "trainyard_added_values"
+
+
 class AddedField(serializers.Field):
     """A read-only field an app above registered (backend.core.extensions.AnswerField):
     its schema is the registration's, its value what the registration gives per object."""
@@ -70,15 +74,12 @@ class AddedField(serializers.Field):
         return self._values()(instance)
 
     def _values(self) -> Callable[[Any], object]:
-        # Loaded once per answer (a list's objects share the root's context).
+        # A list's objects share the root's context, so its values are loaded once.
         context = cast("dict[str, Any]", self.context)  # the root serializer's own dict
         loaded: dict[str, Callable[[Any], object]] = context.setdefault(ADDED_VALUES, {})
         if self.added.name not in loaded:
             loaded[self.added.name] = self.added.values(context.get("request"))
         return loaded[self.added.name]
-
-
-ADDED_VALUES = "trainyard_added_values"
 
 
 # A serializer whose answer also shows the fields apps above added to ``added_fields``, each

@@ -12,8 +12,8 @@ from backend.monitoring.views import metrics_view
 # Each app's API routes (its api/urls.py, as NetBox has them), all under /api/v1/.
 API_URLCONFS = [
     "backend.jobs.api.urls",
-    "backend.jobs.api.vc_urls",
-    "backend.jobmanager.api.urls",
+    "backend.vcs.api.urls",
+    "backend.clusters.api.urls",
     "backend.accounts.api.urls",
     "backend.repairs.api.urls",
     "backend.storage.api.urls",

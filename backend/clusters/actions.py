@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.contrib.auth.models import User
 from django.db import transaction
 
+from backend.clusters.extensions import node_removal
 from backend.clusters.models import GpuType, Node
 from backend.core.changes import save_changes
 from backend.core.job_manager_triggers import (
@@ -99,3 +101,11 @@ def cordon_node(node: Node) -> Node:
 
 def uncordon_node(node: Node) -> Node:
     return update_node(node, {"schedulable": True})
+
+
+def remove_node(node: Node, actor: User | None = None) -> bool:
+    """Remove the node now if no job runs there (True); else cordon it to drain (False):
+    it goes once its jobs have ended, moved to other nodes after the drain deadline. The
+    job manager's app does it (backend/jobmanager/removal.py, registered on node_removal).
+    ActionRefused where the cluster backend discovers its nodes itself."""
+    return node_removal.function(node, actor)

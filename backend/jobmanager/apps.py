@@ -13,6 +13,11 @@ class JobManagerConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_retry_rules)
+        # Deleting a node (the nodes' API and admin) drains the jobs that run there first.
+        from backend.clusters.extensions import node_removal
+        from backend.jobmanager.removal import request_node_removal
+
+        node_removal.register(request_node_removal)
 
 
 def check_retry_rules(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

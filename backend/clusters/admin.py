@@ -13,7 +13,6 @@ from django.urls import reverse
 from backend.clusters import actions
 from backend.clusters.models import GpuType, Node
 from backend.core.admin import ActionAdmin, admin_user
-from backend.jobmanager import removal
 
 # Set on a request whose node was cordoned to drain rather than deleted.
 DRAINING = "trainyard_node_draining"
@@ -52,7 +51,7 @@ class NodeAdmin(ActionAdmin):
     def delete(self, request: HttpRequest, obj: Node) -> None:
         """Removed at once when no job runs there; else cordoned and drained (as the API's
         DELETE), which the message says."""
-        if not removal.request_node_removal(obj, admin_user(request)):
+        if not actions.remove_node(obj, admin_user(request)):
             setattr(request, DRAINING, True)
             self.message_user(
                 request,

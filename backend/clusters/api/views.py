@@ -1,8 +1,7 @@
-"""The cluster over REST: GPU types, nodes, and a summary with a fragmentation histogram."""
+"""The cluster's inventory over REST: GPU types and nodes (the cluster's summary and use
+by VC are the jobs API's, backend/jobs/api/cluster.py)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -13,17 +12,15 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from backend.clusters import actions
-from backend.clusters.models import GpuType, Node
-from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
-from backend.core.scoping import TenantScopedViewSet
-from backend.jobmanager import removal
-from backend.jobmanager.api.filters import NodeFilter
-from backend.jobmanager.api.serializers import (
+from backend.clusters.api.filters import NodeFilter
+from backend.clusters.api.serializers import (
     GpuTypeSerializer,
     NodeSerializer,
     NodeUpdateSerializer,
 )
-from backend.jobs.capacity import node_capacities
+from backend.clusters.models import GpuType, Node
+from backend.core.permissions import IsClusterAdminOrReadOnly, acting_user
+from backend.core.scoping import TenantScopedViewSet
 
 
 class ClusterInventoryViewSet(
@@ -75,12 +72,6 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
             return NodeUpdateSerializer
         return NodeSerializer
 
-    def get_serializer_context(self) -> dict[str, Any]:
-        context = dict(super().get_serializer_context())
-        if self.request.method == "GET":
-            context["free_gpus"] = {c.node.name: c.free_gpus for c in node_capacities()}
-        return context
-
     def perform_create(self, serializer: BaseSerializer[Node]) -> None:
         serializer.instance = actions.register_node(**serializer.validated_data)
 
@@ -95,7 +86,7 @@ class NodeViewSet(mixins.DestroyModelMixin, ClusterInventoryViewSet):
         drained (202), and goes once its jobs have ended (moved to other nodes after the
         drain deadline). 409 where the cluster backend reports its own nodes."""
         node = self.get_object()
-        if removal.request_node_removal(node, acting_user(request)):
+        if actions.remove_node(node, acting_user(request)):
             return Response(status=status.HTTP_204_NO_CONTENT)
         node.refresh_from_db()
         data = NodeSerializer(node, context=self.get_serializer_context()).data

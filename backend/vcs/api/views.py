@@ -1,4 +1,5 @@
-"""Virtual clusters over REST: mine, detail with resources, settings, quotas, members."""
+"""Virtual clusters over REST: mine, detail, settings, quotas, members. (A VC's jobs are
+the jobs API's: its detail's resources and its queue and deadlines, backend/jobs/api/vc_jobs.py.)"""
 
 from __future__ import annotations
 
@@ -19,12 +20,10 @@ from backend.core.permissions import (
     IsVcAdminOrReadOnly,
 )
 from backend.core.scoping import TenantScopedViewSet
-from backend.jobs.api.vc_serializers import (
-    DeadlineSummarySerializer,
-    DeadlineWindowSerializer,
+from backend.vcs import actions
+from backend.vcs.api.serializers import (
     MembershipChangeSerializer,
     MembershipSerializer,
-    QueuedJobSerializer,
     QuotaListSerializer,
     QuotaOutSerializer,
     VirtualClusterCreateSerializer,
@@ -32,10 +31,6 @@ from backend.jobs.api.vc_serializers import (
     VirtualClusterSerializer,
     VirtualClusterSettingsSerializer,
 )
-from backend.jobs.forecast import deadline_summary
-from backend.jobs.insight import vc_queue
-from backend.jobs.vc_resources import vc_resources
-from backend.vcs import actions
 from backend.vcs.models import Membership, VirtualCluster
 
 CHANGE_MEMBERS = "Only an admin of VC {vc} can change members."
@@ -74,16 +69,12 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         body = VirtualClusterCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         vc = actions.create_vc(**body.validated_data)
-        return Response(
-            self.get_serializer(vc).data | {"resources": vc_resources(vc)},
-            status=status.HTTP_201_CREATED,
-        )
+        return Response(self._detail(vc), status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=VirtualClusterDetailSerializer)
     def retrieve(self, request: Request, name: str) -> Response:
         """A VC's settings and, per GPU type, its quota, use, queued demand and free share."""
-        vc = self.get_object()
-        return Response(self.get_serializer(vc).data | {"resources": vc_resources(vc)})
+        return Response(self._detail(self.get_object()))
 
     @extend_schema(
         request=VirtualClusterSettingsSerializer, responses=VirtualClusterDetailSerializer
@@ -94,7 +85,10 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         body = VirtualClusterSettingsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         vc = actions.update_vc_settings(vc, dict(body.validated_data))
-        return Response(self.get_serializer(vc).data | {"resources": vc_resources(vc)})
+        return Response(self._detail(vc))
+
+    def _detail(self, vc: VirtualCluster) -> dict[str, Any]:
+        return VirtualClusterDetailSerializer(vc, context=self.get_serializer_context()).data
 
     @extend_schema(
         methods=["PUT"], request=QuotaListSerializer, responses=QuotaOutSerializer(many=True)
@@ -114,25 +108,6 @@ class VirtualClusterViewSet(mixins.ListModelMixin, TenantScopedViewSet):
             actions.set_vc_quotas(vc, [_spec(item) for item in body.validated_data])
         quotas = vc.quotas.select_related("gpu_type").order_by("gpu_type__name")
         return Response(QuotaOutSerializer(quotas, many=True).data)
-
-    @extend_schema(responses=QueuedJobSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
-    def queue(self, request: Request, name: str) -> Response:
-        """The VC's waiting jobs in the order its scheduler considers them, with why each
-        waits and when it is likely to start (VC members and cluster admins)."""
-        vc = self.get_object()
-        return Response(QueuedJobSerializer(vc_queue(vc), many=True).data)
-
-    @extend_schema(parameters=[DeadlineWindowSerializer], responses=DeadlineSummarySerializer)
-    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
-    def deadlines(self, request: Request, name: str) -> Response:
-        """The share of the VC's jobs with a deadline that met it, of those that ended in
-        the last ``days`` days (default 7), and how many still ahead are predicted late."""
-        vc = self.get_object()
-        window = DeadlineWindowSerializer(data=request.query_params)
-        window.is_valid(raise_exception=True)
-        summary = deadline_summary(vc, window.validated_data["days"])
-        return Response(DeadlineSummarySerializer(summary).data)
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
     @extend_schema(

@@ -4,9 +4,9 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from backend.clusters.extensions import node_fields
 from backend.clusters.models import GpuType, Node
-from backend.core.fields import MemoryField
-from backend.vcs.models import VirtualCluster
+from backend.core.fields import ExtensibleSerializer, MemoryField
 
 LABEL_KEY_MAX = 63
 
@@ -22,14 +22,17 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         fields = ["name", "cpus_per_gpu", "memory_per_gpu"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(ExtensibleSerializer, serializers.ModelSerializer):
+    # What apps above add (the jobs app: gpus_free, a node's free GPUs).
+    added_fields = node_fields
+
     gpu_type = serializers.SlugRelatedField(slug_field="name", queryset=GpuType.objects.all())
     memory = MemoryField()
     cpus = serializers.DecimalField(max_digits=8, decimal_places=3, min_value=Decimal("0.001"))
-    gpus_free = serializers.SerializerMethodField()
     dedicated_vc = serializers.SlugRelatedField(
         slug_field="name",
-        queryset=VirtualCluster.objects.all(),
+        # The VCs' app sits above this one: its model is the one the node's field names.
+        queryset=Node.dedicated_vc.field.related_model._default_manager.all(),
         allow_null=True,
         required=False,
         help_text="The VC the node is dedicated to: only its jobs run there (and other "
@@ -40,17 +43,13 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "name", "gpu_type", "gpus", "cpus", "memory", "labels", "schedulable",
-            "repair_state", "ready", "ready_reason", "last_heartbeat", "gpus_free",
+            "repair_state", "ready", "ready_reason", "last_heartbeat",
             "removal_requested_at", "created_at", "dedicated_vc", "switch", "rack",
         ]  # fmt: skip
         read_only_fields = [
             "schedulable", "repair_state", "ready", "ready_reason", "last_heartbeat",
             "removal_requested_at", "created_at",
         ]  # fmt: skip
-
-    def get_gpus_free(self, node: Node) -> int | None:
-        free = self.context.get("free_gpus")
-        return None if free is None else free.get(node.name, 0)
 
     def validate_labels(self, labels: object) -> dict[str, str]:
         if not isinstance(labels, dict):

@@ -7,9 +7,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from backend.clusters.models import GpuType
-from backend.core.fields import MemoryField
-from backend.jobs.api.cluster import FragmentSerializer
-from backend.jobs.models import JobStatus
+from backend.core.fields import ExtensibleSerializer, MemoryField
+from backend.vcs.extensions import vc_detail_fields
 from backend.vcs.models import (
     InfeasibleDeadlines,
     Membership,
@@ -54,39 +53,14 @@ class VirtualClusterSerializer(serializers.ModelSerializer):
         return roles.get(vc.id) or ("admin" if user.is_staff else None)
 
 
-class ResourcesSerializer(serializers.Serializer):
-    """GPUs, CPUs (as numbers of CPUs) and memory (MiB)."""
-
-    gpus = serializers.IntegerField()
-    cpus = serializers.FloatField()
-    memory = serializers.IntegerField()
-
-
-class VcResourcesSerializer(serializers.Serializer):
-    """A VC's quota, use, queued demand and free share of one GPU type."""
-
-    gpu_type = serializers.CharField()
-    quota = ResourcesSerializer()
-    used = ResourcesSerializer()
-    queued = ResourcesSerializer()
-    free = ResourcesSerializer(help_text="What it may still start as guaranteed work.")
-    running_jobs = serializers.IntegerField()
-    queued_jobs = serializers.IntegerField()
-    borrowed_gpus = serializers.IntegerField()
-    cluster_idle_gpus = serializers.IntegerField(
-        help_text="Idle GPUs it could borrow now, as preemptible work."
-    )
-    fragmentation = FragmentSerializer(many=True)
-
-
-class VirtualClusterDetailSerializer(VirtualClusterSerializer):
+class VirtualClusterDetailSerializer(ExtensibleSerializer, VirtualClusterSerializer):
     """A VC's detail: its settings and its resources per GPU type (documentation only:
     the views add ``resources`` to what VirtualClusterSerializer answers)."""
 
-    resources = VcResourcesSerializer(many=True, read_only=True)
-
-    class Meta(VirtualClusterSerializer.Meta):
-        fields = [*VirtualClusterSerializer.Meta.fields, "resources"]
+    # The docstring is the schema's description, kept as it was. What the detail adds to
+    # VirtualClusterSerializer's fields (``resources``: its jobs' use, queued demand and
+    # free share per GPU type) the jobs app registers on vc_detail_fields.
+    added_fields = vc_detail_fields
 
 
 class VirtualClusterCreateSerializer(serializers.ModelSerializer):
@@ -235,38 +209,3 @@ class MembershipChangeSerializer(serializers.Serializer):
         if user is None:
             raise serializers.ValidationError(f"No active user named {username!r}.")
         return user
-
-
-class QueuedJobSerializer(serializers.Serializer):
-    """A waiting job in its VC's queue."""
-
-    position = serializers.IntegerField()
-    job_id = serializers.CharField()
-    name = serializers.CharField()
-    owner = serializers.CharField()
-    gpu_type = serializers.CharField()
-    workers = serializers.IntegerField()
-    gpus_per_worker = serializers.IntegerField()
-    priority = serializers.IntegerField()
-    preemptible = serializers.BooleanField()
-    status = serializers.ChoiceField(choices=JobStatus.choices)
-    status_message = serializers.CharField()
-    insight_message = serializers.CharField(help_text="Why it waits, in the scheduler's words.")
-    submitted_at = serializers.DateTimeField()
-    not_before = serializers.DateTimeField(allow_null=True, help_text="Retry back-off until.")
-    estimated_start_at = serializers.DateTimeField(allow_null=True)
-
-
-class DeadlineWindowSerializer(serializers.Serializer):
-    days = serializers.IntegerField(min_value=1, max_value=365, default=7)
-
-
-class DeadlineSummarySerializer(serializers.Serializer):
-    """How the VC's deadlines fared (jobs submitted with a deadline)."""
-
-    since = serializers.DateTimeField()
-    ended = serializers.IntegerField(help_text="Jobs with a deadline that ended since then.")
-    met = serializers.IntegerField(help_text="Of those, finished successfully by it.")
-    met_rate = serializers.FloatField(allow_null=True, help_text="met / ended.")
-    pending = serializers.IntegerField(help_text="Jobs with a deadline waiting or running.")
-    predicted_late = serializers.IntegerField(help_text="Of those, predicted to miss it.")

@@ -7,11 +7,13 @@ an outer one, the outer one was rolled back too, so the error is passed on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import OperationalError, connection, transaction
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 DEADLOCK = 1213  # ER_LOCK_DEADLOCK
 ATTEMPTS = 3
@@ -28,4 +30,5 @@ def atomic_retrying_deadlocks(work: Callable[[], T], attempts: int = ATTEMPTS) -
         except OperationalError as error:
             if nested or attempt == attempts or not error.args or error.args[0] != DEADLOCK:
                 raise
+            logger.info("a deadlock's victim, run again (%d of %d)", attempt + 1, attempts)
     raise AssertionError("unreachable")

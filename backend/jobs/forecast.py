@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from backend.core.deadlocks import atomic_retrying_deadlocks
 from backend.jobs.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
 from backend.jobs.snapshot import load_snapshot
 from backend.vcs.models import VirtualCluster
@@ -71,8 +73,13 @@ def forecast_job(job: Job) -> Job:
     predicted = forecast()
     job.estimated_start_at = predicted.start_of(job.job_id)
     job.deadline_forecast = predicted.deadlines.get(job.job_id)
-    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-        estimated_start_at=job.estimated_start_at, deadline_forecast=job.deadline_forecast
+    written = Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED)
+    atomic_retrying_deadlocks(  # beside the job manager's pass, which writes jobs too
+        partial(
+            written.update,
+            estimated_start_at=job.estimated_start_at,
+            deadline_forecast=job.deadline_forecast,
+        )
     )
     return job
 

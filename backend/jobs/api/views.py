@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 
 from django.contrib.auth.models import User
+from django.db import DatabaseError
 from django.db.models import Count, QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
@@ -54,6 +56,8 @@ from backend.jobs.models import Job, JobArray, JobStatus
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_IDEMPOTENCY_KEY = 200
+
+logger = logging.getLogger(__name__)
 
 
 JOB_ACTIONS: dict[str, Callable[[Job, User | None, str], Job]] = {
@@ -161,9 +165,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             acting_user(request), submission.validated_data["job_request"], idempotency_key=key
         )
         if created and job.deadline is not None and job.status == JobStatus.QUEUED:
-            # The answer says whether it is predicted to make its deadline.
-            job = forecast_job(job)
+            job = self._forecast(job)
         return self._submitted(job, replayed=not created)
+
+    @staticmethod
+    def _forecast(job: Job) -> Job:
+        """The answer says whether the committed job is predicted to make its deadline;
+        when the database fails it now, the job is still answered as stored (201), and the
+        job manager's next forecast fills it in."""
+        try:
+            return forecast_job(job)
+        except DatabaseError as error:
+            logger.warning("job %s stored; its first forecast failed: %s", job.job_id, error)
+            return job
 
     @extend_schema(request=JobSubmitSerializer, responses=StartPreviewSerializer)
     @action(detail=False, methods=["post"], filterset_class=None, pagination_class=None)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
+from backend.jobs import forecast
 from backend.jobs.models import Job, JobStatus
 from backend.jobs.snapshot import load_snapshot
 from backend.vcs.models import InfeasibleDeadlines
@@ -171,3 +173,22 @@ def test_a_vc_admin_chooses_what_happens_to_infeasible_deadlines(world):
     assert wrong.status_code == 400 and "infeasible_deadlines" in wrong.json()
     member = world.client(world.member).patch(url, {"infeasible_deadlines": "flag"}, format="json")
     assert member.status_code == 403
+
+
+def test_a_deadline_job_whose_first_forecast_fails_is_still_answered_as_stored(
+    world, monkeypatch
+):
+    """The job is committed before its forecast; a database failure in the forecast must
+    not answer 503 for a job that exists (the user would submit it twice)."""
+
+    def server_gone(*args: object, **kwargs: object) -> None:
+        raise OperationalError(2013, "Lost connection to server during query")
+
+    monkeypatch.setattr(forecast, "load_snapshot", server_gone)
+
+    response = deadline_job(world.client(world.member), 3600, 250_000)
+
+    assert response.status_code == 201, response.json()
+    stored = Job.objects.get()
+    assert (response.json()["id"], stored.status) == (stored.job_id, JobStatus.QUEUED)
+    assert stored.deadline_forecast is None  # the job manager's next forecast writes it

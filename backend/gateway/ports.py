@@ -28,19 +28,15 @@ answers carries the ``route`` that :func:`connect` goes through.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import os
 import socket
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from backend.core.local_peers import TCP_LISTEN, Address, TcpSocket, socket_inodes, tcp_sockets
 
-T = TypeVar("T")
-CLONE_NEWNET = 0x40000000
 CONNECT_TIMEOUT_SECONDS = 10.0
 IPV4_ANY = ipaddress.ip_address("0.0.0.0")
 IPV6_ANY = ipaddress.ip_address("::")
@@ -155,35 +151,8 @@ def connect(listener: Listener, timeout: float = CONNECT_TIMEOUT_SECONDS) -> soc
     address = (listener.address, listener.port)
     if not listener.netns:
         return socket.create_connection(address, timeout=timeout)
+    # Imported here, not above: ``slurm_relay`` loads this module on a Slurm node with the
+    # standard library only (no jobmanager package there), and never enters a namespace.
+    from jobmanager.backends.netlink import in_namespace
+
     return in_namespace(listener.netns, lambda: socket.create_connection(address, timeout))
-
-
-def in_namespace(netns: str, work: Callable[[], T]) -> T:
-    """``work()`` done in a thread of its own that has entered the network namespace at
-    the path ``netns`` (the sockets it makes are that namespace's), the thread ending with
-    it; raises what ``work`` raised, or OSError when the namespace cannot be entered."""
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            descriptor = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc.setns(descriptor, CLONE_NEWNET) != 0:
-                    error = ctypes.get_errno()
-                    raise OSError(error, f"cannot enter {netns}: {os.strerror(error)}")
-            finally:
-                os.close(descriptor)
-            outcome.append(work())
-        except BaseException as error:  # handed to the caller's thread
-            failure.append(error)
-
-    thread = threading.Thread(target=run, name="job-netns", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)

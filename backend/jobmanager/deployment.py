@@ -144,7 +144,7 @@ def deploy(backend: ClusterBackend, job_pk: int, attempt: int) -> str:
         job = Job.objects.select_for_update().filter(pk=job_pk).first()
         if job is None or job.attempt != attempt or job.status != JobStatus.SCHEDULING:
             return "superseded"  # killed or paused meanwhile; reconcile stops it
-        _mark_running(job, backend.isolation(launch))
+        mark_running(job, backend.isolation(launch))
     return "running"
 
 
@@ -214,7 +214,7 @@ def deploy_many(backend: ClusterBackend, deployments: list[tuple[int, int]]) -> 
         outcomes[key] = _record_failed_deploy(*key, failure)
     if deployed:
         crash_point("deploy-before-running")
-    outcomes |= _mark_all_running(backend, deployed)
+    outcomes |= mark_all_running(backend, deployed)
     return [outcomes[key] for key in deployments]
 
 
@@ -225,7 +225,7 @@ def _deploy_in_threads(backend: ClusterBackend, launches: list[JobLaunch]) -> li
         return _in_threads(backend.deploy, launches, [launch.job_id for launch in launches])
 
 
-def _remove_in_threads(backend: ClusterBackend, job_ids: list[str]) -> None:
+def remove_in_threads(backend: ClusterBackend, job_ids: list[str]) -> None:
     """``backend.remove`` each ended job in threads (a burst of short jobs ends dozens at a
     time, each removal a few file system calls); one that fails is logged, and removed
     again by a later reconcile, which finds it still held."""
@@ -268,10 +268,10 @@ def _in_threads(work: Callable[[T], None], items: list[T], job_ids: list[str]) -
     return errors
 
 
-def _mark_all_running(
+def mark_all_running(
     backend: ClusterBackend, deployed: list[tuple[tuple[int, int], JobLaunch]]
 ) -> dict[tuple[int, int], str]:
-    """``_mark_running`` for many, in one transaction; "superseded" for those killed or
+    """``mark_running`` for many, in one transaction; "superseded" for those killed or
     paused meanwhile (reconcile stops them)."""
     if not deployed:
         return {}
@@ -318,7 +318,7 @@ def _mark_all_running(
     return outcomes
 
 
-def _launches_of(jobs: list[Job]) -> list[tuple[tuple[int, int], JobLaunch]]:
+def launches_of(jobs: list[Job]) -> list[tuple[tuple[int, int], JobLaunch]]:
     """Each job's launch (as ``isolation_of`` makes it), each owner's account read once."""
     accounts: dict[int, RunAs | None] = {}
     launches = []
@@ -338,7 +338,9 @@ def isolation_of(backend: ClusterBackend, job: Job) -> Isolation:
     return backend.isolation(launch_for(job, run_as))
 
 
-def _mark_running(job: Job, isolation: Isolation) -> None:
+def mark_running(job: Job, isolation: Isolation) -> None:
+    """The deployed job running (how it is isolated kept on it) and its attempt's row, with
+    its first size; its wait observed at its first start."""
     now = timezone.now()
     if job.started_at is None:  # its first start (a requeued job keeps its start)
         JOB_WAIT_SECONDS.observe(max(0.0, (now - job.submitted_at).total_seconds()))
@@ -409,12 +411,12 @@ def _record_failed_deploy(job_pk: int, attempt: int, error: DeployError) -> str:
         else:
             backoff = settings.TRAINYARD_DEPLOY_BACKOFF_SECONDS * 2 ** (failures - 1)
             reason = f"{message}; back in the queue, retried in {backoff} s"
-            _back_to_queue(job, reason, not_before=timezone.now() + timedelta(seconds=backoff))
+            back_to_queue(job, reason, not_before=timezone.now() + timedelta(seconds=backoff))
             outcome = "requeued"
     return outcome
 
 
-def _back_to_queue(job: Job, reason: str, not_before=None) -> None:
+def back_to_queue(job: Job, reason: str, not_before=None) -> None:
     """Requeue keeping ``queued_at``: the job returns to its place at the head."""
     transition(
         job,

@@ -17,12 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from backend.jobmanager.deployment import (
-    _back_to_queue,
-    _launches_of,
-    _mark_all_running,
-    _mark_running,
-    _remove_in_threads,
+    back_to_queue,
     isolation_of,
+    launches_of,
+    mark_all_running,
+    mark_running,
+    remove_in_threads,
 )
 from backend.jobs.logs import job_log_dir
 from backend.jobs.models import (
@@ -144,7 +144,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
                 with transaction.atomic():
                     locked = Job.objects.select_for_update().get(pk=job.pk)
                     if locked.status == JobStatus.SCHEDULING and locked.attempt == job.attempt:
-                        _mark_running(locked, isolation_of(backend, locked))
+                        mark_running(locked, isolation_of(backend, locked))
             elif _past_wall_time(job, now) and _stop_for_wall_time(job):
                 result.timed_out.append(job.job_id)
                 report = _stop(backend, job.job_id)
@@ -155,7 +155,7 @@ def reconcile(backend: ClusterBackend) -> Reconciled:
     # Those that ran and ended before their deploy task recorded them: a job that ran has
     # a running event and a start, before its end (in bulk, as the deploy task does).
     ran_unrecorded = [job for job in finished if job.status == JobStatus.SCHEDULING]
-    _mark_all_running(backend, _launches_of(ran_unrecorded))
+    mark_all_running(backend, launches_of(ran_unrecorded))
     _record_finished(backend, finished, result)
     for job_id in set(reports) - known:
         report = _stop(backend, job_id)
@@ -235,7 +235,7 @@ def _finish_stop(backend: ClusterBackend, job: Job, report: JobReport | None) ->
         moved = MOVES.get(StopOutcome(outcome))
         _close_attempt(locked, exit_code, Classification(*moved, reason) if moved else None, reason)
         if to_status == JobStatus.QUEUED:
-            _back_to_queue(locked, reason)
+            back_to_queue(locked, reason)
         else:
             ended: Ended = {} if to_status == JobStatus.PAUSED else {"finished_at": timezone.now()}
             transition(
@@ -267,7 +267,7 @@ def _requeue_lost(job: Job) -> None:
         )
         locked.failure_class = FailureClass.INFRASTRUCTURE
         locked.failure_rule = "node-lost"
-        _back_to_queue(locked, decision.reason)
+        back_to_queue(locked, decision.reason)
 
 
 def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) -> None:
@@ -288,7 +288,7 @@ def _requeue_off_bad_node(job: Job, failed: WorkerReport, result: Reconciled) ->
         locked.failure_class = FailureClass.INFRASTRUCTURE
         locked.failure_rule = "node-unhealthy"
         locked.repair_message = f"{cause} at {when}; requeued without spending a retry"
-        _back_to_queue(locked, decision.reason)
+        back_to_queue(locked, decision.reason)
         result.lost.append(locked.job_id)
 
 
@@ -320,7 +320,7 @@ def _record_finished(backend: ClusterBackend, jobs: list[Job], result: Reconcile
                 ended_at=now, exit_code=0, failure_class="", failure_rule="", message="finished"
             )
     result.finished.extend(job.job_id for job in locked)
-    _remove_in_threads(backend, [job.job_id for job in locked])
+    remove_in_threads(backend, [job.job_id for job in locked])
 
 
 def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Reconciled) -> None:
@@ -341,7 +341,7 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
         if locked.status == JobStatus.SCHEDULING:
             # It ran and ended before its deploy task recorded it: a job that ran has a
             # running event and a start, before its end.
-            _mark_running(locked, isolation_of(backend, locked))
+            mark_running(locked, isolation_of(backend, locked))
         now = timezone.now()
         if classification is None:
             _close_attempt(locked, 0, None, "finished")
@@ -376,7 +376,7 @@ def _record_end(backend: ClusterBackend, job: Job, report: JobReport, result: Re
                 if decision.spends_retry:
                     locked.retries_used += 1
                 not_before = now + timedelta(seconds=decision.backoff_seconds)
-                _back_to_queue(locked, decision.reason, not_before=not_before)
+                back_to_queue(locked, decision.reason, not_before=not_before)
                 result.retried.append(locked.job_id)
             else:
                 transition(

@@ -21,8 +21,10 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
+T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 MNT_DETACH = 2
 
@@ -76,39 +78,48 @@ def remove_netns(netns_path: str) -> None:
         os.unlink(netns_path)
 
 
-def _socket_in(netns_path: str, interface: str) -> tuple[socket.socket, int]:
-    """A route netlink socket of the namespace at ``netns_path`` and the index there of
-    ``interface``, from a thread of its own that enters the namespace and ends."""
-    outcome: list[tuple[socket.socket, int] | BaseException] = []
-    thread = threading.Thread(target=_open_inside, args=(netns_path, interface, outcome))
+def in_namespace(netns_path: str, work: Callable[[], T]) -> T:
+    """``work()`` done in a thread of its own that has entered the network namespace at
+    ``netns_path`` (the sockets it makes are that namespace's), the thread ending with it,
+    so that no other thread of the process ever leaves the host's namespace; raises what
+    ``work`` raised, or NetlinkError (an OSError) when the namespace cannot be entered."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            namespace = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(namespace, CLONE_NEWNET) != 0:
+                    code = ctypes.get_errno()
+                    raise NetlinkError(code, f"cannot enter {netns_path}: {os.strerror(code)}")
+            finally:
+                os.close(namespace)
+            outcome.append(work())
+        except BaseException as error:  # handed to the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="job-netns", daemon=True)
     thread.start()
     thread.join()
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
+    if failure:
+        raise failure[0]
     return outcome[0]
 
 
-def _open_inside(
-    netns_path: str, interface: str, outcome: list[tuple[socket.socket, int] | BaseException]
-) -> None:
-    try:
-        namespace = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if _libc.setns(namespace, CLONE_NEWNET) != 0:
-                code = ctypes.get_errno()
-                raise NetlinkError(code, f"setns {netns_path}: {os.strerror(code)}")
-        finally:
-            os.close(namespace)
-        # This thread is in the job's namespace until it ends, a moment from now.
+def _socket_in(netns_path: str, interface: str) -> tuple[socket.socket, int]:
+    """A route netlink socket of the namespace at ``netns_path`` and the index there of
+    ``interface``."""
+
+    def open_route() -> tuple[socket.socket, int]:
         route = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
         try:
-            index = socket.if_nametoindex(interface)
+            return route, socket.if_nametoindex(interface)
         except OSError:
             route.close()
             raise
-        outcome.append((route, index))
-    except BaseException as error:  # handed to the caller's thread
-        outcome.append(error)
+
+    return in_namespace(netns_path, open_route)
 
 
 def _up(index: int) -> bytes:

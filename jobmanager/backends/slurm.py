@@ -136,19 +136,14 @@ class SlurmBackend(ClusterBackend):
         previous = state
         if previous and previous["attempt"] != launch.attempt:  # an earlier attempt
             self._cancel(previous)
-        nodes = {node.name: node for node in self._slurm_nodes()}
-        strangers = sorted({w.node for w in launch.workers} - set(nodes))
-        if strangers:
-            raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
-        shares = node_shares(launch)
-        het_groups = {s.node: i for i, s in enumerate(shares)} if heterogeneous(shares) else {}
+        nodes, workers = self._placed(launch)
         state = {
             "job_id": launch.job_id,
             "attempt": launch.attempt,
             "round": 0,
             "retiring": [],
             "slurm_id": None,
-            "workers": _workers(launch, het_groups),
+            "workers": workers,
             "owner": {"uid": run_as.uid, "gid": run_as.gid, "name": run_as.name},
             "stop_requested_at": None,
             "grace_seconds": None,
@@ -167,6 +162,18 @@ class SlurmBackend(ClusterBackend):
             adopted.job_id if adopted else self._submit(launch, run_as, script, options)
         )
         self._write_state(state)
+
+    def _placed(self, launch: JobLaunch) -> tuple[dict[str, SlurmNode], list[dict[str, Any]]]:
+        """The Slurm cluster's nodes by name, and the launch's workers as a state keeps them
+        (each in its heterogeneous job's group where the nodes' shares differ); raises
+        DeployError naming the workers' nodes that Slurm does not have."""
+        nodes = {node.name: node for node in self._slurm_nodes()}
+        strangers = sorted({w.node for w in launch.workers} - set(nodes))
+        if strangers:
+            raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
+        shares = node_shares(launch)
+        het_groups = {s.node: i for i, s in enumerate(shares)} if heterogeneous(shares) else {}
+        return nodes, _workers(launch, het_groups)
 
     def _batch_job(
         self,
@@ -234,15 +241,10 @@ class SlurmBackend(ClusterBackend):
             (w.rank, w.node) for w in launch.workers
         ]:
             return  # already at this size
-        nodes = {node.name: node for node in self._slurm_nodes()}
-        strangers = sorted({w.node for w in launch.workers} - set(nodes))
-        if strangers:
-            raise DeployError(f"Node {', '.join(strangers)} is not in the Slurm cluster.")
-        shares = node_shares(launch)
-        het_groups = {s.node: i for i, s in enumerate(shares)} if heterogeneous(shares) else {}
+        nodes, workers = self._placed(launch)
         retire(state, grace_seconds)
         state |= {"round": state.get("round", 0) + 1, "slurm_id": None, "refused": None}
-        state["workers"] = _workers(launch, het_groups)
+        state["workers"] = workers
         self._make_job_dirs(launch, run_as, self._status_dir_of(state))
         script, options = self._batch_job(launch, run_as, nodes, state)
         state["submission"] = {"script": script, "options": options}

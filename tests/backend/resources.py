@@ -121,3 +121,31 @@ class ResourceTests:
 
         assert response.status_code == status, (action, role, response.content[:500])
         self.check(action, role, roles[role], response, resource)
+
+
+class FieldTests(ResourceTests):
+    """The role matrix of changing one field of a resource (``update``: PATCH ``{field:
+    value}``): a 200 shows the new value; any other answer leaves the stored value as it
+    was, and a 400 names the field alone. Subclasses set ``field`` and ``value``."""
+
+    field: ClassVar[str]
+    value: ClassVar[Any]
+
+    def body(self, action: str, resource: Any) -> Any:
+        return {self.field: self.value} if action == "update" else None
+
+    def stored(self, resource: Any) -> Any:
+        resource.refresh_from_db()
+        return getattr(resource, self.field)
+
+    def request(self, client, action: str, resource: Any):
+        self.before = self.stored(resource)
+        return super().request(client, action, resource)
+
+    def check(self, action: str, role: str, user: object | None, response, resource: Any) -> None:
+        if response.status_code == 200:
+            assert response.json()[self.field] == self.value
+            return
+        assert self.stored(resource) == self.before
+        if response.status_code == 400:
+            assert list(response.json()) == [self.field]

@@ -84,12 +84,17 @@ class ScanSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-class UsageSerializer(serializers.ModelSerializer):
+# What every row of a scan's snapshot shows: its root, when the scan finished, and the user
+# and VC it is counted under (None where none). No docstring: the schema would give it to
+# every subclass's component.
+class SnapshotRowSerializer(serializers.ModelSerializer):
     root = serializers.CharField(source="scan.root.name")  # type: ignore[assignment]  # not Field.root, as above
     snapshot_at = serializers.DateTimeField(source="scan.finished_at")
     user = serializers.CharField(source="user.username", default=None)
     vc = serializers.CharField(source="vc.name", default=None)
 
+
+class UsageSerializer(SnapshotRowSerializer):
     class Meta:
         model = Usage
         fields = [
@@ -98,12 +103,7 @@ class UsageSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-class LargestPathSerializer(serializers.ModelSerializer):
-    root = serializers.CharField(source="scan.root.name")  # type: ignore[assignment]  # not Field.root, as above
-    snapshot_at = serializers.DateTimeField(source="scan.finished_at")
-    user = serializers.CharField(source="user.username", default=None)
-    vc = serializers.CharField(source="vc.name", default=None)
-
+class LargestPathSerializer(SnapshotRowSerializer):
     class Meta:
         model = LargestPath
         fields = ["root", "snapshot_at", "path", "bytes", "uid", "user", "vc"]

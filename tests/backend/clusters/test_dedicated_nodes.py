@@ -9,12 +9,12 @@ import pytest
 from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
+from tests.backend.field_support import NodeFieldTests, VcFieldTests
 from tests.backend.jobs_support import JobManager, submit
 
 pytestmark = pytest.mark.django_db
 
 NODES = "/api/v1/nodes/"
-VCS = "/api/v1/vcs/"
 
 
 @pytest.fixture
@@ -57,30 +57,19 @@ def test_binding_to_something_not_a_vc_is_a_400_naming_the_field(world, vc):
     assert Node.objects.get(name="a100-1").dedicated_vc is None
 
 
-def test_only_cluster_admins_bind_nodes(world):
-    response = world.client(world.vc_admin).patch(
-        f"{NODES}a100-1/", {"dedicated_vc": "vision"}, format="json"
-    )
-
-    assert response.status_code == 403
-    assert Node.objects.get(name="a100-1").dedicated_vc is None
+class TestOnlyClusterAdminsBindNodes(NodeFieldTests):
+    field, value = "dedicated_vc", "vision"
+    expected = {"update": {"vc_admin": 403}}
 
 
-def test_only_the_vcs_admins_let_it_lend_its_dedicated_nodes(world):
-    refused = world.client(world.outsider).patch(
-        f"{VCS}vision/", {"lends_dedicated_nodes": True}, format="json"
-    )
-    bad = world.client(world.vc_admin).patch(
-        f"{VCS}vision/", {"lends_dedicated_nodes": "often"}, format="json"
-    )
-    allowed = world.client(world.vc_admin).patch(
-        f"{VCS}vision/", {"lends_dedicated_nodes": True}, format="json"
-    )
+class TestOnlyTheVcsAdminsLetItLendItsDedicatedNodes(VcFieldTests):
+    field, value = "lends_dedicated_nodes", True
+    expected = {"update": {"other_vc_member": 404, "vc_admin": 200}}
 
-    assert refused.status_code in (403, 404)
-    assert (bad.status_code, list(bad.json())) == (400, ["lends_dedicated_nodes"])
-    assert allowed.status_code == 200, allowed.json()
-    assert allowed.json()["lends_dedicated_nodes"] is True
+
+class TestLendingIsTrueOrFalse(VcFieldTests):
+    field, value = "lends_dedicated_nodes", "often"
+    expected = {"update": {"vc_admin": 400}}
 
 
 def test_other_vcs_jobs_wait_rather_than_run_on_dedicated_nodes(world, jobs):

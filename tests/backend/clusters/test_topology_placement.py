@@ -13,6 +13,7 @@ from backend.jobs.models import Job, JobStatus
 from backend.vcs.models import Quota
 from jobmanager.backends.base import BackendNode
 from jobmanager.backends.memory import MemoryBackend
+from tests.backend.field_support import NodeFieldTests, VcFieldTests
 from tests.backend.jobs_support import JobManager, submit
 
 pytestmark = pytest.mark.django_db
@@ -50,17 +51,16 @@ def test_a_cluster_admin_sets_a_nodes_switch_and_rack_and_everyone_sees_them(wor
     shown = {node["name"]: (node["switch"], node["rack"]) for node in listed}
     assert shown["a100-1"] == ("ib-leaf-1", "r12")
     assert shown["a100-2"] == ("", "")
-    refused = world.client(world.vc_admin).patch(
-        f"{NODES}a100-2/", {"switch": "ib-leaf-1"}, format="json"
-    )
-    assert refused.status_code == 403
 
 
-def test_a_switch_name_too_long_is_a_400_naming_the_field(world):
-    response = place_in_network(world, "a100-1", switch="s" * 101)
+class TestOnlyClusterAdminsSetANodesSwitch(NodeFieldTests):
+    field, value = "switch", "ib-leaf-1"
+    expected = {"update": {"vc_admin": 403}}
 
-    assert response.status_code == 400
-    assert list(response.json()) == ["switch"]
+
+class TestASwitchNameTooLongIsA400NamingTheField(NodeFieldTests):
+    field, value = "switch", "s" * 101
+    expected = {"update": {"cluster_admin": 400}}
 
 
 def test_the_switch_the_backend_reports_replaces_the_nodes_and_none_keeps_it(world):
@@ -120,21 +120,14 @@ def test_whole_nodes_by_the_jobs_flag_or_its_vcs_setting(world, jobs):
     assert "whole A100 nodes" in nlp_gang.insight_message
 
 
-def test_only_the_vcs_admins_set_whole_nodes_for_its_distributed_jobs(world):
-    refused = world.client(world.outsider).patch(
-        f"{VCS}vision/", {"whole_nodes_for_distributed": True}, format="json"
-    )
-    bad = world.client(world.vc_admin).patch(
-        f"{VCS}vision/", {"whole_nodes_for_distributed": "always"}, format="json"
-    )
-    allowed = world.client(world.vc_admin).patch(
-        f"{VCS}vision/", {"whole_nodes_for_distributed": True}, format="json"
-    )
+class TestOnlyTheVcsAdminsSetWholeNodesForItsDistributedJobs(VcFieldTests):
+    field, value = "whole_nodes_for_distributed", True
+    expected = {"update": {"other_vc_member": 404, "vc_admin": 200}}
 
-    assert refused.status_code in (403, 404)
-    assert (bad.status_code, list(bad.json())) == (400, ["whole_nodes_for_distributed"])
-    assert allowed.status_code == 200, allowed.json()
-    assert allowed.json()["whole_nodes_for_distributed"] is True
+
+class TestWholeNodesForDistributedIsTrueOrFalse(VcFieldTests):
+    field, value = "whole_nodes_for_distributed", "always"
+    expected = {"update": {"vc_admin": 400}}
 
 
 def test_bad_whole_nodes_and_same_switch_are_a_400_naming_each_field(world):

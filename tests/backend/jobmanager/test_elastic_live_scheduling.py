@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend.clusters.models import Node
 from backend.jobs.models import Job, JobStatus
 from jobmanager.backends.memory import MemoryBackend
+from tests.backend import elastic_support
 from tests.backend.jobs_support import JOBS, JobManager, job_url
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def backend(tmp_path, settings) -> MemoryBackend:
-    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
-    settings.TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = 0
-    return MemoryBackend(log_dir=settings.TRAINYARD_LOG_DIR)
-
-
-@pytest.fixture
-def one_node(world) -> None:
-    Node.objects.exclude(name="a100-1").update(schedulable=False)
+backend, one_node = elastic_support.backend, elastic_support.one_node  # the fixtures
 
 
 def submit(world, **spec) -> Job:

@@ -16,28 +16,17 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from backend.clusters.models import Node
 from backend.jobs.models import Job
 from backend.jobs.snapshot import load_snapshot
 from jobmanager.backends.memory import MemoryBackend
+from tests.backend import elastic_support
 from tests.backend.jobs_support import JOBS, JobManager
 
 pytestmark = pytest.mark.django_db
+backend, one_node = elastic_support.backend, elastic_support.one_node  # the fixtures
 
 HOUR = 3600.0
 LINEAR = [100.0 * workers for workers in range(1, 9)]  # samples/s at 1..8 workers
-
-
-@pytest.fixture
-def backend(tmp_path, settings) -> MemoryBackend:
-    settings.TRAINYARD_LOG_DIR = tmp_path / "logs"
-    settings.TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = 0
-    return MemoryBackend(log_dir=settings.TRAINYARD_LOG_DIR)
-
-
-@pytest.fixture
-def one_node(world) -> None:
-    Node.objects.exclude(name="a100-1").update(schedulable=False)
 
 
 def submit(world, **spec) -> Job:

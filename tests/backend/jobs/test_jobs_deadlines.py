@@ -175,9 +175,7 @@ def test_a_vc_admin_chooses_what_happens_to_infeasible_deadlines(world):
     assert member.status_code == 403
 
 
-def test_a_deadline_job_whose_first_forecast_fails_is_still_answered_as_stored(
-    world, monkeypatch
-):
+def test_a_deadline_job_whose_first_forecast_fails_is_still_answered_as_stored(world, monkeypatch):
     """The job is committed before its forecast; a database failure in the forecast must
     not answer 503 for a job that exists (the user would submit it twice)."""
 

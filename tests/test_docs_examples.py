@@ -152,7 +152,12 @@ class Demo:
     def finishes(self, username: str, job_id: str) -> dict:
         """The job, once ended; it must have finished (else its message and log say why)."""
         job = self.job_ends(username, job_id)
-        assert job["status"] == "finished", (job, self.log(username, job_id))
+        if job["status"] != "finished":  # whole, not cut short as an assertion's repr is
+            logs = "\n".join(
+                f"--- worker {worker}:\n{self.log(username, job_id, worker)}"
+                for worker in range(job["workers"])
+            )
+            pytest.fail(f"{job_id} {job['status']}: {job['status_message']}\n{logs}")
         return job
 
     def log(self, username: str, job_id: str, worker: int = 0) -> str:

@@ -17,6 +17,9 @@ with swap, CPU quota, pids, devices.
 A worker of a job with an image has that image as its root instead of the host's system
 (an overlay ``images.mount_root`` makes in the bundle), and the host's static tini as its
 init.
+runc's state and the bundles of containers on the host's system are kept in the backend's
+runtime directory on a tmpfs (``runtime_dir``); an image's bundle stays in its job's
+directory, on disk, its upper layer with it.
 """
 
 from __future__ import annotations

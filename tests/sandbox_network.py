@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 
 from jobmanager.backends import sandbox_net
-from jobmanager.backends.sandbox import CGROUPS, remove_empty_cgroups
+from jobmanager.backends.sandbox import CGROUPS, RUNTIME_PARENTS, remove_empty_cgroups
 from jobmanager.backends.sandbox_net import BridgeNetwork
 from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY
 
@@ -108,7 +108,11 @@ def remove_abandoned_test_networks() -> None:
 
 
 def _cgroup_parents() -> set[str]:
-    return {str(path) for path in CGROUPS.glob("*/trainyard-*")}
+    """The containers' cgroup parents, and the backends' runtime directories (runc's state
+    and bundles, on a tmpfs): both named after a backend's state directory."""
+    named = "trainyard-" + "[0-9a-f]" * 10  # ``sandbox.cgroup_parent``'s
+    runtime = {str(path) for parent in RUNTIME_PARENTS for path in Path(parent).glob(named)}
+    return {str(path) for path in CGROUPS.glob("*/trainyard-*")} | runtime
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import requests
 
-from jobmanager.backends.sandbox import remove_cgroup_parent
+from jobmanager.backends.sandbox import remove_cgroup_parent, remove_runtime_dir
 from jobmanager.backends.sandbox_net import BridgeNetwork
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -208,6 +208,7 @@ def measure(args: argparse.Namespace, sandbox: str) -> list[dict[str, float | st
                 network["TRAINYARD_LOCAL_SANDBOX_SUBNET"], egress_nat=False,
             ).tear_down()  # fmt: skip
             remove_cgroup_parent(var_dir / "local-backend")
+            remove_runtime_dir(var_dir / "local-backend")
     return [summary("submit to running", to_running), summary("kill to free", to_free)]
 
 

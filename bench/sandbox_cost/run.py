@@ -33,7 +33,7 @@ from pathlib import Path
 
 from jobmanager.backends.base import JobLaunch, RunAs, WorkerSpec
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import cgroup_parent, remove_cgroup_parent
+from jobmanager.backends.sandbox import cgroup_parent, remove_cgroup_parent, remove_runtime_dir
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 SPAWNER = Path(__file__).resolve().parents[2] / "jobmanager" / "backends" / "local_spawner.py"
@@ -141,6 +141,7 @@ def measure(sandbox: str, jobs: int, directory: Path, cgroup: Path) -> dict[str,
             if backend._network is not None:
                 backend._network.tear_down()
             remove_cgroup_parent(backend.state_dir)
+            remove_runtime_dir(backend.state_dir)
     return {
         "deploy_ms": 1000 * statistics.median(step[0] for step in steps),
         "to_end_ms": 1000 * statistics.median(step[1] for step in steps),

@@ -54,7 +54,7 @@ from urllib.parse import urlparse
 import requests
 
 from bench.throughput.slurm import SlurmPeer
-from jobmanager.backends.sandbox import cgroup_parent, remove_cgroup_parent
+from jobmanager.backends.sandbox import cgroup_parent, remove_cgroup_parent, remove_runtime_dir
 from jobmanager.backends.sandbox_net import BridgeNetwork
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -194,6 +194,7 @@ class Trainyard:
                 self.network["TRAINYARD_LOCAL_SANDBOX_SUBNET"], egress_nat=False,
             ).tear_down()  # fmt: skip
             remove_cgroup_parent(self.var_dir / "local-backend")
+            remove_runtime_dir(self.var_dir / "local-backend")
 
     def session(self) -> requests.Session:
         session = requests.Session()

@@ -624,7 +624,11 @@ class LocalBackend(ClusterBackend):
         devices = [] if declared else list(spec.gpus)
         sandboxed = None
         if self.sandbox is not None:
-            bundle = job_dir / f"{prefix}.bundle"
+            bundle = (
+                job_dir / f"{prefix}.bundle"
+                if image
+                else self.sandbox.bundle_path(container, job_dir, prefix)
+            )
             sandboxed = reference(self.sandbox, container, bundle)
             self._write_bundle(
                 bundle, launch, spec, container, env, working_dir, run_as, devices, state, image

@@ -306,18 +306,17 @@ class SandboxedInit(Init):
         argv = runc.run_detached_argv(
             sandbox["root"], sandbox["bundle"], sandbox["container"], pid_file
         )
-        runtime = os.fork()
-        if runtime == 0:
-            try:
-                os.setpgid(0, 0)
-                # The mount points runc makes in the root: passable to all, listed by none
-                # (the host's job directories are so).
-                os.umask(0o066)
-                os.execvp(argv[0], argv)
-            except OSError as error:
-                os.write(2, f"trainyard-init: cannot run runc: {error}\n".encode())
-            finally:
-                os._exit(CANNOT_RUN)
+        # The mount points runc makes in the root: passable to all, listed by none (the
+        # host's job directories are so). The init has no other thread to see this umask.
+        previous = os.umask(0o066)
+        try:
+            # A vfork and exec (posix_spawn), not a fork: no copy of the init's page tables.
+            runtime = os.posix_spawnp(argv[0], argv, os.environ, setpgroup=0)
+        except OSError as error:
+            self.reason = f"SandboxNotStarted: runc could not be run: {error}"
+            raise
+        finally:
+            os.umask(previous)
         code = exit_code_of(os.waitpid(runtime, 0)[1])
         try:
             with open(pid_file) as file:

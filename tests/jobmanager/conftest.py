@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import remove_cgroup_parent
+from jobmanager.backends.sandbox import remove_cgroup_parent, remove_runtime_dir
 from tests.sandbox_network import shared_with_jobs
 from tests.spawner import running_spawner
 
@@ -55,3 +55,4 @@ def remove_every_job(backend: LocalBackend) -> None:
         backend.remove(job_id)
     backend.finish_removals()
     remove_cgroup_parent(backend.state_dir)
+    remove_runtime_dir(backend.state_dir)

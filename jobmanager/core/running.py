@@ -54,6 +54,9 @@ class RunningSummary:
         self.interactive_gpus: dict[str, int] = defaultdict(int)
         self.borrowed_gpus: dict[str, int] = defaultdict(int)
         self.preemptible: dict[str, RunningJob] = {}  # those that can be preempted
+        # The same by VC, in the same order (least attained service looks for victims
+        # among its own VC's).
+        self.preemptible_of: dict[str, dict[str, RunningJob]] = defaultdict(dict)
         self.borrowers: dict[str, RunningJob] = {}  # borrowing, not preemptible, not releasing
         # Fair share: GPUs and GPUs x start time by (VC, user), so that the GPU-seconds
         # they ran so far at ``now`` are gpus * now - gpu_starts.
@@ -62,6 +65,10 @@ class RunningSummary:
         # For reservations: the jobs by expected end, in the order they were added (the
         # snapshot's running order, which breaks ties between equal ends).
         self.ends = RunningEnds()
+        # Whether each was overdue when it started (jobmanager.core.overdue.was_overdue),
+        # kept while it runs and the wait limits stay those of ``overdue_limits``.
+        self.was_overdue: dict[str, bool] = {}
+        self.overdue_limits: object = None
 
     @classmethod
     def of(cls, running: Iterable[RunningJob]) -> RunningSummary:
@@ -79,8 +86,10 @@ class RunningSummary:
             self.interactive_gpus[job.vc] += sign * gpus
         if job.borrowing:
             self.borrowed_gpus[job.vc] += sign * gpus
+        self.was_overdue.pop(job.id, None)
         for jobs, member in (
             (self.preemptible, job.can_be_preempted),
+            (self.preemptible_of[job.vc], job.can_be_preempted),
             (self.borrowers, job.borrowing and not (job.preemptible or job.releasing)),
         ):
             if member and sign > 0:
@@ -97,6 +106,14 @@ class RunningSummary:
 
     def remove(self, job: RunningJob) -> None:
         self.add(job, sign=-1)
+
+    def overdue_starts(self, limits: object) -> dict[str, bool]:
+        """``was_overdue`` for a pass whose wait limits are ``limits`` (emptied if they
+        differ from the last pass's)."""
+        if limits != self.overdue_limits:
+            self.was_overdue.clear()
+            self.overdue_limits = limits
+        return self.was_overdue
 
     def ran(self, key: tuple[str, str], now: float) -> float:
         """GPU-seconds the (VC, user)'s running jobs have run so far."""

@@ -11,7 +11,7 @@ from jobmanager.core.overdue import is_overdue, overdue_from, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
 from jobmanager.core.queues import HeapEntry, QueueBook, las_level
-from jobmanager.core.reservations import Reservation, fits_when_empty
+from jobmanager.core.reservations import EndsInOrder, Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
     Decisions,
@@ -66,7 +66,7 @@ class PassState:
     # Shapes that wait for a reservation: jobs left to read for one short enough.
     backfill_budget: dict[JobShape, int] = field(default_factory=dict)
     # What holds resources, by expected end, for reservations (built when first needed).
-    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
+    ends: EndsInOrder | None = None
     preempted: set[str] = field(default_factory=set)
     started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)

@@ -42,6 +42,34 @@ class QuotaUse:
             and held[2] + per_worker.memory * workers <= quota.memory
         )
 
+    def take(self, vc: VcState, shape: JobShape) -> bool:
+        """Count the job if the VC's quota has room for it (``room_for`` then ``add``, in
+        one: a pass asks it of every borrower)."""
+        quota = vc.quota.get(shape.gpu_type, NO_RESOURCES)
+        key = (vc.name, shape.gpu_type)
+        held = self._held.get(key)
+        per_worker, workers = shape.per_worker, shape.workers
+        gpus, millicpus, memory = (
+            per_worker.gpus * workers,
+            per_worker.millicpus * workers,
+            per_worker.memory * workers,
+        )
+        if held is None:
+            if gpus <= quota.gpus and millicpus <= quota.millicpus and memory <= quota.memory:
+                self._held[key] = [gpus, millicpus, memory]
+                return True
+            return False
+        if (
+            held[0] + gpus <= quota.gpus
+            and held[1] + millicpus <= quota.millicpus
+            and held[2] + memory <= quota.memory
+        ):
+            held[0] += gpus
+            held[1] += millicpus
+            held[2] += memory
+            return True
+        return False
+
     def copy(self) -> QuotaUse:
         copied = QuotaUse()
         copied._held = {key: list(held) for key, held in self._held.items()}

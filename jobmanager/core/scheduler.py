@@ -85,14 +85,12 @@ def _guaranteed_use(
     claimants: set[str] = set()
     reserved = [job for job in book.reserved.values() if job.vc in vcs]
     for job in sorted(reserved, key=queue_order):
-        if not job.preemptible and used.room_for(vcs[job.vc], job.shape):
-            used.add(job.vc, job.shape)
+        if not job.preemptible and used.take(vcs[job.vc], job.shape):
             claimants.add(job.id)
     covered: set[str] = set()
     borrowers = [job for job in summary.borrowers.values() if job.vc in vcs]
     for borrower in sorted(borrowers, key=preemption_order, reverse=True):
-        if used.room_for(vcs[borrower.vc], borrower.shape):
-            used.add(borrower.vc, borrower.shape)
+        if used.take(vcs[borrower.vc], borrower.shape):
             covered.add(borrower.id)
     return used, covered, claimants
 

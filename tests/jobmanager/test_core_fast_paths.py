@@ -212,3 +212,27 @@ def test_running_jobs_kept_in_order_of_end_give_each_ones_effective_end_in_order
     assert [(end, placement) for end, _, placement in given_ends] == [
         (end, placement) for end, _, placement in in_order
     ]
+
+
+def test_jobs_past_their_end_whose_ends_come_out_equal_go_in_running_order():
+    """Jobs past their expected end are read latest start first (the order of their
+    effective ends), but two whose effective ends are equal (a short overrun counts as
+    the same 600 s) go in running order, as sorting every end does, before a later one."""
+    kept = RunningEnds()
+    for number, started_at in enumerate((1000.0, 2000.0, 0.0)):
+        kept.add(
+            RunningJob(
+                id=f"job-{number}",
+                vc="vc",
+                shape=JobShape("a100", 1, Resources(gpus=1)),
+                placement=(WorkerPlacement(f"node-{number}", (0,), 0, 0),),
+                started_at=started_at,
+                expected_end=started_at + 100.0,
+            )
+        )
+
+    assert [(end, order) for end, order, _ in kept.in_order(7000.0, set())] == [
+        (7600.0, 0),
+        (7600.0, 1),
+        (7700.0, 2),
+    ]

@@ -32,8 +32,11 @@ def load_usage(state: PassState) -> None:
     if any(vc.policy.shares_fairly for vc in snapshot.vcs):
         for key, amount in snapshot.usage.items():
             state.usage[key] += amount
-        for key in state.summary.gpus:
-            state.usage[key] += state.summary.ran(key, snapshot.now)
+        summary, usage, now = state.summary, state.usage, snapshot.now
+        starts = summary.gpu_starts
+        for key, gpus in summary.gpus.items():
+            if gpus or starts.get(key):  # else it ran nothing: 0.0, as if not given
+                usage[key] += summary.ran(key, now)
 
 
 def fair_share_ranker(state: PassState, vc: VcState) -> Callable[[QueuedJob], tuple[Any, ...]]:

@@ -70,15 +70,20 @@ def _victims(
     a later LAS queue than ``level`` or, given ``job``, in the same queue and submitted
     after it; never one that was overdue when it started."""
     snapshot = state.snapshot
-    now = snapshot.now
-    for running in state.summary.preemptible_of[queue.vc.name].values():
-        if (
-            running.id in state.preempted
-            or now - running.started_at < snapshot.las_quantum
-            or state.was_overdue(running, queue.vc)
-        ):
+    now, quantum, preempted, vc = snapshot.now, snapshot.las_quantum, state.preempted, queue.vc
+    # The pass's caches read here directly: this asks them of each running job of the VC.
+    overdue_ids, levels = state.was_overdue_ids, state.running_levels
+    for running in state.summary.preemptible_of[vc.name].values():
+        if running.id in preempted or now - running.started_at < quantum:
             continue
-        running_level = state.running_level(running)
+        was_overdue = overdue_ids.get(running.id)
+        if was_overdue is None:
+            was_overdue = state.was_overdue(running, vc)
+        if was_overdue:
+            continue
+        running_level = levels.get(running.id)
+        if running_level is None:
+            running_level = state.running_level(running)
         if running_level > level or (
             job is not None
             and running_level == level

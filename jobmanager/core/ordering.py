@@ -64,7 +64,7 @@ def _backfill_rank(state: PassState, job: QueuedJob) -> tuple[Any, ...]:
 
 
 def rank_is_static(state: PassState, vc: VcState) -> bool:
-    """Whether ``rank`` gives each job of the VC the same place for a whole pass: it
+    """Whether ``ranker`` gives each job of the VC the same place for a whole pass: it
     depends only on the job and the snapshot, except under fair share and LAS (a user's
     usage grows with each start) and backfill's largest fit first (what fits now)."""
     if vc.policy.shares_fairly:

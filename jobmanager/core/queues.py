@@ -163,7 +163,8 @@ class Walk:
     does not change during the walk, and a head is not ranked again. Jobs in ``skip`` are
     passed over; a stream whose shape ``dead(shape)`` says cannot start is dropped whole.
     ``first``, if given, is the ``first_heap`` of an earlier walk of the same streams whose
-    heads rank now as they did then: the walk starts from a copy instead of ranking them.
+    heads rank now as they did then, or (not ``static``) no earlier than then: the walk
+    starts from a copy instead of ranking them, and ranks a head again before giving it.
     """
 
     def __init__(

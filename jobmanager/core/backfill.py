@@ -9,6 +9,8 @@ times in a pass, looking for a job short enough.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jobmanager.core.pass_state import PassState, VcQueue, others_holds
 from jobmanager.core.reservations import EndsInOrder, Reservation, reserve
 from jobmanager.core.snapshot import JobShape, QueuedJob, WorkerPlacement
@@ -73,13 +75,13 @@ def place_job(state: PassState, job: QueuedJob) -> tuple[WorkerPlacement, ...] |
     return placement
 
 
-def is_dead(state: PassState, shape: JobShape) -> bool:
-    """Whether no job of this shape can start for the rest of the pass (phase two)."""
-    return (
-        not state.snapshot.explain
-        and shape in state.unplaceable
-        and state.backfill_budget.get(shape, 0) <= 0
-    )
+def dead_shapes(state: PassState) -> Callable[[JobShape], bool]:
+    """Whether no job of a shape can start for the rest of the pass (phase two), asked of
+    every stream head a walk reads: the pass's sets bound once."""
+    if state.snapshot.explain:
+        return lambda shape: False
+    unplaceable, budget = state.unplaceable, state.backfill_budget
+    return lambda shape: shape in unplaceable and budget.get(shape, 0) <= 0
 
 
 def note_end(state: PassState, job: QueuedJob, placement: tuple[WorkerPlacement, ...]) -> None:

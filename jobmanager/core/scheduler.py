@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from jobmanager.core.backfill import is_dead, place_job, reserve_for
+from jobmanager.core.backfill import dead_shapes, place_job, reserve_for
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
@@ -262,8 +262,9 @@ def _phase_two(state: PassState, queues: list[VcQueue]) -> None:
     explain = state.snapshot.explain
     walks: list[Walk] = []
     heap = []
+    dead = dead_shapes(state)
     for queue in queues:
-        walk = _walk(state, queue, state.judged, lambda shape: is_dead(state, shape))
+        walk = _walk(state, queue, state.judged, dead)
         walks.append(walk)
         if queue.blocker is not None:
             if explain:

@@ -9,10 +9,10 @@ times in a pass, looking for a job short enough.
 
 from __future__ import annotations
 
-from bisect import insort
+from collections.abc import Callable
 
 from jobmanager.core.pass_state import PassState, VcQueue, others_holds
-from jobmanager.core.reservations import Ends, Reservation, reserve
+from jobmanager.core.reservations import EndsInOrder, Reservation, reserve
 from jobmanager.core.snapshot import JobShape, QueuedJob, WorkerPlacement
 
 # Jobs of a shape that waits for a reservation still read in one pass, looking for one
@@ -75,13 +75,13 @@ def place_job(state: PassState, job: QueuedJob) -> tuple[WorkerPlacement, ...] |
     return placement
 
 
-def is_dead(state: PassState, shape: JobShape) -> bool:
-    """Whether no job of this shape can start for the rest of the pass (phase two)."""
-    return (
-        not state.snapshot.explain
-        and shape in state.unplaceable
-        and state.backfill_budget.get(shape, 0) <= 0
-    )
+def dead_shapes(state: PassState) -> Callable[[JobShape], bool]:
+    """Whether no job of a shape can start for the rest of the pass (phase two), asked of
+    every stream head a walk reads: the pass's sets bound once."""
+    if state.snapshot.explain:
+        return lambda shape: False
+    unplaceable, budget = state.unplaceable, state.backfill_budget
+    return lambda shape: shape in unplaceable and budget.get(shape, 0) <= 0
 
 
 def note_end(state: PassState, job: QueuedJob, placement: tuple[WorkerPlacement, ...]) -> None:
@@ -91,17 +91,17 @@ def note_end(state: PassState, job: QueuedJob, placement: tuple[WorkerPlacement,
     duration = job.expected_duration if job.expected_duration is not None else 60.0
     state.started_ends.append((now + duration, placement))
     if state.ends is not None:
-        insort(state.ends, (now + duration, -len(state.started_ends), placement))
+        state.ends.insert((now + duration, -len(state.started_ends), placement))
 
 
-def running_ends(state: PassState) -> Ends:
-    """What holds resources, in order of expected end (built once a pass): the running
-    jobs not preempted in the pass (state.summary.ends), then the jobs it started."""
+def running_ends(state: PassState) -> EndsInOrder:
+    """What holds resources, in order of expected end (built once a pass, worked out as
+    far as reservations read it): the running jobs not preempted in the pass
+    (state.summary.ends), then the jobs it started."""
     if state.ends is None:
-        ends = state.summary.ends.at(state.snapshot.now, state.preempted)
+        ends = state.summary.ends.in_order(state.snapshot.now, state.preempted)
         for index, (end, placement) in enumerate(state.started_ends, 1):
-            ends.append((end, -index, placement))
-        ends.sort()
+            ends.insert((end, -index, placement))
         state.ends = ends
     return state.ends
 

@@ -13,11 +13,14 @@ limit at most before it heads the queue (and gets backfill's reservation).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from jobmanager.core.overdue import OVERDUE
 from jobmanager.core.pass_state import PassState
 from jobmanager.core.snapshot import QueuedJob, VcState
+
+OVERDUE_RANK = (OVERDUE,)
 
 # Fair share: a job started in this pass counts as this many seconds of its GPUs.
 FAIR_SHARE_START_SECONDS = 3600.0
@@ -29,16 +32,24 @@ def load_usage(state: PassState) -> None:
     if any(vc.policy.shares_fairly for vc in snapshot.vcs):
         for key, amount in snapshot.usage.items():
             state.usage[key] += amount
-        for key in state.summary.gpus:
-            state.usage[key] += state.summary.ran(key, snapshot.now)
+        summary, usage, now = state.summary, state.usage, snapshot.now
+        starts = summary.gpu_starts
+        for key, gpus in summary.gpus.items():
+            if gpus or starts.get(key):  # else it ran nothing: 0.0, as if not given
+                usage[key] += summary.ran(key, now)
 
 
-def fair_share_rank(state: PassState, vc: VcState, job: QueuedJob) -> tuple[Any, ...]:
+def fair_share_ranker(state: PassState, vc: VcState) -> Callable[[QueuedJob], tuple[Any, ...]]:
     """A job's place in a fair-share VC's queue: first if overdue, else by its user's
     usage (least first)."""
-    if state.is_overdue(job, vc):
-        return (OVERDUE,)
-    return (state.usage[(vc.name, job.user)],)
+    usage, is_overdue, name = state.usage, state.is_overdue, vc.name
+
+    def fair_share_rank(job: QueuedJob) -> tuple[Any, ...]:
+        if is_overdue(job, vc):
+            return OVERDUE_RANK
+        return (usage[(name, job.user)],)
+
+    return fair_share_rank
 
 
 def charge_start(state: PassState, vc: VcState, job: QueuedJob) -> None:

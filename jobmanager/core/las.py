@@ -31,7 +31,14 @@ from jobmanager.core.preemption import Borrowers, fewest_victims
 from jobmanager.core.queues import las_level
 from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
 
-__all__ = ["OVERDUE", "is_overdue", "las_rank", "preempt_for_less_attained", "time_queued"]
+__all__ = [
+    "OVERDUE",
+    "is_overdue",
+    "las_queue_rank",
+    "las_rank",
+    "preempt_for_less_attained",
+    "time_queued",
+]
 
 # Jobs per VC and pass that look for LAS victims.
 LAS_PREEMPTION_TRIES = 64
@@ -42,6 +49,11 @@ def las_rank(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) -> t
     has waited too long."""
     if is_overdue(snapshot, job, vc):
         return (OVERDUE,)
+    return las_queue_rank(snapshot, job)
+
+
+def las_queue_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
+    """``las_rank`` of a job that is not overdue."""
     # Waited too long (past the guard, and some times what it ran: Tiresias's
     # STARVE_LIMIT): first again, whatever it ran.
     ran = job.attained / max(job.shape.total.gpus, 1)
@@ -58,16 +70,20 @@ def _victims(
     a later LAS queue than ``level`` or, given ``job``, in the same queue and submitted
     after it; never one that was overdue when it started."""
     snapshot = state.snapshot
-    now = snapshot.now
-    for running in state.summary.preemptible.values():
-        if (
-            running.vc != queue.vc.name
-            or running.id in state.preempted
-            or now - running.started_at < snapshot.las_quantum
-            or state.was_overdue(running, queue.vc)
-        ):
+    now, quantum, preempted, vc = snapshot.now, snapshot.las_quantum, state.preempted, queue.vc
+    # The pass's caches read here directly: this asks them of each running job of the VC.
+    overdue_ids, levels = state.was_overdue_ids, state.running_levels
+    for running in state.summary.preemptible_of[vc.name].values():
+        if running.id in preempted or now - running.started_at < quantum:
             continue
-        running_level = state.running_level(running)
+        was_overdue = overdue_ids.get(running.id)
+        if was_overdue is None:
+            was_overdue = state.was_overdue(running, vc)
+        if was_overdue:
+            continue
+        running_level = levels.get(running.id)
+        if running_level is None:
+            running_level = state.running_level(running)
         if running_level > level or (
             job is not None
             and running_level == level

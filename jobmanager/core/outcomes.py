@@ -55,11 +55,9 @@ def preempt(state: PassState, victims: list[RunningJob], job: QueuedJob, reason:
     if victims:
         state.ends = None  # what they hold is pending now: plan reservations afresh
     for victim in victims:
-        if victim.id in state.borrowers.held:
-            state.borrowers.remove(victim)
+        state.borrowers.drop(victim)
         for pool in state.las_victims.values():
-            if victim.id in pool.held:
-                pool.remove(victim)
+            pool.drop(victim)
         state.preempted.add(victim.id)
         state.decisions.preemptions.append(Preemption(victim.id, reason, for_job=job.id))
 

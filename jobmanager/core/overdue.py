@@ -9,6 +9,8 @@ preempts a job that was overdue when it started (jobmanager.core.las).
 
 from __future__ import annotations
 
+import math
+
 from jobmanager.core.snapshot import QueuedJob, RunningJob, Snapshot, VcState
 
 # The rank of an overdue job: before the first LAS queue and before any user's usage.
@@ -41,6 +43,40 @@ def is_overdue(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) ->
         return False
     limit = wait_limit(snapshot, job.expected_wait, vc)
     return limit is not None and time_queued(job, snapshot.now) >= limit
+
+
+def overdue_from(snapshot: Snapshot, job: QueuedJob, vc: VcState | None = None) -> float | None:
+    """The earliest clock reading at which ``is_overdue`` holds for the queued job (inf:
+    never), so that a caller asks once a job rather than once a pass. Exact: time queued
+    is computed as ``is_overdue`` does and grows with the clock (each rounded subtraction
+    is monotone), so the threshold is found by stepping from the sum to the first float
+    at which that computation reaches the limit. None: not found in a few steps (ask
+    ``is_overdue`` each time)."""
+    if snapshot.las_limit_preempted_only and job.attained <= 0:
+        return math.inf
+    limit = wait_limit(snapshot, job.expected_wait, vc)
+    if limit is None:
+        return math.inf
+    gpus = max(job.shape.total.gpus, 1)
+    queued_at, attained = job.queued_at, job.attained
+
+    def late(now: float) -> bool:
+        return now - queued_at - attained / gpus >= limit
+
+    at = queued_at + attained / gpus + limit
+    if not math.isfinite(at):
+        return None
+    for _ in range(64):
+        if not late(at):
+            break
+        at = math.nextafter(at, -math.inf)
+    else:
+        return None
+    for _ in range(64):
+        at = math.nextafter(at, math.inf)
+        if late(at):
+            return at
+    return None
 
 
 def was_overdue(snapshot: Snapshot, running: RunningJob, vc: VcState | None = None) -> bool:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobmanager.core.overdue import is_overdue, was_overdue
+from jobmanager.core.overdue import is_overdue, overdue_from, was_overdue
 from jobmanager.core.placement import ClusterState
 from jobmanager.core.preemption import Borrowers
 from jobmanager.core.queues import HeapEntry, QueueBook, las_level
-from jobmanager.core.reservations import Reservation, fits_when_empty
+from jobmanager.core.reservations import EndsInOrder, Reservation, fits_when_empty
 from jobmanager.core.running import QuotaUse, RunningSummary
 from jobmanager.core.snapshot import (
     Decisions,
@@ -25,17 +26,12 @@ from jobmanager.core.snapshot import (
 
 
 class Usage(dict[tuple[str, str], float]):
-    """Each (VC, user)'s usage during a pass (0 for one not given), counting its changes,
-    so that ranks worked out from it can tell whether they still hold."""
-
-    changes = 0
+    """Each (VC, user)'s usage during a pass (0 for one not given). It only grows once the
+    pass has begun (each start adds to it), so ranks worked out from it earlier in the
+    pass are never later than they are now."""
 
     def __missing__(self, key: tuple[str, str]) -> float:
         return 0.0
-
-    def __setitem__(self, key: tuple[str, str], value: float) -> None:
-        self.changes += 1
-        super().__setitem__(key, value)
 
 
 @dataclass
@@ -70,7 +66,7 @@ class PassState:
     # Shapes that wait for a reservation: jobs left to read for one short enough.
     backfill_budget: dict[JobShape, int] = field(default_factory=dict)
     # What holds resources, by expected end, for reservations (built when first needed).
-    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]] | None = None
+    ends: EndsInOrder | None = None
     preempted: set[str] = field(default_factory=set)
     started_ends: list[tuple[float, tuple[WorkerPlacement, ...]]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -79,17 +75,32 @@ class PassState:
     lifted: VcQueue | None = None  # whose phase one runs with other VCs' holds lifted
     summary: RunningSummary = field(default_factory=RunningSummary)
     ever_fits: dict[JobShape, bool] = field(default_factory=dict)
-    # What does not change during a pass, worked out once a job: whether it is overdue,
-    # its LAS rank (jobmanager.core.ordering), by job id.
-    overdue: dict[str, bool] = field(default_factory=dict)
+    # What does not change during a pass, worked out once a job: when it is overdue
+    # (QueueBook.overdue_times, kept between passes: set in __post_init__), its LAS rank
+    # (jobmanager.core.ordering), by job id.
+    overdue_at: dict[str, float | None] = field(default_factory=dict)
     las_ranks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     # Likewise for running jobs, LAS's victims (jobmanager.core.las): whether each was
-    # overdue when it started, and its LAS queue now.
+    # overdue when it started (RunningSummary.overdue_starts, kept between passes: set in
+    # __post_init__), and its LAS queue now.
     was_overdue_ids: dict[str, bool] = field(default_factory=dict)
     running_levels: dict[str, int] = field(default_factory=dict)
-    # Each VC's first heap of stream heads with the usage changes it was ranked at
-    # (jobmanager.core.scheduler._walk: a later walk of the pass starts from a copy).
-    first_heaps: dict[str, tuple[int, list[HeapEntry]]] = field(default_factory=dict)
+    # Each VC's first heap of stream heads (jobmanager.core.scheduler._walk: a later walk
+    # of the pass starts from a copy).
+    first_heaps: dict[str, list[HeapEntry]] = field(default_factory=dict)
+    # Each VC's ranking of its jobs (jobmanager.core.ordering.ranker), picked once a pass.
+    rankers: dict[str, Callable[[QueuedJob], tuple[Any, ...]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        snapshot = self.snapshot
+        limits = (
+            snapshot.las_wait_limit,
+            snapshot.las_wait_factor,
+            snapshot.las_limit_preempted_only,
+            tuple((vc.name, vc.wait_limit) for vc in snapshot.vcs),
+        )
+        self.overdue_at = self.book.overdue_times(limits)
+        self.was_overdue_ids = self.summary.overdue_starts(limits)
 
     def could_ever_run(self, shape: JobShape) -> bool:
         """Whether the schedulable nodes, were they empty, could hold the gang (cached:
@@ -100,12 +111,16 @@ class PassState:
         return known
 
     def is_overdue(self, job: QueuedJob, vc: VcState) -> bool:
-        """jobmanager.core.overdue.is_overdue for the pass's snapshot (cached: the clock
-        does not move during a pass)."""
-        known = self.overdue.get(job.id)
-        if known is None:
-            known = self.overdue[job.id] = is_overdue(self.snapshot, job, vc)
-        return known
+        """jobmanager.core.overdue.is_overdue for the pass's snapshot, by when the job
+        becomes overdue (worked out once while it is queued)."""
+        overdue_at = self.overdue_at
+        if job.id in overdue_at:
+            at = overdue_at[job.id]
+        else:
+            at = overdue_at[job.id] = overdue_from(self.snapshot, job, vc)
+        if at is None:
+            return is_overdue(self.snapshot, job, vc)
+        return self.snapshot.now >= at
 
     def was_overdue(self, running: RunningJob, vc: VcState) -> bool:
         """jobmanager.core.overdue.was_overdue for the pass's snapshot (cached)."""

@@ -90,6 +90,15 @@ class Borrowers:
     def order(self, job: RunningJob) -> tuple[Any, ...]:
         return preemption_order(job, self.now)
 
+    def drop(self, job: RunningJob) -> None:
+        """Take a victim out, if it is one of these: before they are indexed, from the
+        list (so that a preemption does not index every pool of the pass)."""
+        jobs = self.__dict__.get("_jobs")
+        if jobs is not None:
+            self._jobs = [held for held in jobs if held.id != job.id]
+        elif job.id in self.held:
+            self.remove(job)
+
     def remove(self, job: RunningJob) -> None:
         del self.by_type[job.shape.gpu_type][job.id]
         self.gpus[job.shape.gpu_type] -= job.shape.total.gpus

@@ -56,6 +56,11 @@ class QueueBook:
         # Queued jobs not preemptible, by VC: phase one, which starts only those, stops
         # once it has read them all instead of reading on through preemptible ones.
         self.unpreemptible: dict[str, int] = defaultdict(int)
+        # When each queued job becomes overdue (jobmanager.core.overdue.overdue_from), kept
+        # between passes while the wait limits stay those of ``overdue_limits``: a job's
+        # entry goes when it leaves the book or comes back to it (preempted, it has run).
+        self.overdue_at: dict[str, float | None] = {}
+        self.overdue_limits: object = None
 
     @classmethod
     def of(
@@ -112,6 +117,14 @@ class QueueBook:
         if job.reserved:
             self.reserved[job.id] = job
 
+    def overdue_times(self, limits: object) -> dict[str, float | None]:
+        """``overdue_at`` for a pass whose wait limits are ``limits`` (emptied if they
+        differ from the last pass's)."""
+        if limits != self.overdue_limits:
+            self.overdue_at.clear()
+            self.overdue_limits = limits
+        return self.overdue_at
+
     def remove(self, job_id: str) -> None:
         vc, key, order = self.jobs.pop(job_id)
         stream = self.streams[vc][key]
@@ -123,6 +136,7 @@ class QueueBook:
         if not stream:
             del self.streams[vc][key]
         self.reserved.pop(job_id, None)
+        self.overdue_at.pop(job_id, None)
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -149,7 +163,8 @@ class Walk:
     does not change during the walk, and a head is not ranked again. Jobs in ``skip`` are
     passed over; a stream whose shape ``dead(shape)`` says cannot start is dropped whole.
     ``first``, if given, is the ``first_heap`` of an earlier walk of the same streams whose
-    heads rank now as they did then: the walk starts from a copy instead of ranking them.
+    heads rank now as they did then, or (not ``static``) no earlier than then: the walk
+    starts from a copy instead of ranking them, and ranks a head again before giving it.
     """
 
     def __init__(

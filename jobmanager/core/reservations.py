@@ -18,8 +18,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from jobmanager.core.placement import MOST_WORKERS, ClusterState, FreeNode, workers_fitting
@@ -58,18 +59,55 @@ def effective_end(job: RunningJob, now: float) -> float:
     return now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - job.started_at))
 
 
-Ends = list[tuple[float, int, tuple[WorkerPlacement, ...]]]  # (end, tie-breaker, placement)
+End = tuple[float, int, tuple[WorkerPlacement, ...]]  # (end, tie-breaker, placement)
+Ends = list[End]
+
+
+class EndsInOrder:
+    """What holds resources, in order of end, worked out only as far as it is read: a
+    reservation usually finds room among the first few of hundreds of running jobs.
+    Iterating gives every end in order, each time from the start; ``insert`` adds one
+    (a job started in the pass)."""
+
+    def __init__(self, source: Iterator[End], added: Iterable[End] = ()) -> None:
+        self._source = source
+        self._read: Ends = []
+        self.added: Ends = sorted(added)
+
+    def insert(self, end: End) -> None:
+        insort(self.added, end)
+
+    def _running(self) -> Iterator[End]:
+        read = self._read
+        index = 0
+        while True:
+            if index < len(read):
+                yield read[index]
+                index += 1
+                continue
+            item = next(self._source, None)
+            if item is None:
+                return
+            read.append(item)
+
+    def __iter__(self) -> Iterator[End]:
+        if not self.added:
+            return self._running()
+        return heapq.merge(self._running(), self.added)
 
 
 class RunningEnds:
     """The running jobs that hold resources (not releasing), kept in order of their known
     ends as they start and stop, so that a pass orders them by effective end without
     computing it for each one: only those past their known end, or with none, move with
-    the clock. Ties go by the order the jobs were added in (a snapshot's running order)."""
+    the clock, and those in order of start (the latest start ends first). Ties go by the
+    order the jobs were added in (a snapshot's running order)."""
 
     def __init__(self) -> None:
         self._added = 0
         self._known: Ends = []  # (known end, order added, placement), sorted
+        # The same jobs by latest start: (-start, order added, start, known end, placement).
+        self._by_start: list[tuple[float, int, float, float, tuple[WorkerPlacement, ...]]] = []
         self._started: dict[int, float] = {}  # order added -> start, of those in _known
         # Jobs with no known end, in order: order added -> (start, placement).
         self._unknown: dict[int, tuple[float, tuple[WorkerPlacement, ...]]] = {}
@@ -87,6 +125,8 @@ class RunningEnds:
         else:
             self._started[order] = job.started_at
             insort(self._known, (end, order, job.placement))
+            started = job.started_at
+            insort(self._by_start, (-started, order, started, end, job.placement))
 
     def remove(self, job: RunningJob) -> None:
         key = self._key.pop(job.id, None)
@@ -96,30 +136,48 @@ class RunningEnds:
         if end is None:
             del self._unknown[order]
         else:
-            del self._started[order]
+            started = self._started.pop(order)
             del self._known[bisect_left(self._known, (end, order))]
+            del self._by_start[bisect_left(self._by_start, (-started, order))]
 
     def at(self, now: float, skip: set[str]) -> Ends:
         """(effective end at ``now``, tie-breaker, placement) of every job but those in
-        ``skip``, in order: ``effective_end`` of each job, sorted (the same sums, written
-        out, since most running jobs of a replay are past their expected end)."""
+        ``skip``, in order: ``effective_end`` of each job, sorted."""
+        return list(self.in_order(now, skip))
+
+    def in_order(self, now: float, skip: set[str]) -> EndsInOrder:
+        """``at``, worked out as far as it is read (``skip`` as it is now)."""
+        orders = {self._key[job_id][1] for job_id in skip if job_id in self._key}
         known = self._known
         past = bisect_right(known, (now, math.inf))  # known[:past] end by now: overrun
-        started = self._started
-        ends = known[past:]
-        ends += [
-            (now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - started[order])), order, placement)
-            for _, order, placement in known[:past]
-        ]
-        ends += [
+        ahead = (item for item in islice(known, past, None) if item[1] not in orders)
+        unknown = sorted(
             (now + max(UNKNOWN_SECONDS, now - started_at), order, placement)
             for order, (started_at, placement) in self._unknown.items()
-        ]
-        if skip:
-            orders = {self._key[job_id][1] for job_id in skip if job_id in self._key}
-            ends = [item for item in ends if item[1] not in orders]
-        ends.sort()
-        return ends
+            if order not in orders
+        )
+        overrun = self._overrun(now, orders)
+        return EndsInOrder(heapq.merge(ahead, overrun, unknown))
+
+    def _overrun(self, now: float, orders: set[int]) -> Iterator[End]:
+        """The jobs past their known end, in order of effective end: the latest started
+        first (the end grows as the start goes back; each rounded step is monotone), jobs
+        whose ends come out equal by order added."""
+        run: Ends = []
+        run_end = None
+        for _, order, started, end, placement in self._by_start:
+            if end > now or order in orders:
+                continue
+            effective = now + max(OVERRUN_SECONDS, OVERRUN_SHARE * (now - started))
+            if effective != run_end:
+                if run:
+                    run.sort()
+                    yield from run
+                run = []
+                run_end = effective
+            run.append((effective, order, placement))
+        run.sort()
+        yield from run
 
 
 @dataclass
@@ -243,10 +301,7 @@ def fits_when_empty(
 
 
 def reserve(
-    cluster: ClusterState,
-    job: QueuedJob,
-    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]],
-    now: float,
+    cluster: ClusterState, job: QueuedJob, ends: Iterable[End], now: float
 ) -> Reservation | str | None:
     """The job's reservation: ``ends`` are (expected end, tie-breaker, placement) of the
     jobs holding resources, in order of end; None if they do not leave room for it by
@@ -267,7 +322,7 @@ def reserve(
 def _reserve(
     cluster: ClusterState,
     job: QueuedJob,
-    ends: list[tuple[float, int, tuple[WorkerPlacement, ...]]],
+    ends: Iterable[End],
     now: float,
     within: frozenset[str] | None = None,
 ) -> Reservation | str | None:

@@ -42,6 +42,34 @@ class QuotaUse:
             and held[2] + per_worker.memory * workers <= quota.memory
         )
 
+    def take(self, vc: VcState, shape: JobShape) -> bool:
+        """Count the job if the VC's quota has room for it (``room_for`` then ``add``, in
+        one: a pass asks it of every borrower)."""
+        quota = vc.quota.get(shape.gpu_type, NO_RESOURCES)
+        key = (vc.name, shape.gpu_type)
+        held = self._held.get(key)
+        per_worker, workers = shape.per_worker, shape.workers
+        gpus, millicpus, memory = (
+            per_worker.gpus * workers,
+            per_worker.millicpus * workers,
+            per_worker.memory * workers,
+        )
+        if held is None:
+            if gpus <= quota.gpus and millicpus <= quota.millicpus and memory <= quota.memory:
+                self._held[key] = [gpus, millicpus, memory]
+                return True
+            return False
+        if (
+            held[0] + gpus <= quota.gpus
+            and held[1] + millicpus <= quota.millicpus
+            and held[2] + memory <= quota.memory
+        ):
+            held[0] += gpus
+            held[1] += millicpus
+            held[2] += memory
+            return True
+        return False
+
     def copy(self) -> QuotaUse:
         copied = QuotaUse()
         copied._held = {key: list(held) for key, held in self._held.items()}
@@ -54,6 +82,9 @@ class RunningSummary:
         self.interactive_gpus: dict[str, int] = defaultdict(int)
         self.borrowed_gpus: dict[str, int] = defaultdict(int)
         self.preemptible: dict[str, RunningJob] = {}  # those that can be preempted
+        # The same by VC, in the same order (least attained service looks for victims
+        # among its own VC's).
+        self.preemptible_of: dict[str, dict[str, RunningJob]] = defaultdict(dict)
         self.borrowers: dict[str, RunningJob] = {}  # borrowing, not preemptible, not releasing
         # Fair share: GPUs and GPUs x start time by (VC, user), so that the GPU-seconds
         # they ran so far at ``now`` are gpus * now - gpu_starts.
@@ -62,6 +93,10 @@ class RunningSummary:
         # For reservations: the jobs by expected end, in the order they were added (the
         # snapshot's running order, which breaks ties between equal ends).
         self.ends = RunningEnds()
+        # Whether each was overdue when it started (jobmanager.core.overdue.was_overdue),
+        # kept while it runs and the wait limits stay those of ``overdue_limits``.
+        self.was_overdue: dict[str, bool] = {}
+        self.overdue_limits: object = None
 
     @classmethod
     def of(cls, running: Iterable[RunningJob]) -> RunningSummary:
@@ -79,8 +114,10 @@ class RunningSummary:
             self.interactive_gpus[job.vc] += sign * gpus
         if job.borrowing:
             self.borrowed_gpus[job.vc] += sign * gpus
+        self.was_overdue.pop(job.id, None)
         for jobs, member in (
             (self.preemptible, job.can_be_preempted),
+            (self.preemptible_of[job.vc], job.can_be_preempted),
             (self.borrowers, job.borrowing and not (job.preemptible or job.releasing)),
         ):
             if member and sign > 0:
@@ -97,6 +134,14 @@ class RunningSummary:
 
     def remove(self, job: RunningJob) -> None:
         self.add(job, sign=-1)
+
+    def overdue_starts(self, limits: object) -> dict[str, bool]:
+        """``was_overdue`` for a pass whose wait limits are ``limits`` (emptied if they
+        differ from the last pass's)."""
+        if limits != self.overdue_limits:
+            self.was_overdue.clear()
+            self.overdue_limits = limits
+        return self.was_overdue
 
     def ran(self, key: tuple[str, str], now: float) -> float:
         """GPU-seconds the (VC, user)'s running jobs have run so far."""

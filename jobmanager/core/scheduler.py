@@ -37,11 +37,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from jobmanager.core.backfill import is_dead, place_job, reserve_for
+from jobmanager.core.backfill import dead_shapes, place_job, reserve_for
 from jobmanager.core.dedication import snapshot_with_pools
 from jobmanager.core.fair_share import load_usage
 from jobmanager.core.las import preempt_for_less_attained
-from jobmanager.core.ordering import rank, rank_is_static
+from jobmanager.core.ordering import rank_is_static, ranker
 from jobmanager.core.outcomes import interactive_refusal, keep_place, record_start, wait
 from jobmanager.core.pass_state import PassState, VcQueue, explain_no_fit, others_holds
 from jobmanager.core.placement import ClusterState
@@ -85,14 +85,12 @@ def _guaranteed_use(
     claimants: set[str] = set()
     reserved = [job for job in book.reserved.values() if job.vc in vcs]
     for job in sorted(reserved, key=queue_order):
-        if not job.preemptible and used.room_for(vcs[job.vc], job.shape):
-            used.add(job.vc, job.shape)
+        if not job.preemptible and used.take(vcs[job.vc], job.shape):
             claimants.add(job.id)
     covered: set[str] = set()
     borrowers = [job for job in summary.borrowers.values() if job.vc in vcs]
     for borrower in sorted(borrowers, key=preemption_order, reverse=True):
-        if used.room_for(vcs[borrower.vc], borrower.shape):
-            used.add(borrower.vc, borrower.shape)
+        if used.take(vcs[borrower.vc], borrower.shape):
             covered.add(borrower.id)
     return used, covered, claimants
 
@@ -133,9 +131,13 @@ def _schedule(
     preemptible = summary.preemptible.values()
     victims = [job for job in preemptible if job.id not in covered] if covered else preemptible
     state = PassState(
-        snapshot, cluster, Borrowers(victims, snapshot.now), book, guaranteed_use=used
+        snapshot,
+        cluster,
+        Borrowers(victims, snapshot.now),
+        book,
+        guaranteed_use=used,
+        summary=summary,
     )
-    state.summary = summary
     vcs = {vc.name: vc for vc in snapshot.vcs}
     for vc_name, gpus in summary.interactive_gpus.items():
         state.interactive_gpus[vc_name] += gpus
@@ -183,27 +185,20 @@ def _walk(
     vc = queue.vc
     static = rank_is_static(state, vc)
     # A pass walks a VC's streams up to three times (for its first job, in phase one, in
-    # phase two): later walks start from the first one's heap while its heads rank the
-    # same: always for static ranks, and under fair share and LAS while no user's usage
-    # has changed (their only input that moves during a pass). Not under largest fit
-    # first, whose ranks follow the free capacity.
+    # phase two), ranked by one function picked for the VC's policy: later walks start
+    # from the first one's heap. Exact for static ranks, and under fair share and LAS,
+    # whose ranks only grow during a pass (a user's usage, with each start): a walk ranks
+    # its head again before giving it, and puts it back in line if it now ranks later.
+    # Not under largest fit first, whose ranks follow the free capacity.
     reusable = static or vc.policy.shares_fairly
-    changes = state.usage.changes
-    first = None
-    if reusable:
-        known = state.first_heaps.get(vc.name)
-        if known is not None and (static or known[0] == changes):
-            first = known[1]
-    walk = Walk(
-        state.book.streams[vc.name],
-        lambda job: rank(state, vc, job),
-        skip,
-        dead,
-        static=static,
-        first=first,
-    )
+    first = state.first_heaps.get(vc.name) if reusable else None
+    rankers = state.rankers
+    rank = rankers.get(vc.name)
+    if rank is None:
+        rank = rankers[vc.name] = ranker(state, vc)
+    walk = Walk(state.book.streams[vc.name], rank, skip, dead, static=static, first=first)
     if reusable and first is None:
-        state.first_heaps[vc.name] = (changes, walk.first_heap())
+        state.first_heaps[vc.name] = walk.first_heap()
     return walk
 
 
@@ -267,8 +262,9 @@ def _phase_two(state: PassState, queues: list[VcQueue]) -> None:
     explain = state.snapshot.explain
     walks: list[Walk] = []
     heap = []
+    dead = dead_shapes(state)
     for queue in queues:
-        walk = _walk(state, queue, state.judged, lambda shape: is_dead(state, shape))
+        walk = _walk(state, queue, state.judged, dead)
         walks.append(walk)
         if queue.blocker is not None:
             if explain:

@@ -86,7 +86,7 @@ class VcJobsViewSet(TenantScopedViewSet):
     queryset = VirtualCluster.objects.all()
     lookup_field = "name"
     filterset_class = None
-    ordering = ["name"]
+    filter_backends: list[type] = []  # one VC by its name: nothing to filter or order
 
     @extend_schema(responses=QueuedJobSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)

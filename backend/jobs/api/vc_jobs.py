@@ -86,7 +86,8 @@ class VcJobsViewSet(TenantScopedViewSet):
     queryset = VirtualCluster.objects.all()
     lookup_field = "name"
     filterset_class = None
-    filter_backends: list[type] = []  # one VC by its name: nothing to filter or order
+    ordering = ["name"]
+    ordering_fields = ["name"]  # as the VCs' API has it (the schema stays the same)
 
     @extend_schema(responses=QueuedJobSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)

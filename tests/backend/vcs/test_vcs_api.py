@@ -394,3 +394,13 @@ def test_members_see_who_is_in_their_vc(world):
         ("mia", "member"),
         ("vera", "admin"),
     ]
+
+
+@pytest.mark.parametrize("action", ["queue", "deadlines"])
+@pytest.mark.parametrize("name", ["vision", "nope"])
+def test_a_vcs_queue_and_deadlines_take_the_lists_ordering_parameter_without_a_server_error(
+    world, action, name
+):
+    response = world.client(world.member).get(f"{VCS}{name}/{action}/", {"ordering": "name"})
+
+    assert response.status_code == (200 if name == "vision" else 404), response.content

@@ -21,7 +21,11 @@ import pytest
 from django.conf import settings
 
 from jobmanager.backends import sandbox_net
-from jobmanager.backends.sandbox import CGROUPS, RUNTIME_PARENTS, remove_empty_cgroups
+from jobmanager.backends.sandbox import (
+    CGROUPS,
+    remove_abandoned_runtime_dirs,
+    remove_empty_cgroups,
+)
 from jobmanager.backends.sandbox_net import BridgeNetwork
 from tests.unix_accounts import JOB_PYTHONPATH, REPOSITORY
 
@@ -108,11 +112,8 @@ def remove_abandoned_test_networks() -> None:
 
 
 def _cgroup_parents() -> set[str]:
-    """The containers' cgroup parents, and the backends' runtime directories (runc's state
-    and bundles, on a tmpfs): both named after a backend's state directory."""
-    named = "trainyard-" + "[0-9a-f]" * 10  # ``sandbox.cgroup_parent``'s
-    runtime = {str(path) for parent in RUNTIME_PARENTS for path in Path(parent).glob(named)}
-    return {str(path) for path in CGROUPS.glob("*/trainyard-*")} | runtime
+    """The containers' cgroup parents, each named after a backend's state directory."""
+    return {str(path) for path in CGROUPS.glob("*/trainyard-*")}
 
 
 @contextlib.contextmanager
@@ -122,6 +123,7 @@ def private_sandbox_network() -> Iterator[None]:
     bridge = f"tyt{secrets.token_hex(4)}"
     if os.geteuid() == 0:
         remove_abandoned_test_networks()
+        remove_abandoned_runtime_dirs()  # those of backends whose state is gone, only
         for parent in _cgroup_parents():  # a killed run's, emptied since
             remove_empty_cgroups(Path(parent))
     parents_before = _cgroup_parents()
@@ -137,6 +139,7 @@ def private_sandbox_network() -> Iterator[None]:
         finally:
             if os.geteuid() == 0:
                 BridgeNetwork(bridge, subnet, egress_nat=True).tear_down()
+                remove_abandoned_runtime_dirs()  # never another process's live backend's
                 for parent in _cgroup_parents() - parents_before:
                     remove_empty_cgroups(Path(parent))  # one still in use stays
 

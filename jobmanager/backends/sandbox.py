@@ -69,6 +69,8 @@ MEMSW = Path("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 # made on a journalled disk costs its maker CPU in the kernel (0.4-0.5 ms each on this
 # host's ext4, 5 us on tmpfs), and runc makes a dozen or two of them for every container.
 RUNTIME_PARENTS = ("/run", "/dev/shm")
+RUNTIME_NAME_PATTERN = "trainyard-" + "[0-9a-f]" * 10  # ``cgroup_parent``'s names
+OWNER = "state_dir"  # in a runtime directory: the state directory of its backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,8 @@ class Sandbox:
     # Where the bundles of containers on the host's system go (None: in their job's
     # directory); those of an image's stay there (the image's upper layer is on disk).
     bundle_dir: Path | None = None
+    # The backend's state directory, recorded in its runtime directory (``OWNER``).
+    state_dir: Path | None = None
 
     def cgroup_path(self, container: str) -> str:
         return f"/{self.cgroup_parent}/{container}"
@@ -152,7 +156,7 @@ def write_bundle(directory: Path, sandbox: Sandbox, worker: Worker) -> None:
     """The bundle (``config.json`` and an empty ``rootfs``) of ``worker``'s container, in
     ``directory`` (root's alone: the config holds the job's environment)."""
     if sandbox.bundle_dir is not None and directory.parent == sandbox.bundle_dir:
-        make_runtime_dir(sandbox.bundle_dir.parent)
+        make_runtime_dir(sandbox.bundle_dir.parent, sandbox.state_dir)
     directory.mkdir(mode=0o700, exist_ok=True)
     rootfs = directory / "rootfs"
     rootfs.mkdir(exist_ok=True)
@@ -320,6 +324,7 @@ def for_backend(
         readonly_paths=tuple(dict.fromkeys((sys.prefix, sys.base_prefix, *readonly_paths))),
         pids_limit=pids_limit,
         bundle_dir=runtime / "bundles",
+        state_dir=state_dir,
     )
 
 
@@ -334,14 +339,16 @@ def runtime_dir(state_dir: Path) -> Path:
     return state_dir / ".runtime"
 
 
-def make_runtime_dir(runtime: Path) -> None:
+def make_runtime_dir(runtime: Path, state_dir: Path | None = None) -> None:
     """The backend's runtime directory ``runtime`` (``runtime_dir``) with its ``runc`` and
     ``bundles``, made root's alone where they are not there (again after a sweep of empty
-    directories); ValueError where something else has its name (a tmpfs such as /dev/shm
-    is writable by all)."""
+    directories), and the backend's ``state_dir`` recorded in it (``OWNER``); ValueError
+    where something else has its name (a tmpfs such as /dev/shm is writable by all)."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(runtime, 0o700)
     _check_runtime_dir(runtime)
+    if state_dir is not None and not (runtime / OWNER).exists():
+        (runtime / OWNER).write_text(str(state_dir.resolve()))
     for name in ("runc", "bundles"):
         with contextlib.suppress(FileExistsError):
             os.mkdir(runtime / name, 0o700)
@@ -363,6 +370,24 @@ def remove_runtime_dir(state_dir: Path) -> None:
     with contextlib.suppress(OSError):
         if stat.S_ISDIR(os.lstat(runtime).st_mode):
             shutil.rmtree(runtime, ignore_errors=True)
+
+
+def remove_abandoned_runtime_dirs() -> list[Path]:
+    """The runtime directories whose backend's state directory is gone (a test's or a
+    benchmark's, ended or killed), removed with what their containers left; those in use,
+    and those that record no state directory, are left. Returns those removed."""
+    removed = []
+    for parent in RUNTIME_PARENTS:
+        for runtime in Path(parent).glob(RUNTIME_NAME_PATTERN):
+            try:
+                _check_runtime_dir(runtime)
+                owner = Path((runtime / OWNER).read_text())
+            except (OSError, ValueError):
+                continue
+            if not owner.exists():
+                shutil.rmtree(runtime, ignore_errors=True)
+                removed.append(runtime)
+    return removed
 
 
 def _is_tmpfs(path: str) -> bool:

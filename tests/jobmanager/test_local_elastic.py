@@ -63,6 +63,19 @@ def steps(backend: LocalBackend, job_id: str) -> list[tuple[int, int, float]]:
     return [logged[step] for step in sorted(logged)]
 
 
+def logged_until(backend: LocalBackend, job_id: str, world: int, after: int, what: str) -> None:
+    """Wait until steps past ``after`` were taken at ``world`` workers; if they never are,
+    fail with what each worker logged last and what the backend reports."""
+    try:
+        wait_until(lambda: reached(backend, job_id, world, after), RESIZE_SECONDS, what)
+    except AssertionError as timed_out:
+        logs = "".join(
+            f"--- {log.name}:\n{log.read_text()[-2000:]}\n"
+            for log in sorted((backend.log_dir / job_id).glob("worker-*.log"))
+        )
+        pytest.fail(f"{timed_out}\n{backend.reports().get(job_id)}\n{logs}")
+
+
 def reached(backend: LocalBackend, job_id: str, world: int, after: int) -> bool:
     """Whether steps past ``after`` were taken at ``world`` workers."""
     return any(s > after and w == world for s, w, _ in steps(backend, job_id))
@@ -75,16 +88,16 @@ def test_an_elastic_job_grows_and_shrinks_and_its_training_goes_on(backend, host
     elastic = sized(launch(command, min_workers=2, max_workers=4), 2)
     job_id = elastic.job_id
     backend.deploy(elastic)
-    wait_until(lambda: reached(backend, job_id, 2, 10), RESIZE_SECONDS, "10 steps at 2 workers")
+    logged_until(backend, job_id, 2, 10, "10 steps at 2 workers")
 
     backend.resize(sized(elastic, 4), grace_seconds=GRACE_SECONDS)
     grown_at = max(s for s, w, _ in steps(backend, job_id) if w == 2)
-    wait_until(lambda: reached(backend, job_id, 4, grown_at + 10), RESIZE_SECONDS, "steps at 4")
+    logged_until(backend, job_id, 4, grown_at + 10, "steps at 4")
     assert [w.state for w in backend.reports()[job_id].workers] == [WorkerState.RUNNING] * 4
 
     backend.resize(sized(elastic, 2), grace_seconds=GRACE_SECONDS)
     shrunk_at = max(s for s, w, _ in steps(backend, job_id) if w == 4)
-    wait_until(lambda: reached(backend, job_id, 2, shrunk_at + 10), RESIZE_SECONDS, "2 again")
+    logged_until(backend, job_id, 2, shrunk_at + 10, "2 again")
 
     report = backend.reports()[job_id]
     assert [w.rank for w in report.workers] == [0, 1]

@@ -24,12 +24,18 @@ import pytest
 
 from jobmanager.backends import WorkerState
 from jobmanager.backends.local import LocalBackend
-from jobmanager.backends.sandbox import available, container_name, runtime_dir
+from jobmanager.backends.sandbox import (
+    available,
+    container_name,
+    make_runtime_dir,
+    remove_abandoned_runtime_dirs,
+    runtime_dir,
+)
 from jobmanager.retries import classify
 from tests.jobmanager.conftest import NODES, remove_every_job
 from tests.jobmanager.test_local_backend import ended, launch, log_of, logged
 from tests.polling import wait_until
-from tests.sandbox_network import claimed_subnet
+from tests.sandbox_network import claimed_subnet, private_sandbox_network
 from tests.spawner import running_spawner
 from tests.unix_accounts import JOB_PYTHON, JOB_PYTHONPATH, REPOSITORY, require_root
 
@@ -534,6 +540,30 @@ def test_runc_s_state_and_a_job_s_bundle_are_on_a_tmpfs_and_go_with_the_job(sand
     sandboxed.remove(job.job_id)
 
     assert not bundle.exists() and not (sandboxed.sandbox.runtime_root / container).exists()
+
+
+def test_a_test_sessions_sweep_leaves_a_live_backends_runtime_files_and_takes_abandoned_ones(
+    sandboxed, host_tmp
+):
+    # Another test process starting and ending its session beside a running job (CI's
+    # xdist workers): its sweep once removed the empty rootfs of this job's bundle.
+    job = launch("sleep 300")
+    sandboxed.deploy(job)
+    running = wait_until(
+        lambda: sandboxed.session_confinement(job.job_id), 20, "the container to run"
+    )
+    rootfs = Path(running.sandbox["bundle"]) / "rootfs"
+    mount_points = sorted(path.name for path in rootfs.iterdir())  # the container's
+
+    with private_sandbox_network():
+        pass
+
+    assert sorted(path.name for path in rootfs.iterdir()) == mount_points, mount_points
+    assert [w.state for w in sandboxed.reports()[job.job_id].workers] == [WorkerState.RUNNING]
+    gone = host_tmp / "a backend's state, removed"
+    make_runtime_dir(runtime_dir(gone), gone)  # as a killed test's backend left it
+    assert runtime_dir(gone) in remove_abandoned_runtime_dirs()
+    assert not runtime_dir(gone).exists() and rootfs.is_dir()
 
 
 def test_a_runtime_directory_that_is_not_root_s_own_is_refused(host_tmp):

@@ -115,6 +115,9 @@ def main() -> int:
         final = "no step left" if loss is None else f"final loss {loss.item():.4f}"
         print(f"rank 0: done, {final}", flush=True)
     if world_size > 1:
+        # Every rank leaves the group together: a rank that tore its group down while a
+        # peer still saved its checkpoint was seen to abort at exit (SIGABRT in gloo).
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

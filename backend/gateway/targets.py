@@ -21,6 +21,8 @@ from backend.gateway.ports import LOOPBACK_NAMES, Listener, NotTheJobs, connect,
 from backend.gateway.processes import JobProcess, Output, session_confinement
 
 LOOPBACK = tuple(LOOPBACK_NAMES)  # the names a client may forward to
+# A job is running once deployed; its workers' containers may take this long to start.
+CONTAINER_START_WAIT_SECONDS = 30.0
 
 
 class Unavailable(Exception):
@@ -113,7 +115,10 @@ class LocalTarget:
 
     def available(self, admission: Admission) -> bool:
         login = admission.login
-        return self.backend.session_confinement(login.job_id, login.rank) is not None
+        confinement = self.backend.session_confinement(
+            login.job_id, login.rank, CONTAINER_START_WAIT_SECONDS
+        )
+        return confinement is not None
 
     async def start(self, admission, argv, env, stdout, stderr, tty) -> JobProcess:
         login = admission.login
@@ -125,7 +130,7 @@ class LocalTarget:
         return process
 
     def listener(self, job_id: str, host: str, port: int, rank: int = 0) -> Listener:
-        confinement = self.backend.session_confinement(job_id, rank)
+        confinement = self.backend.session_confinement(job_id, rank, CONTAINER_START_WAIT_SECONDS)
         if confinement is None:
             raise NotTheJobs(f"worker {rank} of job {job_id} is not running")
         pids = self.backend.job_pids(job_id)

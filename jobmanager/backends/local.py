@@ -151,6 +151,7 @@ PRIVATE = 0o700
 WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find strays
 START_TIMEOUT_SECONDS = 10.0
 KILL_WAIT_SECONDS = 3.0
+CONTAINER_START_POLL_SECONDS = 0.05  # a session waiting for its worker's container
 STRAY_ROUNDS = 5  # looks for a removed job's processes forked while it was being killed
 LOCK_STRIPES = 64  # jobs' locks: as many deployments at once, few files
 
@@ -305,17 +306,36 @@ class LocalBackend(ClusterBackend):
             who = launch.run_as.describe()
         return Isolation(run_as=who, limits=self.limits_in_force)
 
-    def session_confinement(self, job_id: str, rank: int = 0) -> Confinement | None:
+    def session_confinement(
+        self, job_id: str, rank: int = 0, wait_seconds: float = 0.0
+    ) -> Confinement | None:
         """What a session into the running worker must join (its account, directory,
-        environment and limits), as its init confined it; None when it is not there."""
+        environment and limits), as its init confined it; None when it is not there.
+
+        A worker whose init is still making its container (the job is reported running
+        as soon as it is deployed) is waited for up to ``wait_seconds``."""
+        deadline = time.monotonic() + wait_seconds
+        logged = False
+        while True:
+            confinement, starting = self._worker_confinement(job_id, rank)
+            if not starting or time.monotonic() >= deadline:
+                return confinement
+            if not logged:
+                logger.info("Worker %s of job %s: waiting for its container to start", rank, job_id)
+                logged = True
+            time.sleep(CONTAINER_START_POLL_SECONDS)
+
+    def _worker_confinement(self, job_id: str, rank: int) -> tuple[Confinement | None, bool]:
+        """The running worker's confinement, and whether its init is still making its
+        container (then no confinement yet)."""
         state = self._read_state(job_id) or {"workers": []}
         for worker in state["workers"]:
             if worker["rank"] == rank and _init_process(worker) is not None:
                 confinement = Confinement.from_json(worker["confinement"])
                 if confinement.sandbox and not _container_runs(confinement.sandbox):
-                    return None  # its init is still making the container
-                return confinement
-        return None
+                    return None, True
+                return confinement, False
+        return None, False
 
     def job_pids(self, job_id: str) -> set[int]:
         """The processes of the job while it runs: what its workers' inits started and

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from backend.accounts.models import AllowedIp, SshSessionEvent
 from backend.jobs.models import Job, JobStatus
+from jobmanager.backends import runc
 from tests.backend.gateway_support import (
     make_key,
     registered_key,
@@ -271,6 +272,39 @@ def test_allowed_ips_are_enforced_when_the_gateway_point_is_on(
         host_tmp, NODES, TRAINYARD_SSH_TRUSTED_NETWORKS="", TRAINYARD_ALLOWLIST_POINTS="nftables"
     ) as gateway:  # the gateway point off: allowed IPs are someone else's to enforce
         assert ssh(gateway, mia_key, login(job), "echo in").stdout == "in\n"
+
+
+def test_a_session_opened_while_the_worker_s_container_starts_waits_for_it(
+    world, jobs, backend, gateway, mia_key
+):
+    """A job is running once deployed, while its init may still be making the container
+    (for seconds on a loaded host): a session opened then waits for it, not refused."""
+    job = running_job(world, jobs)
+    confinement = backend.session_confinement(job.job_id, wait_seconds=30)
+    assert confinement is not None and confinement.sandbox is not None
+    pid_file = Path(confinement.sandbox["bundle"]) / runc.CONTAINER_PID_FILE
+    hidden = pid_file.with_name("hidden.pid")
+    pid_file.rename(hidden)  # as before runc wrote it: the container is being made
+    session = subprocess.Popen(
+        ssh_argv(gateway, mia_key, login(job), "echo in"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: "waiting for its container" in gateway.output() or session.poll() is not None,
+            30,
+            "the gateway to wait for the worker's container, or to refuse the session",
+        )
+        hidden.rename(pid_file)
+        out, err = session.communicate(timeout=60)
+    finally:
+        session.kill()
+        if hidden.exists():
+            hidden.rename(pid_file)
+    assert session.returncode == 0, err + gateway.output()
+    assert out == "in\n"
 
 
 # --- files and ports -----------------------------------------------------------------------

@@ -346,9 +346,16 @@ class JobSession(asyncssh.SSHServerSession):
     def eof_received(self) -> bool:
         if self.process is None or not self.input_open:
             self.input_closed = True
+        elif self.writing is not None and not self.writing.done():
+            # The last input is still on its way to the pipe: the close must not overtake it.
+            self.writing.add_done_callback(lambda _: self._close_input())
         else:
             self.process.close_input()
         return True
+
+    def _close_input(self) -> None:
+        if self.process is not None:
+            self.process.close_input()
 
     def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int):
         if self.terminal:

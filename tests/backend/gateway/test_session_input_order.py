@@ -106,3 +106,46 @@ def test_input_arriving_while_the_first_is_written_follows_it_and_the_eof_comes_
     assert b"".join(process.received) == b"first second third"
     assert process.closed_after == len(process.received)
     assert channel.code == 0
+
+
+def test_the_eof_waits_for_the_input_being_written_once_the_command_runs(monkeypatch):
+    """Once the command takes input directly, the last chunk may still be on its way to
+    the pipe when the client's end of input arrives: the close waits for it."""
+    monkeypatch.setattr(server.access, "still_running", lambda admission: True)
+
+    async def scenario() -> SlowProcess:
+        process, channel = SlowProcess(), Channel()
+        process.let_go.set()  # the buffered part (none) is written at once
+
+        async def start(*args, **kwargs):
+            return process
+
+        async def admitted():
+            return SimpleNamespace(login=SimpleNamespace(job_id="J"))
+
+        connection = SimpleNamespace(
+            admitted=admitted,
+            target=SimpleNamespace(start=start),
+            ssh=SimpleNamespace(get_extra_info=lambda name: None),
+            sessions=set(),
+        )
+        session = server.JobSession(connection)  # type: ignore[arg-type]
+        session.connection_made(channel)  # type: ignore[arg-type]
+        session.exec_requested("wc -c")
+        session.session_started()
+        while not session.input_open:
+            await asyncio.sleep(0)
+        process.let_go.clear()  # the next write waits in the pipe's drain
+        session.data_received(b"last chunk", None)
+        session.eof_received()  # in the same read from the client's socket
+        process.let_go.set()
+        assert session.task is not None
+        await asyncio.wait_for(session.task, 5)
+        if session.writing is not None:
+            await session.writing
+        return process
+
+    process = asyncio.run(scenario())
+
+    assert b"".join(process.received) == b"last chunk"
+    assert process.closed_after == 1

@@ -13,6 +13,10 @@ short-lived child under ``setpriv`` (backend.jobs.paths.as_account) with the job
   program, a relative path, ``env`` with options, a PATH set on the line) is accepted.
 
 The owner cannot tell a missing file from one they may not reach, so neither can the error.
+
+A program found runnable is not looked at again for the same account, program and PATH
+for ``RUNNABLE_REMEMBERED_SECONDS`` (a sweep or a burst of submissions starts one child,
+not one each); a refusal is never remembered, so a fixed permission is seen at once.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import threading
+import time
 
 from django.conf import settings
 
@@ -35,6 +41,11 @@ EXPANSION = set("$`*?[{~\\")
 SUGGESTION = (
     "use python (the training environment's, first on the job's PATH), /usr/bin/python3 or an image"
 )
+RUNNABLE_REMEMBERED_SECONDS = 60.0
+RUNNABLE_REMEMBERED_MAX = 4096  # entries; all forgotten at once beyond that
+# (uid, gid, groups, program, PATH) -> when the finding "runnable" expires (monotonic).
+_runnable_until: dict[tuple[int, int, tuple[int, ...], str, str], float] = {}
+_runnable_lock = threading.Lock()
 # $1 is the program. Prints what the owner may not run and exits 1, or exits 0.
 LOOKUP = r"""
 set -f
@@ -90,6 +101,11 @@ def program_of(command: str) -> str | None:
 def not_runnable(run_as: RunAs, program: str, path: str) -> str | None:
     """The file ``program`` names that ``run_as`` may not execute, or None when they may
     (or when it is not on ``path`` at all, or the check itself failed: the job will say)."""
+    key = (run_as.uid, run_as.gid, tuple(run_as.groups), program, path)
+    now = time.monotonic()
+    with _runnable_lock:
+        if _runnable_until.get(key, 0.0) > now:
+            return None
     try:
         done = subprocess.run(
             [*as_account(run_as), "/bin/sh", "-c", LOOKUP, "sh", program],
@@ -101,6 +117,11 @@ def not_runnable(run_as: RunAs, program: str, path: str) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
+    if done.returncode == 0:
+        with _runnable_lock:
+            if len(_runnable_until) >= RUNNABLE_REMEMBERED_MAX:
+                _runnable_until.clear()
+            _runnable_until[key] = now + RUNNABLE_REMEMBERED_SECONDS
     if done.returncode != 1 or not done.stdout:
         return None
     return done.stdout.decode(errors="replace")

@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from backend.jobs import commands
 from backend.jobs.commands import program_of
 from backend.jobs.models import Job
 from tests.backend.jobs_support import submit
 from tests.unix_accounts import job_account, reachable_directory
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def nothing_remembered(monkeypatch) -> None:
+    """Each test starts with no program remembered as runnable."""
+    monkeypatch.setattr(commands, "_runnable_until", {})
 
 
 @pytest.fixture
@@ -79,6 +86,38 @@ def test_a_program_found_on_the_job_s_path_must_be_executable(world, tools_on_pa
     assert response.json()["command"][0].startswith(
         f"The job runs as ty-test-mia, who may not run {tools_on_path}/train-tool "
     )
+
+
+def test_a_permission_fixed_after_a_refusal_is_seen_at_once(world, private_python):
+    client = world.client(world.member)
+    assert submit(client, command=f"{private_python} train.py").status_code == 400
+
+    private_python.parent.chmod(0o755)
+
+    response = submit(client, command=f"{private_python} train.py")
+    assert response.status_code == 201, response.content
+
+
+def test_a_burst_of_one_command_looks_its_program_up_once(world, tools_on_path, monkeypatch):
+    """A sweep's submissions start one child as the owner, not one each."""
+    lookups = []
+    real_run = commands.subprocess.run
+
+    def counted(argv, **kwargs):
+        lookups.append(argv[-1])
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(commands.subprocess, "run", counted)
+    (tools_on_path / "train-tool").chmod(0o755)
+    client = world.client(world.member)
+    env = {"PATH": str(tools_on_path)}
+
+    for learning_rate in ("0.1", "0.01", "0.001"):
+        response = submit(client, command=f"train-tool --lr {learning_rate}", env=env)
+        assert response.status_code == 201, response.content
+    submit(client, command="/usr/bin/python3 train.py")
+
+    assert lookups == ["train-tool", "/usr/bin/python3"]
 
 
 def test_the_refusal_comes_with_every_other_mistake_in_one_answer(world, private_python):

@@ -98,6 +98,12 @@ def program_of(command: str) -> str | None:
     return program
 
 
+def forget_runnable_programs() -> None:
+    """Forget every program remembered as runnable: the next submission checks again."""
+    with _runnable_lock:
+        _runnable_until.clear()
+
+
 def not_runnable(run_as: RunAs, program: str, path: str) -> str | None:
     """The file ``program`` names that ``run_as`` may not execute, or None when they may
     (or when it is not on ``path`` at all, or the check itself failed: the job will say)."""

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for label, seconds in (("checked each time", 0.0), ("remembered", remembered)):
             commands.RUNNABLE_REMEMBERED_SECONDS = seconds
-            commands._runnable_until.clear()
+            commands.forget_runnable_programs()
             cpu, began = cpu_seconds(), time.monotonic()
             for _ in range(args.submissions):
                 submit()

@@ -138,6 +138,16 @@ def ssh(gateway: Gateway, key: Path, login: str, *arguments: str, **kwargs):
     )
 
 
+def ssh_started(gateway: Gateway, key: Path, login: str, *arguments: str) -> subprocess.Popen:
+    """``ssh`` started, not waited for: its output and errors on pipes, as text."""
+    return subprocess.Popen(
+        ssh_argv(gateway, key, login, *arguments),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def on_terminal(argv: list[str], timeout: float = 60) -> tuple[int, str]:
     """``argv`` (``ssh -tt ...``) run on a terminal of its own, a pty of 0x0 as
     ``script``'s is, with nothing typed on it; its exit status and what the terminal showed

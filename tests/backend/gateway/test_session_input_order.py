@@ -64,29 +64,37 @@ class Channel:
         self.code = code
 
 
+def exec_session(
+    process: SlowProcess, channel: Channel, started: asyncio.Event
+) -> server.JobSession:
+    """A session running ``wc -c`` through a gateway connection whose target starts
+    ``process`` (setting ``started``), the job admitted."""
+
+    async def start(*args, **kwargs):
+        started.set()
+        return process
+
+    async def admitted():
+        return SimpleNamespace(login=SimpleNamespace(job_id="J"))
+
+    connection = SimpleNamespace(
+        admitted=admitted,
+        target=SimpleNamespace(start=start),
+        ssh=SimpleNamespace(get_extra_info=lambda name: None),
+        sessions=set(),
+    )
+    session = server.JobSession(connection)  # type: ignore[arg-type]
+    session.connection_made(channel)  # type: ignore[arg-type]
+    session.exec_requested("wc -c")
+    return session
+
+
 def test_input_arriving_while_the_first_is_written_follows_it_and_the_eof_comes_last(monkeypatch):
     monkeypatch.setattr(server.access, "still_running", lambda admission: True)
 
     async def scenario() -> tuple[SlowProcess, Channel]:
-        process, channel = SlowProcess(), Channel()
-        started = asyncio.Event()
-
-        async def start(*args, **kwargs):
-            started.set()
-            return process
-
-        async def admitted():
-            return SimpleNamespace(login=SimpleNamespace(job_id="J"))
-
-        connection = SimpleNamespace(
-            admitted=admitted,
-            target=SimpleNamespace(start=start),
-            ssh=SimpleNamespace(get_extra_info=lambda name: None),
-            sessions=set(),
-        )
-        session = server.JobSession(connection)  # type: ignore[arg-type]
-        session.connection_made(channel)  # type: ignore[arg-type]
-        session.exec_requested("wc -c")
+        process, channel, started = SlowProcess(), Channel(), asyncio.Event()
+        session = exec_session(process, channel, started)
         session.data_received(b"first ", None)  # before the command runs: buffered
         session.session_started()
         await started.wait()
@@ -116,22 +124,7 @@ def test_the_eof_waits_for_the_input_being_written_once_the_command_runs(monkeyp
     async def scenario() -> SlowProcess:
         process, channel = SlowProcess(), Channel()
         process.let_go.set()  # the buffered part (none) is written at once
-
-        async def start(*args, **kwargs):
-            return process
-
-        async def admitted():
-            return SimpleNamespace(login=SimpleNamespace(job_id="J"))
-
-        connection = SimpleNamespace(
-            admitted=admitted,
-            target=SimpleNamespace(start=start),
-            ssh=SimpleNamespace(get_extra_info=lambda name: None),
-            sessions=set(),
-        )
-        session = server.JobSession(connection)  # type: ignore[arg-type]
-        session.connection_made(channel)  # type: ignore[arg-type]
-        session.exec_requested("wc -c")
+        session = exec_session(process, channel, asyncio.Event())
         session.session_started()
         while not session.input_open:
             await asyncio.sleep(0)

@@ -27,6 +27,7 @@ from tests.backend.gateway_support import (
     running_gateway,
     ssh,
     ssh_argv,
+    ssh_started,
 )
 from tests.backend.jobs_support import make_job
 from tests.backend.local_support import NODES, PYTHON, JobManager, local_backend, submit
@@ -180,12 +181,7 @@ def test_terminal_sessions_one_after_another_each_get_their_shell(world, jobs, g
 
 def test_the_session_ends_with_a_message_when_the_job_is_killed(world, jobs, gateway, mia_key):
     job = running_job(world, jobs)
-    session = subprocess.Popen(
-        ssh_argv(gateway, mia_key, login(job), "echo ready; sleep 600"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    session = ssh_started(gateway, mia_key, login(job), "echo ready; sleep 600")
     try:
         assert session.stdout.readline().strip() == "ready"
         response = world.client(world.member).post(f"/api/v1/jobs/{job.job_id}/kill/", {})
@@ -285,12 +281,7 @@ def test_a_session_opened_while_the_worker_s_container_starts_waits_for_it(
     pid_file = Path(confinement.sandbox["bundle"]) / runc.CONTAINER_PID_FILE
     hidden = pid_file.with_name("hidden.pid")
     pid_file.rename(hidden)  # as before runc wrote it: the container is being made
-    session = subprocess.Popen(
-        ssh_argv(gateway, mia_key, login(job), "echo in"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    session = ssh_started(gateway, mia_key, login(job), "echo in")
     try:
         wait_until(
             lambda: "waiting for its container" in gateway.output() or session.poll() is not None,

@@ -20,9 +20,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def nothing_remembered(monkeypatch) -> None:
-    """Each test starts with no program remembered as runnable."""
-    monkeypatch.setattr(commands, "_runnable_until", {})
+def nothing_remembered() -> Iterator[None]:
+    """Each test starts, and leaves, with no program remembered as runnable."""
+    commands.forget_runnable_programs()
+    yield
+    commands.forget_runnable_programs()
 
 
 @pytest.fixture

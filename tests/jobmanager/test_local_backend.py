@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -296,6 +297,37 @@ def test_a_new_instance_adopts_running_jobs_and_sees_those_that_died_unwatched(b
     assert job_processes(job.job_id)  # its sleep lives on, orphaned, until removed
     adopter.remove(job.job_id)
     assert job_processes(job.job_id) == []
+
+
+def test_a_new_version_adopts_the_jobs_of_a_state_directory_that_lists_none(backend):
+    """A state directory written before jobs were listed (``.live``): the running job is
+    found, and one removed afterwards is no longer reported."""
+    job = launch("echo ready; sleep 300")
+    backend.deploy(job)
+    wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
+    shutil.rmtree(backend.state_dir / ".live")  # as an earlier version left it
+
+    upgraded = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
+
+    assert upgraded.reports()[job.job_id].workers[0].state == WorkerState.RUNNING
+    upgraded.remove(job.job_id)
+    assert job.job_id not in upgraded.reports()
+    assert job.job_id not in backend.reports()
+
+
+def test_jobs_that_ended_are_not_listed_and_their_working_directories_stay(backend):
+    jobs = [launch("true") for _ in range(3)]
+    for job in jobs:
+        backend.deploy(job)
+    for job in jobs:
+        wait_until(ended(backend, job.job_id), 20, f"{job.job_id} to end")
+    backend.remove(jobs[0].job_id)
+    backend.remove(jobs[1].job_id)
+
+    assert set(backend.reports()) == {jobs[2].job_id}
+    assert (backend.state_dir / jobs[0].job_id / "work").is_dir()
+    backend.remove(jobs[2].job_id)
+    assert backend.reports() == {}
 
 
 # --- deployment ---------------------------------------------------------------------------

@@ -510,6 +510,8 @@ class JobAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="attempt_number_unique")
         ]
+        # Usage reads the attempts ended since it last looked (backend/jobs/history.py).
+        indexes = [models.Index(fields=["ended_at"], name="attempt_ended_idx")]
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.number}"

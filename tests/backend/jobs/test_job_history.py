@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from backend.jobs import history
 from backend.jobs.history import decayed_gpu_seconds
 from backend.jobs.models import JobAttempt, JobStatus
 from backend.jobs.snapshot import load_snapshot
@@ -104,3 +105,50 @@ def test_a_vc_admin_sets_the_wait_limit_the_scheduler_reads_and_a_bad_one_is_ref
     answer = client.patch("/api/v1/vcs/vision/", {"wait_limit_hours": None}, format="json")
     assert answer.status_code == 200, answer.json()
     assert {vc.name: vc for vc in load_snapshot().vcs}["vision"].wait_limit is None
+
+
+def test_usage_kept_between_passes_equals_a_reading_of_the_whole_history(world, monkeypatch):
+    """A process keeps the sums between passes (decayed, with the attempts ended since);
+    they equal a reading of every attempt, also once an attempt is written with an end
+    earlier than those already read, which has the whole history read again."""
+    world.vision.policy = "FS"
+    world.vision.save()
+    monkeypatch.setattr(history, "_usage", None)
+    readings = []
+    whole_reading = history._Usage.read
+
+    def counted(cls, *arguments):
+        readings.append(arguments)
+        return whole_reading(*arguments)
+
+    monkeypatch.setattr(history._Usage, "read", classmethod(counted))
+
+    def usage() -> dict[tuple[str, str], float]:
+        return history.decayed_usage(timezone.now())
+
+    def read_afresh() -> dict[tuple[str, str], float]:
+        history._usage = None
+        return usage()
+
+    def finished(owner):
+        return JobFactory(
+            owner=owner, vc=world.vision, gpu_type=world.a100, gpus_per_worker=8,
+            status=JobStatus.FINISHED,
+        )  # fmt: skip
+
+    ran(finished(world.member), 1, hours_ago=24, hours=1)
+    assert set(usage()) == {("vision", world.member.username)}
+    assert len(readings) == 1
+
+    ran(finished(world.vc_admin), 1, hours_ago=0, hours=2)  # ends now
+    kept = usage()
+    assert len(readings) == 1  # brought up to date, not read again
+    assert kept == pytest.approx(read_afresh(), rel=1e-6)
+    assert kept[("vision", world.vc_admin.username)] > kept[("vision", world.member.username)]
+
+    ran(finished(world.outsider), 1, hours_ago=5, hours=1)  # ended before the last one read
+    readings.clear()
+    kept = usage()
+    assert len(readings) == 1
+    assert ("vision", world.outsider.username) in kept
+    assert kept == pytest.approx(read_afresh(), rel=1e-6)

@@ -100,6 +100,7 @@ from jobmanager.backends.images import (
     release_roots,
     with_driver_paths,
 )
+from jobmanager.backends.live_jobs import LiveJobs
 from jobmanager.backends.local_host import (
     DEFAULT_CGROUP_ROOT,
     DEFAULT_DEVICE_DIR,
@@ -150,9 +151,6 @@ TRAVERSABLE = 0o711  # other accounts pass through to their own directories, lis
 PRIVATE = 0o700
 WORKER_MARKER = "TRAINYARD_LOCAL_WORKER"  # <job id>/<attempt>/<rank>, to find strays
 START_TIMEOUT_SECONDS = 10.0
-# In the state directory: an empty file per job that has a state (named by its id), so that
-# listing the jobs held costs the jobs held, not every job that ever ran here.
-LIVE_DIR = ".live"
 KILL_WAIT_SECONDS = 3.0
 CONTAINER_START_POLL_SECONDS = 0.05  # a session waiting for its worker's container
 STRAY_ROUNDS = 5  # looks for a removed job's processes forked while it was being killed
@@ -220,8 +218,7 @@ class LocalBackend(ClusterBackend):
             directory.mkdir(parents=True, exist_ok=True)
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE if self.switches_users else PRIVATE)
-        self._live = self.state_dir / LIVE_DIR
-        self._index_live_jobs()
+        self._live = LiveJobs(self.state_dir)
         self.kill_after_seconds = kill_after_seconds
         self.job_path = job_path
         self.notify_socket = Path(notify_socket) if notify_socket else None
@@ -853,7 +850,7 @@ class LocalBackend(ClusterBackend):
             if entry is not None:
                 self._reaper.queue(entry)
                 self._reaper.soon()
-        (self._live / job_id).unlink(missing_ok=True)  # its state is gone: no longer listed
+        self._live.discard(job_id)  # its state is gone
 
     def _finish_removals(self, entries: list[Path]) -> None:
         """What removals left to the reaper (``local_removal``) in ``entries``: the network
@@ -918,32 +915,15 @@ class LocalBackend(ClusterBackend):
         return _read_json(self._job_dir(job_id) / "state.json")
 
     def _write_state(self, state: dict[str, Any]) -> None:
-        path = self._job_dir(state["job_id"]) / "state.json"
-        if not path.exists():  # the job's first: listed before its state is there
-            _write_private(self._live / state["job_id"], "")
-        _write_private(path, json.dumps(state))
+        self._live.before_state(state["job_id"])
+        _write_private(self._job_dir(state["job_id"]) / "state.json", json.dumps(state))
 
     def _states(self) -> Iterator[dict[str, Any]]:
-        """Every job this backend holds, from the list of those with a state (a job's
-        directory stays after it, with its working directory: listing the state directory
-        itself cost every reconcile a look into each job that ever ran here)."""
-        for name in sorted(os.listdir(self._live)):
-            if name.startswith("."):
-                continue
-            state = _read_json(self.state_dir / name / "state.json")
+        """Every job this backend holds (``live_jobs``)."""
+        for job_id in self._live.names():
+            state = _read_json(self.state_dir / job_id / "state.json")
             if state is not None:
                 yield state
-
-    def _index_live_jobs(self) -> None:
-        """The list of jobs with a state (``LIVE_DIR``), made once from the state
-        directory where an earlier version kept none."""
-        complete = self._live / ".complete"
-        if complete.exists():
-            return
-        self._live.mkdir(mode=PRIVATE, exist_ok=True)
-        for path in self.state_dir.glob("*/state.json"):
-            _write_private(self._live / path.parent.name, "")
-        _write_private(complete, "")
 
 
 # --- helpers ------------------------------------------------------------------------------

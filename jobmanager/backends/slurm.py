@@ -51,6 +51,7 @@ from jobmanager.backends.base import (
     WorkerState,
 )
 from jobmanager.backends.elastic import elastic_command, elastic_env, rendezvous_endpoint
+from jobmanager.backends.live_jobs import LiveJobs
 from jobmanager.backends.local import JOB_PATH, worker_env
 from jobmanager.backends.slurm_commands import SlurmCommands, SlurmError, SlurmJob, SlurmNode
 from jobmanager.backends.slurm_rounds import (
@@ -104,6 +105,7 @@ class SlurmBackend(ClusterBackend):
             directory.mkdir(parents=True, exist_ok=True)
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(TRAVERSABLE)
+        self._live = LiveJobs(self.state_dir)
         self.partition = partition
         self.stop_grace = stop_grace
         self.job_path = job_path
@@ -360,6 +362,7 @@ class SlurmBackend(ClusterBackend):
         for path in job_dir.iterdir() if job_dir.is_dir() else []:
             if path.name != "work":  # the job's files stay, as its logs do
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self._live.discard(job_id)  # its state is gone
 
     @contextlib.contextmanager
     def nodes_pinned(self) -> Iterator[None]:
@@ -567,6 +570,7 @@ class SlurmBackend(ClusterBackend):
 
     def _write_state(self, state: dict[str, Any]) -> None:
         """Written whole, readable by root alone (it holds the workers' environments)."""
+        self._live.before_state(state["job_id"])
         path = self._job_dir(state["job_id"]) / "state.json"
         temporary = path.with_suffix(".tmp")
         with contextlib.suppress(FileNotFoundError):
@@ -577,8 +581,9 @@ class SlurmBackend(ClusterBackend):
         temporary.replace(path)
 
     def _states(self) -> Iterator[dict[str, Any]]:
-        for job_dir in sorted(self.state_dir.iterdir()):
-            state = self._read_state(job_dir.name)
+        """Every job this backend holds (``live_jobs``)."""
+        for job_id in self._live.names():
+            state = self._read_state(job_id)
             if state is not None:
                 yield state
 

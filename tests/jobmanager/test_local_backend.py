@@ -29,6 +29,7 @@ from jobmanager.backends import (
     WorkerState,
     local,
 )
+from jobmanager.backends.live_jobs import LIVE_DIR
 from jobmanager.backends.local import LocalBackend
 from jobmanager.backends.local_host import gpu_type_of, parse_declared_nodes
 from tests.jobmanager.conftest import NODES
@@ -305,7 +306,7 @@ def test_a_new_version_adopts_the_jobs_of_a_state_directory_that_lists_none(back
     job = launch("echo ready; sleep 300")
     backend.deploy(job)
     wait_until(logged(backend, job.job_id, "ready"), 20, "the job to start")
-    shutil.rmtree(backend.state_dir / ".live")  # as an earlier version left it
+    shutil.rmtree(backend.state_dir / LIVE_DIR)  # as an earlier version left it
 
     upgraded = LocalBackend(backend.state_dir, backend.log_dir, nodes=NODES, cgroup_root=None)
 

@@ -108,10 +108,14 @@ def create_database(database_url: str) -> None:
 
 
 class Trainyard:
-    def __init__(self, database_url: str, port: int, sandbox: str = "none") -> None:
+    def __init__(
+        self, database_url: str, port: int, sandbox: str = "none", code: Path = REPO_ROOT
+    ) -> None:
         """The embedded Trainyard on ``database_url`` and ``port``, its jobs bare processes
-        (``sandbox`` "none") or each in a runc container ("runc")."""
+        (``sandbox`` "none") or each in a runc container ("runc"); run from the checkout
+        ``code`` (another version's, to compare)."""
         self.sandbox = sandbox
+        self.code = code
         self.var_dir = Path(tempfile.mkdtemp(prefix="trainyard-throughput-"))
         self.var_dir.chmod(0o711)  # the jobs' accounts pass through to their directories
         self.network = {
@@ -157,7 +161,7 @@ class Trainyard:
 
     def manage(self, *arguments: str) -> str:
         return subprocess.run(
-            [sys.executable, "manage.py", *arguments], cwd=REPO_ROOT, env=self.env,
+            [sys.executable, "manage.py", *arguments], cwd=self.code, env=self.env,
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
 
@@ -172,7 +176,7 @@ class Trainyard:
             self.process = subprocess.Popen(
                 [sys.executable, "manage.py", "run_trainyard", "--no-demo", "--port",
                  str(self.port)],
-                cwd=REPO_ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True,
+                cwd=self.code, env=self.env, stdout=log, stderr=log, start_new_session=True,
                 preexec_fn=self._join_cpu_cgroup,
             )  # fmt: skip
         wait_for(lambda: _answers(f"http://127.0.0.1:{self.port}/healthz"), 120, "Trainyard")

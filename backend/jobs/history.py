@@ -126,9 +126,7 @@ class _Usage:
             .values_list("pk", "ended_at")
             .first()
         )
-        kept.recent = {}
-        kept.latest = None
-        if last is not None and last[1] is not None:
+        if last is not None and last[1] is not None:  # none: fold found none either
             kept.latest = (last[0], last[1])
             tail = JobAttempt.objects.filter(ended_at__gte=last[1] - USAGE_OVERLAP)
             kept.recent = {

@@ -921,7 +921,7 @@ class LocalBackend(ClusterBackend):
     def _states(self) -> Iterator[dict[str, Any]]:
         """Every job this backend holds (``live_jobs``)."""
         for job_id in self._live.names():
-            state = _read_json(self.state_dir / job_id / "state.json")
+            state = self._read_state(job_id)
             if state is not None:
                 yield state
 

@@ -469,7 +469,10 @@ TRAINYARD_DEPLOY_TIMEOUT_SECONDS = env_int("TRAINYARD_DEPLOY_TIMEOUT_SECONDS", 1
 TRAINYARD_RETRY_BACKOFF_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_SECONDS", 30)
 TRAINYARD_RETRY_BACKOFF_MAX_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_MAX_SECONDS", 1800)
 # Runnable first lets smaller jobs pass a waiting one for this long, then it blocks.
-TRAINYARD_RF_STARVATION_SECONDS = env_int("TRAINYARD_RF_STARVATION_SECONDS", 3600)
+TRAINYARD_RF_STARVATION_SECONDS = env_int("TRAINYARD_RF_STARVATION_SECONDS", 1200)
+# Least attained service: a preempted job goes back to the first queue after waiting this
+# long (and LAS's starve factor times what it ran).
+TRAINYARD_LAS_STARVATION_SECONDS = env_int("TRAINYARD_LAS_STARVATION_SECONDS", 3600)
 # An elastic job is grown or shrunk at most once per this many seconds (its start counts).
 TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = env_int("TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS", 300)
 # Least attained service: a job queued this long in all (every wait after a preemption

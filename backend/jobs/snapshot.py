@@ -174,6 +174,7 @@ def load_snapshot(
         running=running,
         queued=queued,
         starvation_seconds=float(settings.TRAINYARD_RF_STARVATION_SECONDS),
+        las_starvation_seconds=float(settings.TRAINYARD_LAS_STARVATION_SECONDS),
         usage=decayed_usage(now),
         las_wait_limit=float(settings.TRAINYARD_LAS_WAIT_LIMIT_SECONDS) or None,
     )

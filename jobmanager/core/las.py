@@ -57,7 +57,7 @@ def las_queue_rank(snapshot: Snapshot, job: QueuedJob) -> tuple[Any, ...]:
     # Waited too long (past the guard, and some times what it ran: Tiresias's
     # STARVE_LIMIT): first again, whatever it ran.
     ran = job.attained / max(job.shape.total.gpus, 1)
-    guard = max(snapshot.starvation_seconds, snapshot.las_starve_factor * ran)
+    guard = max(snapshot.las_starvation_seconds, snapshot.las_starve_factor * ran)
     if snapshot.now - job.waiting_from >= guard:
         return (0,)
     return (las_level(job.attained, snapshot.las_thresholds),)

@@ -37,8 +37,16 @@ class Policy(StrEnum):
 
 # Least attained service: GPU-seconds at which a job moves to the next queue.
 LAS_THRESHOLDS = (16 * 3600.0,)  # one queue boundary, at 16 GPU-hours: the best measured
+# Runnable first lets smaller jobs by a waiting one this long, then the waiting job blocks
+# its VC as under FIFO. 20 minutes: with an hour, the jobs that went by on an always-full
+# queue delayed the largest ones past FIFO's (p95 JCT 1.032x FIFO's on the Philly sample,
+# 1.007x on ITP cluster02); with 20 minutes RF's p95 JCT is FIFO's or better on every
+# replayed trace (docs/benchmarks.md, 2026-12-04 evening).
+RF_STARVATION_SECONDS = 1200.0
+# A preempted job waits at least this long before it goes back to the first LAS queue.
+LAS_STARVATION_SECONDS = 3600.0
 # A preempted job goes back to the first LAS queue after waiting this many times what it
-# ran, and at least the starvation guard (Tiresias's STARVE_LIMIT). 0: after the guard
+# ran, and at least LAS's starvation guard (Tiresias's STARVE_LIMIT). 0: after the guard
 # alone (an hour): with 1.0, long jobs preempted on a congested cluster (cluster02) sat
 # behind the first queue for as long as they had run, and came back, as whole gangs, into
 # a queue that had since filled up (docs/benchmarks.md, 2026-12-04).
@@ -307,7 +315,7 @@ class Snapshot:
     placement: Placement = Placement.PACK
     # Runnable first lets smaller jobs by a waiting one only this long; after that the
     # waiting job blocks its VC's queue as under FIFO, so that it is not starved forever.
-    starvation_seconds: float = 3600.0
+    starvation_seconds: float = RF_STARVATION_SECONDS
     # False: decide starts and preemptions only, with no reasons to wait (Decisions.waits
     # stays empty), as start-time estimates need, at a fraction of the cost.
     explain: bool = True
@@ -320,9 +328,11 @@ class Snapshot:
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     # A job LAS restarted is not preempted again before it has run this long.
     las_quantum: float = 1800.0
-    # A preempted job waits at most this many times what it ran (and at least the
-    # starvation guard) before it goes back to the first queue (Tiresias's STARVE_LIMIT).
+    # A preempted job waits at most this many times what it ran (and at least
+    # ``las_starvation_seconds``) before it goes back to the first queue (Tiresias's
+    # STARVE_LIMIT).
     las_starve_factor: float = LAS_STARVE_FACTOR
+    las_starvation_seconds: float = LAS_STARVATION_SECONDS
     # A job that has spent this long queued since its submission, over all its waits,
     # goes before every other and may preempt any job that has not (and has run a
     # quantum); once started it is not preempted by least attained service again. None:

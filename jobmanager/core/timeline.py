@@ -18,6 +18,7 @@ from jobmanager.core.running import RunningSummary
 from jobmanager.core.scheduler import schedule
 from jobmanager.core.snapshot import (
     LAS_THRESHOLDS,
+    RF_STARVATION_SECONDS,
     Decisions,
     NodeState,
     Placement,
@@ -45,7 +46,7 @@ class SimulatedCluster:
     vcs: tuple[VcState, ...]
     run_time: Callable[[QueuedJob], float]
     placement: Placement = Placement.PACK
-    starvation_seconds: float = 3600.0
+    starvation_seconds: float = RF_STARVATION_SECONDS
     running: dict[str, RunningJob] = field(default_factory=dict)
     queued: dict[str, QueuedJob] = field(default_factory=dict)
     # Ends of running jobs as (time, job id, start time), a job's entry stale once it stops.

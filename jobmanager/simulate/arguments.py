@@ -9,7 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from jobmanager.core.snapshot import Placement, Policy
+from jobmanager.core.snapshot import RF_STARVATION_SECONDS, Placement, Policy
 from jobmanager.simulate.engine import ReplayOptions
 from jobmanager.simulate.synthetic import SyntheticSpec
 
@@ -151,7 +151,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     runs.add_argument(
         "--starvation-seconds",
         type=_non_negative_float,
-        default=3600.0,
+        default=RF_STARVATION_SECONDS,
         help="RF lets smaller jobs by a waiting one for this long (default %(default)s)",
     )
     runs.add_argument(
@@ -246,6 +246,13 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "what it ran (default %(default)s)",
     )
     jobs.add_argument(
+        "--las-starvation-seconds",
+        type=_non_negative_float,
+        default=ReplayOptions.las_starvation_seconds,
+        metavar="SECONDS",
+        help="and after waiting at least this long (default %(default)s)",
+    )
+    jobs.add_argument(
         "--las-wait-limit",
         type=_positive_float,
         metavar="SECONDS",
@@ -309,6 +316,7 @@ def replay_options(args: argparse.Namespace) -> ReplayOptions:
         las_thresholds=tuple(args.las_thresholds),
         las_quantum=args.las_quantum,
         las_starve_factor=args.las_starve_factor,
+        las_starvation_seconds=args.las_starvation_seconds,
         las_wait_limit=args.las_wait_limit,
         las_wait_factor=args.las_wait_factor,
         las_limit_preempted_only=args.las_limit_preempted_only,

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field, replace
 
 from jobmanager.core.estimates import RunTimeEstimator
 from jobmanager.core.snapshot import (
+    LAS_STARVATION_SECONDS,
     LAS_STARVE_FACTOR,
     LAS_THRESHOLDS,
+    RF_STARVATION_SECONDS,
     JobShape,
     Placement,
     Policy,
@@ -56,6 +58,7 @@ class ReplayOptions:
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS
     las_quantum: float = 1800.0
     las_starve_factor: float = LAS_STARVE_FACTOR
+    las_starvation_seconds: float = LAS_STARVATION_SECONDS
     las_wait_limit: float | None = None  # seconds queued in all before a job is overdue
     las_wait_factor: float | None = None  # or this many times its expected wait
     las_limit_preempted_only: bool = False  # the wait limit binds preempted jobs only
@@ -117,7 +120,7 @@ def replay(
     placement: Placement,
     *,
     interval: float = 0.0,
-    starvation_seconds: float = 3600.0,
+    starvation_seconds: float = RF_STARVATION_SECONDS,
     on_progress: Callable[[int], None] | None = None,
     options: ReplayOptions | None = None,
 ) -> Replay:
@@ -190,6 +193,7 @@ def replay(
             "las_thresholds": options.las_thresholds,
             "las_quantum": options.las_quantum,
             "las_starve_factor": options.las_starve_factor,
+            "las_starvation_seconds": options.las_starvation_seconds,
             "las_wait_limit": options.las_wait_limit,
             "las_wait_factor": options.las_wait_factor,
             "las_limit_preempted_only": options.las_limit_preempted_only,

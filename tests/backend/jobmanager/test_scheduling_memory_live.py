@@ -95,6 +95,31 @@ def test_a_preempted_job_queued_past_the_las_wait_limit_goes_before_a_newer_job(
     assert (newcomer.attempt, veteran.attempt) == (0, 2), "the veteran started first"
 
 
+@pytest.mark.parametrize(
+    ("guard", "first"),
+    [
+        ("TRAINYARD_RF_STARVATION_SECONDS", "newcomer"),
+        ("TRAINYARD_LAS_STARVATION_SECONDS", "veteran"),
+    ],
+    ids=["runnable-first-guard", "las-guard"],
+)
+def test_a_preempted_job_goes_back_to_las_first_queue_after_las_own_starvation_guard(
+    world,
+    jobs,  # noqa: F811 (the fixture)
+    settings,
+    guard,
+    first,
+):
+    """With LAS's guard at 0 the preempted veteran is back in the first queue at once and
+    goes before the newer job by its earlier submission; runnable first's guard at 0
+    moves nothing under LAS."""
+    setattr(settings, guard, 0)
+    veteran, newcomer = race_after_preemption(world, jobs)
+
+    expected = {"newcomer": (1, 1), "veteran": (0, 2)}[first]
+    assert (newcomer.attempt, veteran.attempt) == expected, f"the {first} started first"
+
+
 def test_a_member_with_a_week_of_heavy_use_waits_behind_one_with_none_under_fair_share(
     world,
     jobs,  # noqa: F811 (the fixture)

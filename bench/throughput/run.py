@@ -465,12 +465,15 @@ def goals(figures: dict, sandboxes: list[str]) -> list[str]:
         )
         p95 = figures[f"trainyard {mode} sequential"]["p95_s"]
         name = SANDBOX_NAMES.get(mode, mode)
+        # Bare processes: twice Slurm's rate (the first throughput issue); in a sandbox,
+        # Slurm's rate (issue 29: the sandbox may cost up to the margin bare processes had).
+        array_goal = 2.0 if mode == "none" else 1.0
         lines += [
             f"- {name}: burst >= 30 jobs/s: {'met' if burst_rate >= 30 else 'NOT met'} "
             f"({burst_rate}); burst >= Slurm's: {'met' if burst_ratio >= 1 else 'NOT met'} "
             f"({burst_ratio:.2f}x)",
-            f"- {name}: array >= 2x Slurm: {'met' if array_ratio >= 2 else 'NOT met'} "
-            f"({array_ratio:.2f}x)",
+            f"- {name}: array >= {array_goal:g}x Slurm: "
+            f"{'met' if array_ratio >= array_goal else 'NOT met'} ({array_ratio:.2f}x)",
             f"- {name}: idle submit-to-start p95 < 0.5 s: {'met' if p95 < 0.5 else 'NOT met'} "
             f"({p95} s)",
         ]

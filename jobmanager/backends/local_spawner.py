@@ -9,7 +9,8 @@ it may start processes as it). A request is the init's own arguments (as ``local
 takes them, with ``--go-fd`` and without ``--pid-file``) and the directory to run in, with
 two descriptors passed along (``SCM_RIGHTS``): the read end of the deployer's go pipe and
 the worker's log, the init's stdout and stderr until it opens the log itself. The spawner
-forks the init, which leads a session of its own, and answers with its pid; it ignores
+forks the init and answers with its pid once the init leads a session of its own (so that
+nothing sent to the spawner's process group can reach an init it named); it ignores
 SIGCHLD, so that the kernel reaps its inits when they end and it never waits for one (one
 fork a worker: a second, to leave the init without a parent as ``local_init --pid-file``
 detaches, cost each worker 1-2 ms of CPU in page tables copied and torn down). The init
@@ -141,17 +142,26 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def _become_init(
-    local_init: ModuleType, request: dict[str, Any], go_fd: int, log_fd: int, others: list[Any]
+    local_init: ModuleType,
+    request: dict[str, Any],
+    go_fd: int,
+    log_fd: int,
+    ready_fd: int,
+    others: list[Any],
 ) -> None:
-    """In the spawner's child, the init: run as ``local_init`` would, and exit with the
-    command's code. Never returns."""
+    """In the spawner's child, the init: leave the spawner's session, say so on
+    ``ready_fd``, then run as ``local_init`` would, and exit with the command's code.
+    Never returns."""
     code = local_init.CANNOT_RUN
     try:
         for sock in others:
             sock.close()
-        # A session of its own, out of the spawner's process group: killing the spawner's
-        # (as run_trainyard does to a dead child's) must never reach an init.
+        # A session of its own, out of the spawner's process group, before the spawner
+        # names it: killing the spawner's group (as run_trainyard does to a dead child's)
+        # must never reach an init.
         os.setsid()
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
         # The spawner's SIGCHLD is ignored (its children reaped by the kernel): the init
         # waits for its own.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
@@ -189,6 +199,7 @@ def serve(socket_path: str) -> None:
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
+            ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
             try:
                 child = os.fork()
             except OSError as error:
@@ -196,12 +207,18 @@ def serve(socket_path: str) -> None:
                     connection.sendall(f"cannot fork: {error}\n".encode())
                 child = None
             if child == 0:
-                _become_init(local_init, request, go_fd, log_fd, [listener, connection])
-            os.close(go_fd)
-            os.close(log_fd)
+                os.close(ready_read)
+                others = [listener, connection]
+                _become_init(local_init, request, go_fd, log_fd, ready_write, others)
+            for descriptor in (go_fd, log_fd, ready_write):
+                os.close(descriptor)
+            with os.fdopen(ready_read, "rb") as ready:
+                # Named once it leads its own session; nothing read: it died before that.
+                started = child is not None and ready.read(1) == b"1"
             if child is not None:
+                answer = f"{child}\n" if started else "refused: the init ended before it started\n"
                 with contextlib.suppress(OSError):  # the deployer gone: the init sees no go
-                    connection.sendall(f"{child}\n".encode())
+                    connection.sendall(answer.encode())
 
 
 def main(argv: list[str] | None = None) -> int:

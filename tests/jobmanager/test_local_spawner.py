@@ -103,3 +103,25 @@ def test_an_init_whose_deployer_dies_before_go_runs_nothing(host_tmp, socket_pat
 
     init.wait(timeout=10)  # gone, having run nothing and recorded nothing
     assert not marker.exists() and not status.exists()
+
+
+def test_an_init_is_out_of_the_spawners_process_group_once_it_is_named(host_tmp, socket_path):
+    """run_trainyard kills a dead spawner's process group: an init the spawner has named
+    must already lead a session of its own, however soon the group is killed. Ten times,
+    the group killed as soon as the pid comes back."""
+    for attempt in range(10):
+        status = host_tmp / f"status-{attempt}.json"
+        init_args = ["--status-file", str(status), "--log-file", str(host_tmp / "init.log")]
+        init_args += ["--", "/bin/true"]
+        go_read, go_write = os.pipe()
+        with running_spawner(socket_path), open(host_tmp / "init.log", "a") as log_file:
+            pid = spawn(str(socket_path), init_args, str(host_tmp), go_read, log_file.fileno(), 10)
+        # running_spawner has SIGKILLed the spawner's process group by now.
+        os.close(go_read)
+        init = psutil.Process(pid)
+        assert init.status() != psutil.STATUS_ZOMBIE
+        assert os.getsid(pid) == pid, "the init leads a session of its own"
+        os.write(go_write, b"go")
+        os.close(go_write)
+        init.wait(timeout=10)
+        assert status.exists(), "the init ran its command to the end"

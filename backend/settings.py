@@ -17,6 +17,7 @@ import dj_database_url
 
 from backend.core.private_files import make_portal_files_private
 from backend.env import env, env_bool, env_choice, env_float, env_int, env_list
+from jobmanager.core.snapshot import LAS_STARVATION_SECONDS, RF_STARVATION_SECONDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -469,10 +470,14 @@ TRAINYARD_DEPLOY_TIMEOUT_SECONDS = env_int("TRAINYARD_DEPLOY_TIMEOUT_SECONDS", 1
 TRAINYARD_RETRY_BACKOFF_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_SECONDS", 30)
 TRAINYARD_RETRY_BACKOFF_MAX_SECONDS = env_int("TRAINYARD_RETRY_BACKOFF_MAX_SECONDS", 1800)
 # Runnable first lets smaller jobs pass a waiting one for this long, then it blocks.
-TRAINYARD_RF_STARVATION_SECONDS = env_int("TRAINYARD_RF_STARVATION_SECONDS", 1200)
+TRAINYARD_RF_STARVATION_SECONDS = env_int(
+    "TRAINYARD_RF_STARVATION_SECONDS", int(RF_STARVATION_SECONDS)
+)
 # Least attained service: a preempted job goes back to the first queue after waiting this
 # long (and LAS's starve factor times what it ran).
-TRAINYARD_LAS_STARVATION_SECONDS = env_int("TRAINYARD_LAS_STARVATION_SECONDS", 3600)
+TRAINYARD_LAS_STARVATION_SECONDS = env_int(
+    "TRAINYARD_LAS_STARVATION_SECONDS", int(LAS_STARVATION_SECONDS)
+)
 # An elastic job is grown or shrunk at most once per this many seconds (its start counts).
 TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS = env_int("TRAINYARD_ELASTIC_MIN_INTERVAL_SECONDS", 300)
 # Least attained service: a job queued this long in all (every wait after a preemption

@@ -84,6 +84,16 @@ def steps(backend: SlurmBackend, job_id: str) -> list[tuple[int, int, float]]:
     return [logged[step] for step in sorted(logged)]
 
 
+def logs_of(backend: SlurmBackend, job_id: str) -> dict[str, str]:
+    """Every log of the job's (its workers', its rounds' batch logs), each file's end: what
+    a failed assertion on its steps shows."""
+    return {
+        str(path): path.read_text()[-3000:]
+        for directory in (backend.log_dir, backend.state_dir)
+        for path in sorted((directory / job_id).rglob("*.log"))
+    }
+
+
 def reached(backend: SlurmBackend, job_id: str, world: int, after: int) -> bool:
     return any(s > after and w == world for s, w, _ in steps(backend, job_id))
 
@@ -137,7 +147,8 @@ def test_an_elastic_job_grows_and_shrinks_by_new_allocations_and_its_training_go
     worlds = [w for _, w, _ in taken]
     # 2, then 3, then 2 workers, in one run of steps that never went back to step 1.
     assert worlds[0] == 2 and 3 in worlds and worlds[-1] == 2
-    assert [s for s, _, _ in taken] == list(range(1, len(taken) + 1))
+    numbers = [s for s, _, _ in taken]
+    assert numbers == list(range(1, len(taken) + 1)), logs_of(backend, "grow000001")
     logs = "".join(p.read_text() for p in (backend.log_dir / "grow000001").glob("worker-*.log"))
     assert "resumed at step" in logs and "with world 3" in logs
     losses = [loss for _, _, loss in taken]
@@ -177,7 +188,8 @@ def test_a_resize_cut_short_by_a_killed_job_manager_is_finished_by_the_next_one(
     wait_until(lambda: reached(backend, "crash00001", 3, cut_at), RESIZE_SECONDS, "steps at 3")
     assert allocations(backend, "crash00001") == [("RUNNING", "node[1-3]")]
     taken = [s for s, _, _ in steps(backend, "crash00001")]
-    assert taken == list(range(1, len(taken) + 1))  # resumed, never from step 0
+    # Resumed, never from step 0.
+    assert taken == list(range(1, len(taken) + 1)), logs_of(backend, "crash00001")
 
 
 def test_a_refused_new_allocation_fails_the_gang_and_its_retry_resumes(backend):
@@ -201,4 +213,4 @@ def test_a_refused_new_allocation_fails_the_gang_and_its_retry_resumes(backend):
     backend.deploy(replace(launch, attempt=2))
     wait_until(lambda: reached(backend, "refuse0001", 2, saved), RESIZE_SECONDS, "the retry runs")
     taken = [s for s, _, _ in steps(backend, "refuse0001")]
-    assert taken == list(range(1, len(taken) + 1))
+    assert taken == list(range(1, len(taken) + 1)), logs_of(backend, "refuse0001")

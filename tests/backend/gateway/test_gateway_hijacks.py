@@ -170,14 +170,22 @@ def through_proxy(gateway, job: Job, name: str, cookie: str) -> requests.Respons
 
 
 def answered(gateway, job: Job, name: str, cookie: str) -> requests.Response:
+    last: list[requests.Response | None] = [None]
+
     def ok() -> requests.Response | None:
-        answer = through_proxy(gateway, job, name, cookie)
+        last[0] = answer = through_proxy(gateway, job, name, cookie)
         return answer if answer is not None and answer.ok else None
 
     try:
         return wait_until(ok, 20, f"{name} of job {job.job_id} to answer through the proxy")
     except BaseException:
-        print(log_of(job), gateway.output())
+        answer = last[0]
+        said = "no answer" if answer is None else f"{answer.status_code}: {answer.text[:300]}"
+        job.refresh_from_db()
+        print(
+            f"the proxy's last answer: {said}; job {job.job_id} {job.status}, attempt "
+            f"{job.attempt}; its log: {log_of(job)!r}; the gateway's: {gateway.output()}"
+        )
         raise
 
 

@@ -109,8 +109,35 @@ def status_after_runs(jobs: JobManager, job: Job, statuses: set[str], what: str)
         jobs.run()
         return Job.objects.get(pk=job.pk).status in statuses
 
-    wait_until(reached, 30, what)
+    try:
+        wait_until(reached, 30, what)
+    except AssertionError:
+        print(what_happened(jobs, job))
+        raise
     return Job.objects.get(pk=job.pk)
+
+
+def what_happened(jobs: JobManager, job: Job) -> str:
+    """A job's path, its workers' logs and Slurm's view of its allocations: what a test
+    that timed out waiting for it prints."""
+    job = Job.objects.get(pk=job.pk)
+    events = [
+        f"{event.from_status}->{event.to_status}: {event.reason}"
+        for event in job.events.order_by("pk")
+    ]
+    logs = {
+        path.name: path.read_text()[-2000:]
+        for path in sorted((jobs.backend.log_dir / job.job_id).glob("*.log"))
+    }
+    allocations = [
+        (slurm_job.job_id, slurm_job.name, slurm_job.state, slurm_job.reason, slurm_job.nodes)
+        for slurm_job in jobs.backend.slurm.jobs()
+        if slurm_job.name.startswith(f"ty-{job.job_id}-")
+    ]
+    return (
+        f"job {job.job_id} {job.status}, attempt {job.attempt}; events {events}; "
+        f"Slurm's allocations {allocations}; logs {logs}"
+    )
 
 
 def placed_nodes(job: Job) -> list[str]:

@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from bench.simulator.public_samples import MINUTE, options
 from jobmanager.core.snapshot import DEFAULT_POLICY, Placement, Policy
 from jobmanager.simulate import (
     ClusterSpec,
@@ -40,13 +41,7 @@ from jobmanager.simulate import (
     replay,
     split_quotas,
 )
-from jobmanager.simulate.engine import ReplayOptions
 from jobmanager.simulate.synthetic import SyntheticSpec, generate
-
-CHECKPOINT_INTERVAL = 600.0
-RESTART_OVERHEAD = 120.0
-LAS_WAIT_LIMIT = 24 * 3600.0
-MINUTE = 60.0
 
 
 def jittered(trace: Trace, seconds: float, seed: int) -> Trace:
@@ -67,15 +62,7 @@ def mean_time_queued(trace: Trace, nodes: int, policy: Policy, preemptible: bool
     """One replay's mean time queued, in minutes."""
     cluster = ClusterSpec(nodes)
     quotas = split_quotas(trace.gpu_seconds_by_vc(), cluster.gpus)
-    options = ReplayOptions(las_wait_limit=LAS_WAIT_LIMIT)
-    if preemptible:
-        options = ReplayOptions(
-            preemptible=True,
-            checkpoint_interval=CHECKPOINT_INTERVAL,
-            restart_overhead=RESTART_OVERHEAD,
-            las_wait_limit=LAS_WAIT_LIMIT,
-        )
-    result = replay(trace, cluster, quotas, policy, Placement.PACK, options=options)
+    result = replay(trace, cluster, quotas, policy, Placement.PACK, options=options(preemptible))
     return measure(result).avg_time_queued / MINUTE
 
 

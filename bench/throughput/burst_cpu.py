@@ -7,8 +7,9 @@ with ``perf`` on the host, every process of the machine by command name.
 
 Starts the embedded Trainyard as ``bench.throughput.run`` does (its cluster of 4 x 8 GPUs,
 a database of its own made afresh, the local backend with ``--sandbox``), runs a warm-up
-burst, then a burst of ``--jobs`` ``true`` jobs from 4 clients while ``perf record -a``
-samples the whole machine (when ``perf`` is installed). Prints the burst's figures, the
+burst, then a burst of ``--jobs`` ``true`` jobs from 4 clients, each as the throughput
+bench runs one (``run.trainyard_burst``), while ``perf record -a`` samples the whole
+machine (when ``perf`` is installed). Prints the burst's figures, the
 CPU a job of each long-lived process of Trainyard's (from ``/proc/<pid>/stat``), the rest
 of Trainyard's CPU (its short-lived processes: inits, runc, the jobs), and perf's share
 of the machine's samples by command. As root.
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.throughput.run import CLIENTS, Trainyard, burst, cpu_per_job
+from bench.throughput.run import Trainyard, trainyard_burst
 
 TICKS_PER_SECOND = 100  # USER_HZ: /proc's unit of CPU time
 
@@ -42,19 +43,6 @@ def processes(trainyard: Trainyard) -> dict[str, tuple[str, int]]:
     return found
 
 
-def one_burst(trainyard: Trainyard, jobs: int) -> dict:
-    sessions = [trainyard.session() for _ in range(CLIENTS)]
-    watcher = trainyard.session()
-    cpu_before = trainyard.cpu_seconds()
-    figure = burst(
-        lambda n: trainyard.submit(sessions[n % CLIENTS], "true"),
-        jobs,
-        lambda: trainyard.unfinished(watcher),
-    )
-    figure["cpu_ms_per_job"] = cpu_per_job(trainyard, cpu_before, jobs)
-    return figure
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -68,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     trainyard = Trainyard(args.database_url, args.port, args.sandbox)
     try:
         trainyard.start()
-        print(f"warm-up: {one_burst(trainyard, args.warm_up)}", file=sys.stderr)
+        print(f"warm-up: {trainyard_burst(trainyard, args.warm_up)}", file=sys.stderr)
         before = processes(trainyard)
         recorder = None
         if perf is not None:
@@ -76,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 [perf, "record", "-a", "-F", "299", "-o", str(scratch / "perf.data")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-        figure = one_burst(trainyard, args.jobs)
+        figure = trainyard_burst(trainyard, args.jobs)
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)
             recorder.wait(timeout=120)

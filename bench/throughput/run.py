@@ -302,6 +302,20 @@ def burst(submit_one: Callable[[int], None], jobs: int, unfinished: Callable[[],
     }
 
 
+def trainyard_burst(trainyard: Trainyard, jobs: int) -> dict:
+    """A burst of ``jobs`` ``true`` jobs on the Trainyard, with its CPU a job."""
+    sessions = [trainyard.session() for _ in range(CLIENTS)]
+    watcher = trainyard.session()
+    cpu_before = trainyard.cpu_seconds()
+    figure = burst(
+        lambda n: trainyard.submit(sessions[n % CLIENTS], "true"),
+        jobs,
+        lambda: trainyard.unfinished(watcher),
+    )
+    figure["cpu_ms_per_job"] = cpu_per_job(trainyard, cpu_before, jobs)
+    return figure
+
+
 def array(submit: Callable[[], None], jobs: int, unfinished: Callable[[], int]) -> dict:
     began = time.monotonic()
     submit()
@@ -345,19 +359,8 @@ def measure_round(trainyards: list[Trainyard], slurm: Slurm, jobs: int, count: i
     print("burst: Slurm ...", file=sys.stderr)
     figures["slurm burst"] = burst(lambda n: slurm.submit(), jobs, slurm.unfinished)
     for trainyard in trainyards:
-        sessions = [trainyard.session() for _ in range(CLIENTS)]
-        watcher = trainyard.session()
         print(f"burst: Trainyard ({trainyard.sandbox}) ...", file=sys.stderr)
-        cpu_before = trainyard.cpu_seconds()
-        figure = burst(
-            lambda n, sessions=sessions, trainyard=trainyard: trainyard.submit(
-                sessions[n % CLIENTS], "true"
-            ),
-            jobs,
-            lambda trainyard=trainyard, watcher=watcher: trainyard.unfinished(watcher),
-        )
-        figure["cpu_ms_per_job"] = cpu_per_job(trainyard, cpu_before, jobs)
-        figures[f"trainyard {trainyard.sandbox} burst"] = figure
+        figures[f"trainyard {trainyard.sandbox} burst"] = trainyard_burst(trainyard, jobs)
     print("array: Slurm ...", file=sys.stderr)
     figures["slurm array"] = array(
         lambda: slurm.submit(f"--array=0-{jobs - 1}"), jobs, slurm.unfinished
